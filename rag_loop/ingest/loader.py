@@ -1,0 +1,184 @@
+"""Validate numbered JSON lines in DuckDB and store the good ones, quarantining the rest.
+
+Each line is parsed twice by DuckDB: `json_transform` into the typed trace struct (lenient:
+a wrongly typed value would silently become NULL) and `json_structure` (the JSON type of every
+value). The few distinct structures of a batch are checked in Python against the trace model,
+so a wrongly typed value is quarantined with its path instead of being lost.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from rag_loop.ingest.reader import RAW_PREVIEW_CHARS, Rejected
+from rag_loop.schema import Trace
+from rag_loop.storage import duckdb_type, trace_struct
+
+_COMPATIBLE = {
+    "VARCHAR": {"VARCHAR"},
+    "BIGINT": {"UBIGINT", "BIGINT"},
+    "DOUBLE": {"DOUBLE", "UBIGINT", "BIGINT"},
+    "BOOLEAN": {"BOOLEAN"},
+}
+_NESTED = {"chunks", "spans", "feedback"}
+
+
+@dataclass
+class BatchCounts:
+    """What happened to the lines of one batch: every line lands in exactly one count."""
+
+    ingested: int = 0
+    duplicates: int = 0
+    quarantined: int = 0
+
+    def __iadd__(self, other: BatchCounts) -> BatchCounts:
+        self.ingested += other.ingested
+        self.duplicates += other.duplicates
+        self.quarantined += other.quarantined
+        return self
+
+
+def structure_problem(found: Any, expected: Any, path: str = "") -> str | None:
+    """The path of the first value whose JSON type does not fit the model, or None.
+
+    `found` is DuckDB's `json_structure` of a record (element types of a list are merged,
+    "JSON" where they disagree or for an empty object); `expected` is `duckdb_type(Trace)`.
+    Keys the model does not know are ignored, as the model ignores them.
+    """
+    if found == "NULL":
+        return None
+    if isinstance(expected, dict):
+        if found == "JSON" and not path.endswith("[]"):
+            return None  # an empty object
+        if not isinstance(found, dict):
+            return path or "$"
+        for key, value in found.items():
+            if key in expected:
+                problem = structure_problem(value, expected[key], f"{path}.{key}".lstrip("."))
+                if problem:
+                    return problem
+        return None
+    if isinstance(expected, list):
+        if not isinstance(found, list):
+            return path
+        return structure_problem(found[0], expected[0], f"{path}[]")
+    if expected == "JSON":  # a free-form object such as filters
+        return None if found == "JSON" or isinstance(found, dict) else path
+    return None if found in _COMPATIBLE[expected] else path
+
+
+@cache
+def _trace_columns() -> str:
+    """SELECT list that maps the parsed struct `t` onto raw_traces' columns."""
+    names = [n for n in Trace.model_fields if n not in _NESTED]
+    exprs = [f't."{n}" AS "{n}"' for n in names]
+    return ", ".join(exprs)
+
+
+def _classify_structures(con: duckdb.DuckDBPyConnection) -> None:
+    expected = duckdb_type(Trace)
+    rows = con.execute("SELECT DISTINCT structure FROM _parsed WHERE structure IS NOT NULL").fetchall()
+    problems = []
+    for (structure,) in rows:
+        found = json.loads(structure)
+        if not isinstance(found, dict):
+            problems.append((structure, "not_an_object"))
+        elif problem := structure_problem(found, expected):
+            problems.append((structure, f"wrong_type: {problem}"))
+    con.execute("CREATE OR REPLACE TEMP TABLE _structure_problems (structure VARCHAR, problem VARCHAR)")
+    if problems:
+        con.executemany("INSERT INTO _structure_problems VALUES (?, ?)", problems)
+
+
+def load_batch(con: duckdb.DuckDBPyConnection, lines: pa.Table, source_file: str,
+               source_format: str) -> BatchCounts:
+    """Store the valid, unseen traces of `lines` (line_no, raw); quarantine the invalid ones.
+
+    Duplicates (a trace id already stored, or repeated in the batch) keep the first copy:
+    the earliest ingested, then the lowest line number. Later copies are listed in
+    `trace_duplicates`, so every line read is accounted for.
+    """
+    con.register("_batch", lines)
+    try:
+        return _load_registered_batch(con, source_file, source_format)
+    finally:
+        con.unregister("_batch")
+
+
+def _load_registered_batch(con: duckdb.DuckDBPyConnection, source_file: str,
+                           source_format: str) -> BatchCounts:
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE _parsed AS
+        SELECT line_no, structure, t, t.trace_id AS trace_id,
+          CASE WHEN coalesce(trim(t.trace_id), '') = '' THEN 'missing_trace_id'
+               WHEN coalesce(trim(t.original_query), '') = '' THEN 'missing_query'
+               WHEN t."timestamp" IS NULL THEN 'missing_timestamp'
+               WHEN try_cast(t."timestamp" AS TIMESTAMPTZ) IS NULL THEN 'bad_timestamp'
+               WHEN list_bool_or(list_transform(t.chunks, lambda c: c.doc_id IS NULL))
+                    THEN 'missing_field: chunks[].doc_id'
+               WHEN list_bool_or(list_transform(t.spans, lambda x: x.name IS NULL))
+                    THEN 'missing_field: spans[].name'
+          END AS problem
+        FROM (SELECT line_no, json_structure(raw) AS structure,
+                     json_transform(raw, '{trace_struct()}') AS t
+              FROM _batch WHERE json_valid(raw))""")
+    _classify_structures(con)
+    con.execute("""
+        CREATE OR REPLACE TEMP TABLE _verdict AS
+        SELECT b.line_no, p.trace_id,
+               CASE WHEN p.line_no IS NULL THEN 'invalid_json'
+                    ELSE coalesce(s.problem, p.problem) END AS reason
+        FROM (SELECT line_no FROM _batch WHERE raw <> '') b
+        LEFT JOIN _parsed p ON p.line_no = b.line_no
+        LEFT JOIN _structure_problems s ON s.structure = p.structure""")
+    con.execute("""
+        CREATE OR REPLACE TEMP TABLE _keep AS
+        SELECT line_no FROM _verdict
+        WHERE reason IS NULL AND trace_id NOT IN (SELECT trace_id FROM raw_traces)
+        QUALIFY row_number() OVER (PARTITION BY trace_id ORDER BY line_no) = 1""")
+    params = [source_file, source_format]
+    con.execute(f"""
+        INSERT INTO trace_quarantine
+        SELECT ?, v.line_no, ?, v.reason, left(b.raw, {RAW_PREVIEW_CHARS}), now()
+        FROM _verdict v JOIN _batch b USING (line_no) WHERE v.reason IS NOT NULL""", params)
+    con.execute("""
+        INSERT INTO trace_duplicates
+        SELECT ?, line_no, trace_id, ?, now() FROM _verdict
+        WHERE reason IS NULL AND line_no NOT IN (SELECT line_no FROM _keep)""", params)
+    new = "_parsed JOIN _keep USING (line_no)"
+    con.execute(f"""
+        INSERT INTO raw_traces BY NAME
+        SELECT {_trace_columns()}, ? AS source_format, ? AS source_file,
+               line_no AS source_line, now() AS ingested_at
+        FROM {new}""", [source_format, source_file])
+    con.execute(f"""
+        INSERT INTO trace_chunks BY NAME
+        SELECT t.trace_id, unnest(t.chunks, recursive := true) FROM {new}""")
+    con.execute(f"""
+        INSERT INTO trace_spans BY NAME
+        SELECT trace_id, span_id, parent_span_id, name, kind,
+               try_cast(start_time AS TIMESTAMPTZ) AS start_time, duration_ms, status
+        FROM (SELECT t.trace_id, unnest(t.spans, recursive := true) FROM {new})""")
+    con.execute(f"""
+        INSERT INTO trace_feedback BY NAME
+        SELECT t.trace_id, t.feedback.rating, t.feedback.category, t.feedback.comment
+        FROM {new} WHERE t.feedback IS NOT NULL""")
+    total, bad, kept = con.execute("""
+        SELECT count(*), count(reason), (SELECT count(*) FROM _keep) FROM _verdict""").fetchall()[0]
+    return BatchCounts(ingested=kept, duplicates=total - bad - kept, quarantined=bad)
+
+
+def quarantine_rejected(con: duckdb.DuckDBPyConnection, rejected: list[Rejected],
+                        source_file: str, source_format: str) -> BatchCounts:
+    """Store records refused before parsing (not UTF-8, oversized, unreadable file)."""
+    if rejected:
+        con.executemany(
+            "INSERT INTO trace_quarantine VALUES (?, ?, ?, ?, ?, now())",
+            [(source_file, r.line_no, source_format, r.reason, r.raw) for r in rejected])
+    return BatchCounts(quarantined=len(rejected))

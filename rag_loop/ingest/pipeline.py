@@ -1,0 +1,146 @@
+"""Ingest every new trace file of a directory: incremental, idempotent, nothing lost.
+
+A file is identified by its path relative to the directory, its size and its mtime; a file
+already in `ingested_files` is skipped. Each file is stored in one transaction together with
+its `ingested_files` row, so a crash never leaves half a file behind.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from rag_loop.ingest.loader import BatchCounts, load_batch, quarantine_rejected
+from rag_loop.ingest.otlp import otlp_traces
+from rag_loop.ingest.reader import NeedsExactReader, Rejected, first_line, iter_line_batches
+from rag_loop.storage import create_tables
+
+TRACE_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")
+DEFAULT_MAX_RECORD_BYTES = 1 << 20
+_UNREADABLE = (OSError, EOFError, zlib.error, pa.ArrowInvalid)
+
+
+@dataclass
+class FileReport:
+    path: str
+    format: str
+    counts: BatchCounts
+    skipped: bool = False
+
+
+@dataclass
+class IngestReport:
+    files: list[FileReport] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)  # files whose name is not a trace file
+
+    def by_format(self) -> dict[str, BatchCounts]:
+        totals: dict[str, BatchCounts] = {}
+        for report in self.files:
+            if not report.skipped:
+                totals.setdefault(report.format, BatchCounts())
+                totals[report.format] += report.counts
+        return totals
+
+    def total(self) -> BatchCounts:
+        total = BatchCounts()
+        for counts in self.by_format().values():
+            total += counts
+        return total
+
+
+def detect_format(path: Path) -> str:
+    """`otlp` when the first record is an OTLP export, else `native`."""
+    return "otlp" if b'"resourceSpans"' in first_line(path) else "native"
+
+
+def trace_files(directory: Path) -> tuple[list[Path], list[str]]:
+    """Trace files under `directory` in a stable order, and the other files' names."""
+    files, ignored = [], []
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        relative = path.relative_to(directory)
+        if any(part.startswith(".") for part in relative.parts):
+            continue
+        (files if path.name.endswith(TRACE_SUFFIXES) else ignored).append(path)
+    return files, [str(p.relative_to(directory)) for p in ignored]
+
+
+def ingest_directory(con: duckdb.DuckDBPyConnection, directory: Path,
+                     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+                     log: Callable[[str], None] = lambda _: None) -> IngestReport:
+    """Ingest the files of `directory` not ingested before, in path order."""
+    create_tables(con)
+    con.execute("SET TimeZone = 'UTC'")  # timestamps without an offset are UTC
+    files, ignored = trace_files(directory)
+    report = IngestReport(ignored=ignored)
+    for path in files:
+        relative = str(path.relative_to(directory))
+        stat = path.stat()
+        seen = con.execute(
+            "SELECT format FROM ingested_files WHERE path = ? AND size = ? AND mtime_ns = ?",
+            [relative, stat.st_size, stat.st_mtime_ns]).fetchall()
+        if seen:
+            report.files.append(FileReport(relative, seen[0][0], BatchCounts(), skipped=True))
+            continue
+        file_report = _ingest_file(con, path, relative, max_record_bytes)
+        con.execute(
+            "INSERT INTO ingested_files VALUES (?, ?, ?, ?, ?, ?, ?, ?, now())",
+            [relative, stat.st_size, stat.st_mtime_ns, file_report.format,
+             file_report.counts.ingested + file_report.counts.duplicates
+             + file_report.counts.quarantined, file_report.counts.ingested,
+             file_report.counts.duplicates, file_report.counts.quarantined])
+        con.execute("COMMIT")
+        report.files.append(file_report)
+        log(f"{relative}: {file_report.format}, {file_report.counts}")
+    return report
+
+
+def _ingest_file(con: duckdb.DuckDBPyConnection, path: Path, relative: str,
+                 max_record_bytes: int) -> FileReport:
+    """Store one file inside a transaction that the caller commits."""
+    fmt = "unreadable"
+    for exact in (False, True):
+        con.execute("BEGIN")
+        try:
+            fmt = detect_format(path)
+            load = _load_otlp if fmt == "otlp" else _load_native
+            return FileReport(relative, fmt, load(con, path, relative, max_record_bytes, exact))
+        except NeedsExactReader:
+            con.execute("ROLLBACK")
+        except _UNREADABLE as error:
+            con.execute("ROLLBACK")
+            con.execute("BEGIN")
+            rejected = [Rejected(0, f"unreadable_file: {error!r}"[:500], "")]
+            return FileReport(relative, fmt, quarantine_rejected(con, rejected, relative, fmt))
+    raise AssertionError("the exact reader never asks for itself")
+
+
+def _load_native(con, path: Path, relative: str, max_record_bytes: int, exact: bool) -> BatchCounts:
+    counts = BatchCounts()
+    for batch in iter_line_batches(path, max_record_bytes, exact=exact):
+        counts += quarantine_rejected(con, batch.rejected, relative, "native")
+        counts += load_batch(con, batch.lines, relative, "native")
+    return counts
+
+
+def _load_otlp(con, path: Path, relative: str, max_record_bytes: int, exact: bool,
+               batch_rows: int = 50_000) -> BatchCounts:
+    """OTLP files are assembled whole, since a trace's spans may sit on many lines."""
+    counts = BatchCounts()
+    lines: list[tuple[int, str]] = []
+    for batch in iter_line_batches(path, max_record_bytes, exact=exact):
+        counts += quarantine_rejected(con, batch.rejected, relative, "otlp")
+        lines.extend(zip(batch.lines.column("line_no").to_pylist(),
+                         batch.lines.column("raw").to_pylist()))
+    records, rejected = otlp_traces(lines)
+    counts += quarantine_rejected(con, rejected, relative, "otlp")
+    for start in range(0, len(records), batch_rows):
+        chunk = records[start:start + batch_rows]
+        table = pa.table({"line_no": pa.array([n for n, _ in chunk], pa.int64()),
+                          "raw": pa.array([r for _, r in chunk], pa.string())})
+        counts += load_batch(con, table, relative, "otlp")
+    return counts
