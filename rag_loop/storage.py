@@ -42,7 +42,7 @@ CREATE TABLE IF NOT EXISTS trace_spans (
     kind VARCHAR, start_time TIMESTAMPTZ, duration_ms DOUBLE, status VARCHAR);
 CREATE TABLE IF NOT EXISTS trace_feedback (
     trace_id VARCHAR NOT NULL, rating VARCHAR, category VARCHAR, comment VARCHAR);
-CREATE TABLE IF NOT EXISTS trace_quarantine (
+CREATE TABLE IF NOT EXISTS quarantine (
     source_file VARCHAR, line_no BIGINT, format VARCHAR, reason VARCHAR, raw VARCHAR,
     quarantined_at TIMESTAMPTZ);
 CREATE TABLE IF NOT EXISTS trace_duplicates (

@@ -144,7 +144,7 @@ def _load_registered_batch(con: duckdb.DuckDBPyConnection, source_file: str,
         QUALIFY row_number() OVER (PARTITION BY trace_id ORDER BY line_no) = 1""")
     params = [source_file, source_format]
     con.execute(f"""
-        INSERT INTO trace_quarantine
+        INSERT INTO quarantine
         SELECT ?, v.line_no, ?, v.reason, left(b.raw, {RAW_PREVIEW_CHARS}), now()
         FROM _verdict v JOIN _batch b USING (line_no) WHERE v.reason IS NOT NULL""", params)
     con.execute("""
@@ -179,6 +179,6 @@ def quarantine_rejected(con: duckdb.DuckDBPyConnection, rejected: list[Rejected]
     """Store records refused before parsing (not UTF-8, oversized, unreadable file)."""
     if rejected:
         con.executemany(
-            "INSERT INTO trace_quarantine VALUES (?, ?, ?, ?, ?, now())",
+            "INSERT INTO quarantine VALUES (?, ?, ?, ?, ?, now())",
             [(source_file, r.line_no, source_format, r.reason, r.raw) for r in rejected])
     return BatchCounts(quarantined=len(rejected))
