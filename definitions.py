@@ -1,0 +1,17 @@
+"""The one Definitions object of rag-loop (loaded by workspace.yaml)."""
+
+from dagster import Definitions, in_process_executor
+
+from assets.ingestion import knowledge_base, new_trace_files_sensor, raw_traces, \
+    raw_traces_quarantine_rate
+from assets.jobs import ingest_job, rag_loop_job
+from assets.resources import build_resources
+
+defs = Definitions(
+    assets=[knowledge_base, raw_traces],
+    asset_checks=[raw_traces_quarantine_rate],
+    jobs=[ingest_job, rag_loop_job],
+    sensors=[new_trace_files_sensor],
+    resources=build_resources(),
+    executor=in_process_executor,  # DuckDB has one writer at a time
+)

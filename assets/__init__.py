@@ -1,0 +1,1 @@
+"""Thin Dagster wrappers around rag_loop: assets, checks, jobs, sensors, resources."""

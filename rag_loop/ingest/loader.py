@@ -70,7 +70,7 @@ def structure_problem(found: Any, expected: Any, path: str = "") -> str | None:
         return structure_problem(found[0], expected[0], f"{path}[]")
     if expected == "JSON":  # a free-form object such as filters
         return None if found == "JSON" or isinstance(found, dict) else path
-    return None if found in _COMPATIBLE[expected] else path
+    return None if isinstance(found, str) and found in _COMPATIBLE[expected] else path
 
 
 @cache

@@ -144,3 +144,16 @@ def _load_otlp(con, path: Path, relative: str, max_record_bytes: int, exact: boo
                           "raw": pa.array([r for _, r in chunk], pa.string())})
         counts += load_batch(con, table, relative, "otlp")
     return counts
+
+
+def trace_table_summary(con: duckdb.DuckDBPyConnection) -> dict[str, object]:
+    """Figures of the stored traces for the UI: totals, time range, quarantine rate."""
+    traces, first, last = con.execute(
+        'SELECT count(*), min("timestamp"), max("timestamp") FROM raw_traces').fetchall()[0]
+    duplicates = con.execute("SELECT count(*) FROM trace_duplicates").fetchall()[0][0]
+    quarantined = con.execute(
+        "SELECT count(*) FROM quarantine WHERE format <> 'document'").fetchall()[0][0]
+    records = traces + duplicates + quarantined
+    return {"traces": traces, "duplicates": duplicates, "quarantined": quarantined,
+            "quarantine_rate": quarantined / records if records else 0.0,
+            "first_timestamp": str(first), "last_timestamp": str(last)}

@@ -108,8 +108,11 @@ def _whole_line_chunks(handle, size: int) -> Iterator[bytes]:
 
 def _split_lines(chunk: bytes) -> pa.Array:
     """The lines of `chunk` as one binary column, split by Arrow's multithreaded CSV reader."""
+    refused: list[int] = []
+
     def refuse(_row: pcsv.InvalidRow) -> str:
-        raise NeedsExactReader()
+        refused.append(1)
+        return "skip"
 
     try:
         table = pcsv.read_csv(
@@ -121,6 +124,8 @@ def _split_lines(chunk: bytes) -> pa.Array:
             convert_options=pcsv.ConvertOptions(column_types={"raw": pa.binary()}))
     except pa.ArrowInvalid as error:  # a line longer than Arrow's block, or a stray \r
         raise NeedsExactReader() from error
+    if refused:  # a line with the delimiter byte: skipping it would shift line numbers
+        raise NeedsExactReader()
     return table.column("raw").combine_chunks()
 
 

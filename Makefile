@@ -1,0 +1,44 @@
+# rag-loop: `make demo` runs the whole loop on the embedded demo data; `make test` runs the tests.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export DAGSTER_HOME := $(CURDIR)/.dagster_home
+export DEEPEVAL_TELEMETRY_OPT_OUT := 1
+export DEEPEVAL_DISABLE_DOTENV := 1
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: install demo test ui demo-data bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+$(DAGSTER_HOME)/dagster.yaml:
+	mkdir -p $(DAGSTER_HOME)
+	printf 'telemetry:\n  enabled: false\n' > $@
+
+demo: install $(DAGSTER_HOME)/dagster.yaml
+	$(BIN)/dagster job execute -f definitions.py -j rag_loop_job
+	$(BIN)/python -m rag_loop.summary
+	@echo "Open the UI with: make ui  (then http://127.0.0.1:3000)"
+
+test: install
+	$(BIN)/python -m pytest
+
+ui: install $(DAGSTER_HOME)/dagster.yaml
+	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+
+demo-data: install
+	$(BIN)/python -m rag_loop.demo.generate --out data/demo
+
+bench: install
+	$(BIN)/python bench/ingest.py
+
+clean:
+	rm -rf $(DAGSTER_HOME) data/rag_loop.duckdb data/rag_loop.duckdb.wal

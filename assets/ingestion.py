@@ -1,0 +1,83 @@
+"""Stage 1: the knowledge base and production traces into DuckDB."""
+
+import hashlib
+from pathlib import Path
+
+from dagster import (AssetCheckResult, AssetCheckSeverity, AssetExecutionContext, Config,
+                     MaterializeResult, MetadataValue, RunRequest, SensorEvaluationContext,
+                     SkipReason, asset, asset_check, sensor)
+from dagster_duckdb import DuckDBResource
+
+from assets.resources import RagLoopPaths
+from rag_loop.ingest.pipeline import (DEFAULT_MAX_RECORD_BYTES, ingest_directory,
+                                      trace_files, trace_table_summary)
+from rag_loop.knowledge import load_knowledge_base
+
+QUARANTINE_WARN_RATE = 0.01
+QUARANTINE_ERROR_RATE = 0.10
+
+@asset(group_name="ingestion", description="Versioned knowledge-base documents and chunks.")
+def knowledge_base(duckdb: DuckDBResource, paths: RagLoopPaths) -> MaterializeResult:
+    with duckdb.get_connection() as con:
+        report = load_knowledge_base(con, Path(paths.knowledge_dir))
+        versions = con.sql("SELECT doc_id, version, source_updated_at, indexed_at, "
+                           "indexed_at - source_updated_at AS lag FROM documents ORDER BY 1, 2").df()
+    return MaterializeResult(metadata={
+        "dagster/row_count": report.documents, "chunks": report.chunks,
+        "quarantined": report.quarantined,
+        "versions": MetadataValue.md(versions.to_markdown(index=False))})
+
+class IngestConfig(Config):
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+
+@asset(group_name="ingestion", deps=[knowledge_base],
+       description="Production traces (native JSONL, OTLP JSON, gzip) with chunks, spans, "
+                   "feedback; bad records in `quarantine`. Incremental by file.")
+def raw_traces(context: AssetExecutionContext, config: IngestConfig, duckdb: DuckDBResource,
+               paths: RagLoopPaths) -> MaterializeResult:
+    with duckdb.get_connection() as con:
+        report = ingest_directory(con, Path(paths.traces_dir), config.max_record_bytes,
+                                  log=context.log.info)
+        summary = trace_table_summary(con)
+        preview = con.sql('SELECT trace_id, "timestamp", language, tenant, original_query, '
+                          'status FROM raw_traces ORDER BY "timestamp" DESC LIMIT 10').df()
+    metadata: dict[str, object] = {
+        "dagster/row_count": summary["traces"],
+        "files_read": sum(not f.skipped for f in report.files),
+        "files_skipped": sum(f.skipped for f in report.files),
+        "files_ignored": MetadataValue.json(report.ignored),
+        "run_ingested": report.total().ingested, "run_duplicates": report.total().duplicates,
+        "run_quarantined": report.total().quarantined,
+        **{f"{fmt}_{name}": getattr(counts, name) for fmt, counts in report.by_format().items()
+           for name in ("ingested", "duplicates", "quarantined")},
+        **summary,
+        "preview": MetadataValue.md(preview.to_markdown(index=False)),
+    }
+    return MaterializeResult(metadata=metadata)
+
+@asset_check(asset=raw_traces, description="Share of quarantined records: WARN above 1 %, "
+                                           "ERROR above 10 %.")
+def raw_traces_quarantine_rate(duckdb: DuckDBResource) -> AssetCheckResult:
+    with duckdb.get_connection() as con:
+        summary = trace_table_summary(con)
+    rate = summary["quarantine_rate"]
+    severity = AssetCheckSeverity.ERROR if rate > QUARANTINE_ERROR_RATE else AssetCheckSeverity.WARN
+    return AssetCheckResult(passed=rate <= QUARANTINE_WARN_RATE, severity=severity, metadata={
+        "quarantine_rate": rate, "quarantined": summary["quarantined"],
+        "records": summary["traces"] + summary["duplicates"] + summary["quarantined"]})
+
+def directory_fingerprint(directory: Path) -> str:
+    """Changes whenever a trace file is added, grows or is touched."""
+    files, _ = trace_files(directory) if directory.is_dir() else ([], [])
+    listing = "\n".join(f"{p.relative_to(directory)}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
+                        for p in files)
+    return hashlib.sha256(listing.encode()).hexdigest()
+
+@sensor(job_name="ingest_job", minimum_interval_seconds=60,
+        description="Launches ingestion when trace files appear or change.")
+def new_trace_files_sensor(context: SensorEvaluationContext, paths: RagLoopPaths):
+    fingerprint = directory_fingerprint(Path(paths.traces_dir))
+    if fingerprint == context.cursor:
+        return SkipReason("no new trace files")
+    context.update_cursor(fingerprint)
+    return RunRequest(run_key=fingerprint)

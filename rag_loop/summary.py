@@ -1,0 +1,26 @@
+"""Print what the pipeline stored: `python -m rag_loop.summary [database]`."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import duckdb
+
+DEFAULT_DB = Path(__file__).resolve().parent.parent / "data" / "rag_loop.duckdb"
+
+
+def main() -> None:
+    path = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("RAG_LOOP_DB", str(DEFAULT_DB))
+    with duckdb.connect(path, read_only=True) as con:
+        tables = [t for (t,) in con.execute("SELECT table_name FROM information_schema.tables "
+                                            "WHERE table_schema = 'main' ORDER BY 1").fetchall()]
+        print(f"rag-loop database: {path}")
+        for table in tables:
+            print(f"  {table:<18} {con.execute(f'SELECT count(*) FROM {table}').fetchall()[0][0]:>8} rows")
+        print(con.sql("SELECT format, reason, count(*) AS n FROM quarantine GROUP BY ALL ORDER BY n DESC"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+import gzip
+
+import pytest
+from conftest import trace_line
+
+from rag_loop.ingest import ingest_directory
+from rag_loop.ingest.loader import structure_problem
+from rag_loop.schema import Trace
+from rag_loop.storage import duckdb_type
+
+
+def _ingest(con, directory, **kwargs):
+    return ingest_directory(con, directory, **kwargs)
+
+
+def _reasons(con):
+    return dict(con.execute("SELECT line_no, reason FROM quarantine ORDER BY 1").fetchall())
+
+
+def test_valid_trace_is_stored_with_chunks_spans_and_feedback(con, tmp_path):
+    chunks = [{"doc_id": "leave-policy", "chunk_id": "c1", "doc_version": "2026", "score": 0.9,
+               "rank": 1, "rerank_score": 0.7, "rerank_rank": 1, "selected": True}]
+    (tmp_path / "t.jsonl").write_text(trace_line(
+        "a", chunks=chunks, spans=[{"name": "retrieval", "duration_ms": 12.5}],
+        feedback={"rating": "negative", "category": "outdated_source"},
+        filters={"region": "apac"}, citations=["c1"], turn_id=2) + "\n")
+    report = _ingest(con, tmp_path)
+    assert report.total().ingested == 1
+    row = con.execute("SELECT trace_id, turn_id, filters->>'region', citations FROM raw_traces").fetchall()
+    assert row == [("a", 2, "apac", ["c1"])]
+    assert con.execute("SELECT chunk_id, rerank_rank, selected FROM trace_chunks").fetchall() == [("c1", 1, True)]
+    assert con.execute("SELECT name, duration_ms FROM trace_spans").fetchall() == [("retrieval", 12.5)]
+    assert con.execute("SELECT category FROM trace_feedback").fetchall() == [("outdated_source",)]
+
+
+@pytest.mark.parametrize("line, reason", [
+    ("not json", "invalid_json"),
+    ('{"trace_id": "x", "timestamp": "2026-11-01T00:00:00Z"', "invalid_json"),
+    ('["a"]', "not_an_object"),
+    ('{"original_query": "q", "timestamp": "2026-11-01T00:00:00Z"}', "missing_trace_id"),
+    ('{"trace_id": "x", "timestamp": "2026-11-01T00:00:00Z"}', "missing_query"),
+    ('{"trace_id": "x", "original_query": "  ", "timestamp": "2026-11-01T00:00:00Z"}', "missing_query"),
+    ('{"trace_id": "x", "original_query": "q"}', "missing_timestamp"),
+    ('{"trace_id": "x", "original_query": "q", "timestamp": "last tuesday"}', "bad_timestamp"),
+    (trace_line("x", turn_id="three"), "wrong_type: turn_id"),
+    (trace_line("x", latency_ms=[1]), "wrong_type: latency_ms"),
+    (trace_line("x", chunks="c1"), "wrong_type: chunks"),
+    (trace_line("x", chunks=[{"doc_id": "d", "score": "high"}]), "wrong_type: chunks[].score"),
+    (trace_line("x", chunks=[{"doc_id": "d", "score": 1}, {"doc_id": 5}]), "wrong_type: chunks[].doc_id"),
+    (trace_line("x", chunks=[{"chunk_id": "c"}]), "missing_field: chunks[].doc_id"),
+    (trace_line("x", feedback="bad"), "wrong_type: feedback"),
+    (trace_line("x", spans=[{"duration_ms": 1}]), "missing_field: spans[].name"),
+])
+def test_each_kind_of_bad_record_is_quarantined_with_its_reason(con, tmp_path, line, reason):
+    (tmp_path / "t.jsonl").write_text(trace_line("good") + "\n" + line + "\n")
+    report = _ingest(con, tmp_path)
+    assert (report.total().ingested, report.total().quarantined) == (1, 1)
+    assert _reasons(con) == {2: reason}
+    raw = con.execute("SELECT raw FROM quarantine").fetchall()[0][0]
+    assert raw == line[:2000]
+
+
+def test_invalid_utf8_and_oversized_lines_are_quarantined(con, tmp_path):
+    big = trace_line("big", answer="x" * 5000)
+    (tmp_path / "t.jsonl").write_bytes(
+        trace_line("a").encode() + b"\n" + b'{"trace_id": "\xff"}\n' + big.encode() + b"\n")
+    report = _ingest(con, tmp_path, max_record_bytes=1000)
+    assert report.total().ingested == 1
+    reasons = _reasons(con)
+    assert reasons[2].startswith("invalid_utf8") and reasons[3].startswith("oversized")
+    assert len(con.execute("SELECT raw FROM quarantine WHERE line_no = 3").fetchall()[0][0]) == 2000
+
+
+def test_exact_reader_takes_over_for_lines_arrow_cannot_split(con, tmp_path):
+    # a raw 0x1f byte (Arrow's column delimiter here) and a blank line keep line numbers exact
+    (tmp_path / "t.jsonl").write_bytes(
+        trace_line("a").encode() + b"\n\n" + b'{"trace_id":\x1f"b"}\n' + trace_line("c").encode() + b"\n")
+    report = _ingest(con, tmp_path)
+    assert report.total().ingested == 2
+    assert _reasons(con) == {3: "invalid_json"}
+    assert con.execute("SELECT source_line FROM raw_traces WHERE trace_id = 'c'").fetchall() == [(4,)]
+
+
+def test_gzip_files_are_read_whatever_their_name(con, tmp_path):
+    (tmp_path / "a.jsonl.gz").write_bytes(gzip.compress((trace_line("a") + "\n").encode()))
+    (tmp_path / "b.jsonl").write_bytes(gzip.compress((trace_line("b") + "\n").encode()))
+    assert _ingest(con, tmp_path).total().ingested == 2
+
+
+def test_corrupt_gzip_is_quarantined_as_a_file(con, tmp_path):
+    data = gzip.compress(("\n".join(trace_line(f"t{i}") for i in range(100)) + "\n").encode())
+    (tmp_path / "a.jsonl.gz").write_bytes(data[: len(data) // 2])
+    report = _ingest(con, tmp_path)
+    assert report.total().quarantined == 1 and report.total().ingested == 0
+    assert _reasons(con)[0].startswith("unreadable_file")
+
+
+def test_rerun_is_idempotent_and_new_files_are_incremental(con, tmp_path):
+    (tmp_path / "a.jsonl").write_text(trace_line("a") + "\nbroken\n")
+    _ingest(con, tmp_path)
+    again = _ingest(con, tmp_path)
+    assert again.total().ingested == 0 and all(f.skipped for f in again.files)
+    (tmp_path / "b.jsonl").write_text(trace_line("b") + "\n")
+    assert _ingest(con, tmp_path).total().ingested == 1
+    counts = con.execute("SELECT (SELECT count(*) FROM raw_traces), (SELECT count(*) FROM quarantine)").fetchall()
+    assert counts == [(2, 1)]
+
+
+def test_first_copy_of_a_trace_wins_and_later_copies_are_recorded(con, tmp_path):
+    (tmp_path / "a.jsonl").write_text(trace_line("t", answer="first") + "\n" + trace_line("t", answer="second") + "\n")
+    (tmp_path / "b.jsonl").write_text(trace_line("t", answer="third") + "\n")
+    report = _ingest(con, tmp_path)
+    assert (report.total().ingested, report.total().duplicates) == (1, 2)
+    assert con.execute("SELECT answer FROM raw_traces").fetchall() == [("first",)]
+    assert con.execute("SELECT source_file, line_no FROM trace_duplicates ORDER BY 1").fetchall() == [
+        ("a.jsonl", 2), ("b.jsonl", 1)]
+
+
+def test_files_that_are_not_trace_files_are_listed_not_read(con, tmp_path):
+    (tmp_path / "README.md").write_text("# notes")
+    (tmp_path / ".hidden.jsonl").write_text("junk")
+    report = _ingest(con, tmp_path)
+    assert report.ignored == ["README.md"] and report.files == []
+
+
+def test_structure_check_accepts_lax_numbers_and_empty_objects():
+    expected = duckdb_type(Trace)
+    assert structure_problem({"latency_ms": "UBIGINT", "feedback": "JSON", "filters": "JSON"}, expected) is None
+    assert structure_problem({"chunks": ["JSON"]}, expected) == "chunks[]"
+    assert structure_problem({"unknown_field": "VARCHAR"}, expected) is None
