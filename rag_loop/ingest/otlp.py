@@ -114,12 +114,12 @@ def _candidate(document: dict[str, Any], position: int) -> dict[str, Any]:
 
 
 def _documents(attrs: dict[str, Any], kind: str | None) -> list[dict[str, Any]]:
-    if kind == "RERANKER":
+    if "gen_ai.retrieval.documents" in attrs:
+        raw = _json_value(attrs["gen_ai.retrieval.documents"]) or []
+    elif kind == "RERANKER":
         raw = _indexed_documents(attrs, "reranker.output_documents")
-    elif kind == "RETRIEVER":
-        raw = _indexed_documents(attrs, "retrieval.documents")
     else:
-        raw = _json_value(attrs.get("gen_ai.retrieval.documents")) or []
+        raw = _indexed_documents(attrs, "retrieval.documents")
     return [_candidate(d, i) for i, d in enumerate(raw) if isinstance(d, dict)]
 
 
