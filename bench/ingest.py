@@ -1,0 +1,89 @@
+"""Ingestion speed against a bare DuckDB `read_json` of the same file, in the same process.
+
+    python bench/ingest.py [--traces 1000000] [--workdir bench/out]
+
+Writes N demo-shaped native traces to one JSONL file, then times (1) the bare scan:
+`CREATE TABLE AS SELECT * FROM read_json(file)` into a fresh DuckDB file, and (2) rag-loop's
+ingestion of the same file into another fresh DuckDB file (validation, quarantine, dedup,
+split into traces / chunks / spans / feedback). Prints both, the ratio (target <= 1.5) and
+the peak resident memory of the process (target < 4 GB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import time
+from pathlib import Path
+
+import duckdb
+
+from rag_loop.ingest import ingest_directory
+
+
+def write_traces(path: Path, count: int, seed: int = 1) -> None:
+    """Traces shaped like the demo's: 5 chunks, 4 spans, feedback on some."""
+    rng = random.Random(seed)
+    with open(path, "w", encoding="utf-8") as handle:
+        for i in range(count):
+            chunks = [{"doc_id": f"doc-{rng.randrange(40)}", "chunk_id": f"c-{rng.randrange(400)}",
+                       "doc_version": "2026", "score": round(rng.random(), 4), "rank": r + 1,
+                       "rerank_score": round(rng.random(), 4), "rerank_rank": r + 1,
+                       "selected": r < 2} for r in range(5)]
+            record = {
+                "trace_id": f"tr-{i:012d}", "request_id": f"req-{i}", "session_id": f"s-{i // 2}",
+                "conversation_id": f"s-{i // 2}", "turn_id": i % 2 + 1,
+                "timestamp": f"2026-11-{1 + i % 14:02d}T{i % 24:02d}:00:00.000Z",
+                "environment": "production", "rag_version": "rag-v12", "prompt_version": "qa-v3",
+                "model_name": "extractive-v1", "provider": "in-house", "index_version": "kb-2026-10-01",
+                "chunking_version": "chunk-v1", "original_query": "How many days of annual leave do I get?",
+                "chunks": chunks, "answer": "Full-time employees get 15 days of paid annual leave. [c-1]",
+                "citations": ["c-1"], "temperature": 0.0, "input_tokens": 220, "output_tokens": 30,
+                "finish_reason": "stop", "status": "ok", "is_fallback": False,
+                "latency_ms": 1234.5, "cost_usd": 0.00005,
+                "spans": [{"name": n, "kind": n, "start_time": "2026-11-01T00:00:00.000Z",
+                           "duration_ms": round(rng.uniform(5, 900), 2), "status": "ok"}
+                          for n in ("query_rewrite", "retrieval", "rerank", "generation")],
+                "feedback": {"rating": "negative", "category": "incorrect"} if i % 20 == 0 else None,
+                "language": "vi" if i % 5 < 2 else "en", "tenant": "acme", "query_type": "policy",
+                "risk_level": "medium"}
+            handle.write(json.dumps(record) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--traces", type=int, default=1_000_000)
+    parser.add_argument("--workdir", type=Path, default=Path("bench/out"))
+    args = parser.parse_args()
+    traces_dir = args.workdir / "traces"
+    traces_dir.mkdir(parents=True, exist_ok=True)
+    source = traces_dir / f"bench-{args.traces}.jsonl"
+    if not source.exists():
+        write_traces(source, args.traces)
+    for name in ("bare.duckdb", "ingest.duckdb"):
+        (args.workdir / name).unlink(missing_ok=True)
+        (args.workdir / f"{name}.wal").unlink(missing_ok=True)
+    print(f"file: {source} ({source.stat().st_size / 1e6:.0f} MB, {args.traces:,} traces)")
+
+    start = time.perf_counter()
+    with duckdb.connect(str(args.workdir / "bare.duckdb")) as con:
+        con.execute(f"CREATE TABLE bare AS SELECT * FROM read_json('{source}')")
+    bare = time.perf_counter() - start
+
+    start = time.perf_counter()
+    with duckdb.connect(str(args.workdir / "ingest.duckdb")) as con:
+        report = ingest_directory(con, traces_dir)
+    ingest = time.perf_counter() - start
+
+    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+    print(f"bare read_json : {bare:7.2f} s  ({args.traces / bare:,.0f} traces/s)")
+    print(f"rag-loop ingest: {ingest:7.2f} s  ({args.traces / ingest:,.0f} traces/s), "
+          f"{report.total()}")
+    print(f"ratio ingest/bare: {ingest / bare:.2f}  (target <= 1.5)")
+    print(f"peak RSS: {peak_gb:.2f} GB  (target < 4)")
+
+
+if __name__ == "__main__":
+    main()
