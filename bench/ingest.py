@@ -57,7 +57,7 @@ def main() -> None:
     parser.add_argument("--traces", type=int, default=1_000_000)
     parser.add_argument("--workdir", type=Path, default=Path("bench/out"))
     args = parser.parse_args()
-    traces_dir = args.workdir / "traces"
+    traces_dir = args.workdir / f"traces-{args.traces}"  # one file: nothing else to ingest
     traces_dir.mkdir(parents=True, exist_ok=True)
     source = traces_dir / f"bench-{args.traces}.jsonl"
     if not source.exists():
