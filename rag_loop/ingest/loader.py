@@ -1,8 +1,8 @@
 """Validate numbered JSON lines in DuckDB and store the good ones, quarantining the rest.
 
-Each line is parsed twice by DuckDB: `json_transform` into the typed trace struct (lenient:
-a wrongly typed value would silently become NULL) and `json_structure` (the JSON type of every
-value). The few distinct structures of a batch are checked in Python against the trace model,
+DuckDB parses each line three times: `json_valid`, `json_transform` into the typed trace
+struct (lenient: a wrongly typed value would silently become NULL) and `json_structure` (the
+JSON type of every value). The few distinct structures of a batch are checked in Python against the trace model,
 so a wrongly typed value is quarantined with its path instead of being lost.
 """
 
