@@ -151,6 +151,9 @@ class Trace(_Record):
     risk_level: str | None = None
 
 
+NESTED_FIELDS = frozenset({"chunks", "spans", "feedback"})  # trace fields stored in own tables
+
+
 class Document(_Record):
     """One version of a knowledge-base document, with the times that define freshness lag."""
 

@@ -21,7 +21,7 @@ from typing import Any
 from rag_loop.demo.intents import INTENTS, Intent, paraphrase
 from rag_loop.demo.knowledge import DOCUMENTS, newest_versions
 from rag_loop.demo.otlp_export import to_otlp_line
-from rag_loop.demo.rag_app import CONFIGS, IndexCatalog, ReferenceRag
+from rag_loop.demo.rag_app import CONFIGS, FALLBACK_ANSWER, IndexCatalog, ReferenceRag
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
 DAYS = 14
@@ -122,8 +122,7 @@ class TrafficSimulator:
         stale = any(c.chunk.doc_version != newest[c.chunk.doc_id].version for c in context)
         answer, fallback = result.answer, result.is_fallback or not candidates
         if not candidates:
-            answer = "Xin lỗi, mình không tìm thấy thông tin này trong tài liệu." if language == "vi" \
-                else "Sorry, I could not find this in the knowledge base."
+            answer = FALLBACK_ANSWER[language]
         right_chunk = bool(context) and intent.fact in context[0].chunk.facts \
             and context[0].chunk.doc_id == intent.doc_id
         wrong_prompt = config.prompt_version == "qa-v4" and language == "vi" \

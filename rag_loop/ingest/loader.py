@@ -17,7 +17,7 @@ import duckdb
 import pyarrow as pa
 
 from rag_loop.ingest.reader import RAW_PREVIEW_CHARS, Rejected
-from rag_loop.schema import Trace
+from rag_loop.schema import NESTED_FIELDS, Trace
 from rag_loop.storage import duckdb_type, trace_struct
 
 _COMPATIBLE = {
@@ -26,7 +26,6 @@ _COMPATIBLE = {
     "DOUBLE": {"DOUBLE", "UBIGINT", "BIGINT"},
     "BOOLEAN": {"BOOLEAN"},
 }
-_NESTED = {"chunks", "spans", "feedback"}
 
 
 @dataclass
@@ -76,7 +75,7 @@ def structure_problem(found: Any, expected: Any, path: str = "") -> str | None:
 @cache
 def _trace_columns() -> str:
     """SELECT list that maps the parsed struct `t` onto raw_traces' columns."""
-    names = [n for n in Trace.model_fields if n not in _NESTED]
+    names = [n for n in Trace.model_fields if n not in NESTED_FIELDS]
     exprs = [f't."{n}" AS "{n}"' for n in names]
     return ", ".join(exprs)
 

@@ -27,11 +27,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rag_loop.ingest.reader import Rejected, preview
-from rag_loop.schema import Trace
+from rag_loop.schema import NESTED_FIELDS, Trace
 
 _HEX_ID = re.compile(r"^[0-9a-fA-F]+$")
 _LLM_OPERATIONS = {"chat", "text_completion", "generate_content"}
-_NESTED = {"chunks", "spans", "feedback"}
 
 
 def attribute_value(value: dict[str, Any]) -> Any:
@@ -180,7 +179,7 @@ def _llm_fields(attrs: dict[str, Any]) -> dict[str, Any]:
 def _rag_fields(attrs: dict[str, Any]) -> dict[str, Any]:
     """`rag.<field>` attributes named after native trace fields."""
     fields = {k[4:]: v for k, v in attrs.items()
-              if k.startswith("rag.") and k[4:] in Trace.model_fields and k[4:] not in _NESTED}
+              if k.startswith("rag.") and k[4:] in Trace.model_fields and k[4:] not in NESTED_FIELDS}
     feedback = {k[13:]: v for k, v in attrs.items() if k.startswith("rag.feedback.")}
     if feedback:
         fields["feedback"] = feedback
