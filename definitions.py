@@ -6,9 +6,10 @@ from assets.ingestion import knowledge_base, new_trace_files_sensor, raw_traces,
     raw_traces_quarantine_rate
 from assets.jobs import ingest_job, rag_loop_job
 from assets.resources import build_resources
+from assets.selection import failure_candidates, quality_estimates, trace_signals
 
 defs = Definitions(
-    assets=[knowledge_base, raw_traces],
+    assets=[knowledge_base, raw_traces, trace_signals, failure_candidates, quality_estimates],
     asset_checks=[raw_traces_quarantine_rate],
     jobs=[ingest_job, rag_loop_job],
     sensors=[new_trace_files_sensor],

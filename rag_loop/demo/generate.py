@@ -94,6 +94,7 @@ class TrafficSimulator:
             traces.append(trace)
             bad = trace["_outcome"] != "correct"
             if bad and rng.random() < 0.55:  # immediate rephrase of the same question
+                trace["_rephrased"] = turn < 3  # ground truth for the rephrase detector
                 moment += timedelta(seconds=rng.uniform(5, 40))
                 previous_query = None
                 continue

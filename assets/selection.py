@@ -1,0 +1,109 @@
+"""Stage 2: bad signals on every trace, sampling streams, and honest quality estimates."""
+
+from typing import Optional
+
+from dagster import Config, MaterializeResult, MetadataValue, asset
+from dagster_duckdb import DuckDBResource
+from pydantic import Field
+
+from assets.ingestion import knowledge_base, raw_traces
+from rag_loop.estimates import DEFAULT_SLICES, estimate_rates, parse_slices, pooled_rates
+from rag_loop.sampling import SamplingPolicy, select_candidates, selection_summary
+from rag_loop.signals import SIGNALS, SignalSettings, compute_signals, signal_counts
+
+_SIGNAL_DEFAULTS = SignalSettings()
+_POLICY_DEFAULTS = SamplingPolicy()
+
+
+class SignalConfig(Config):
+    low_rerank_threshold: float = Field(_SIGNAL_DEFAULTS.low_rerank_threshold,
+                                        description="Top rerank score below this is low.")
+    rephrase_window_seconds: float = Field(_SIGNAL_DEFAULTS.rephrase_window_seconds,
+                                           description="Next turn within this many seconds.")
+    rephrase_similarity: float = Field(_SIGNAL_DEFAULTS.rephrase_similarity,
+                                       description="Trigram Jaccard of a near-paraphrase.")
+    latency_budget_ms: float = Field(_SIGNAL_DEFAULTS.latency_budget_ms)
+
+
+@asset(group_name="selection", deps=[raw_traces, knowledge_base],
+       description="One row per trace: each bad signal as a boolean column, plus the list.")
+def trace_signals(config: SignalConfig, duckdb: DuckDBResource) -> MaterializeResult:
+    with duckdb.get_connection() as con:
+        traces = compute_signals(con, SignalSettings(**config.model_dump()))
+        counts = signal_counts(con)
+    return MaterializeResult(metadata={
+        "dagster/row_count": traces,
+        **{f"signal_{name}": n for name, n in counts.items()},
+        "any_signal_share": counts["any_signal"] / traces if traces else 0.0})
+
+
+class SamplingConfig(Config):
+    salt: str = Field(_POLICY_DEFAULTS.salt, description="Change it to draw a new sample.")
+    random_rate: float = Field(_POLICY_DEFAULTS.random_rate,
+                               description="Uniform stream: the only unbiased one.")
+    signal_rates: dict[str, float] = Field(dict(_POLICY_DEFAULTS.signal_rates),
+                                           description=f"Rate per signal: {', '.join(SIGNALS)}.")
+    query_type_rates: dict[str, float] = Field(dict(_POLICY_DEFAULTS.query_type_rates))
+    risk_level_rates: dict[str, float] = Field(dict(_POLICY_DEFAULTS.risk_level_rates))
+    judge_cost_usd: float = Field(_POLICY_DEFAULTS.judge_cost_usd,
+                                  description="Cost of judging one selected trace.")
+    daily_budget_usd: Optional[float] = Field(
+        _POLICY_DEFAULTS.daily_budget_usd,
+        description="Daily judging budget; diagnostic streams are thinned to fit. Null: no cap.")
+    high_risk_query_types: list[str] = Field(list(_POLICY_DEFAULTS.high_risk_query_types),
+                                             description="Query types whose failures are P0.")
+
+    def policy(self) -> SamplingPolicy:
+        values = self.model_dump()
+        values["high_risk_query_types"] = tuple(values["high_risk_query_types"])
+        return SamplingPolicy(**values)
+
+
+@asset(group_name="selection", deps=[trace_signals],
+       description="Traces chosen for judging and curation: streams, inclusion probability π, "
+                   "curation priority (P0 high-risk, P1 thumbs-down plus, P2 novel, P3 random).")
+def failure_candidates(config: SamplingConfig, duckdb: DuckDBResource) -> MaterializeResult:
+    policy = config.policy()
+    with duckdb.get_connection() as con:
+        select_candidates(con, policy)
+        summary = selection_summary(con, policy)
+        selected_signals = con.sql(
+            "SELECT s AS signal, count(*) AS selected FROM "
+            "(SELECT unnest(signals) AS s FROM failure_candidates) GROUP BY 1 ORDER BY 2 DESC").df()
+        per_day = con.sql(
+            "SELECT day, count(*) AS selected, count(*) FILTER (by_random) AS random, "
+            "round(min(thinning), 3) AS thinning, round(avg(inclusion_probability), 3) AS mean_pi "
+            "FROM failure_candidates GROUP BY 1 ORDER BY 1").df()
+    return MaterializeResult(metadata={
+        "dagster/row_count": summary["selected"], **summary,
+        **{f"selected_{row.signal}": int(row.selected) for row in selected_signals.itertuples()},
+        "sampling_policy": policy.fingerprint(),
+        "policy": MetadataValue.json(config.model_dump()),
+        "per_day": MetadataValue.md(per_day.to_markdown(index=False))})
+
+
+class EstimateConfig(Config):
+    slices: list[str] = Field([",".join(d) for d in DEFAULT_SLICES if d],
+                              description='Slice columns, e.g. "language" or '
+                                          '"prompt_version,language"; the whole population is '
+                                          "always included.")
+    confidence: float = Field(0.95, description="Wilson interval level of the random stream.")
+
+
+@asset(group_name="selection", deps=[failure_candidates],
+       description="Failure rate per day, slice and signal: random stream (Wilson interval), "
+                   "Horvitz-Thompson (1/π) and, labelled biased, the naive selected-set rate.")
+def quality_estimates(config: EstimateConfig, duckdb: DuckDBResource) -> MaterializeResult:
+    with duckdb.get_connection() as con:
+        estimates = estimate_rates(con, parse_slices(config.slices), confidence=config.confidence)
+        con.register("_estimates", estimates)
+        con.execute("CREATE OR REPLACE TABLE quality_estimates AS SELECT * FROM _estimates")
+        con.unregister("_estimates")
+    pooled = pooled_rates(estimates)
+    overall = estimates[(estimates["slice"] == "all") & (estimates["outcome"] == "any_signal")]
+    preview = overall[["day", "population_rate", "random_n", "random_rate", "random_ci_low",
+                       "random_ci_high", "ht_rate", "naive_rate_biased"]].round(3)
+    return MaterializeResult(metadata={
+        "dagster/row_count": len(estimates),
+        **{f"any_signal_{name}": value for name, value in pooled.items()},
+        "any_signal_per_day": MetadataValue.md(preview.to_markdown(index=False))})

@@ -1,0 +1,119 @@
+"""Bad-signal detectors: one boolean column per signal and trace, computed in DuckDB SQL.
+
+Signals are cheap, deterministic symptoms (seed 004 §07), computed on every trace. They are
+not ground truth: they decide where judging and curation budget goes (`sampling`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import duckdb
+
+SIGNALS = (
+    "thumbs_down", "empty_retrieval", "low_rerank_score", "no_citation", "immediate_rephrase",
+    "timeout", "fallback", "error", "latency_over_budget", "stale_source",
+)
+SLICE_COLUMNS = ("language", "tenant", "query_type", "risk_level", "rag_version",
+                 "prompt_version", "index_version")
+
+
+@dataclass(frozen=True)
+class SignalSettings:
+    """Thresholds of the detectors."""
+
+    low_rerank_threshold: float = 0.2  # top rerank score below this is a weak retrieval
+    rephrase_window_seconds: float = 90.0  # the next turn must start within this window
+    rephrase_similarity: float = 0.25  # character-trigram Jaccard of the two queries
+    latency_budget_ms: float = 8000.0
+
+
+def _trigrams(column: str) -> str:
+    """SQL: the distinct character trigrams of a query, lower-cased and without accents."""
+    text = f"' ' || strip_accents(lower({column})) || ' '"
+    return (f"list_distinct(list_transform(range(1, greatest(length({text}) - 1, 1)), "
+            f"lambda i: substr({text}, i, 3)))")
+
+
+def compute_signals(con: duckdb.DuckDBPyConnection, settings: SignalSettings) -> int:
+    """(Re)build `trace_signals` from raw_traces, trace_chunks, trace_feedback and documents.
+
+    Stale source: a chunk in the context (selected, or all chunks when selection is unknown)
+    whose document version was superseded by a newer version published at or before the
+    request time, whether or not the index had caught up. Immediate rephrase is flagged on
+    the trace that was rephrased: the next turn of its session starts within the window and
+    is a near-paraphrase. Returns the number of traces.
+    """
+    signal_list = ", ".join(f"CASE WHEN {name} THEN '{name}' END" for name in SIGNALS)
+    con.execute(f"""
+        CREATE OR REPLACE TABLE trace_signals AS
+        WITH versions AS (
+            SELECT doc_id, version,
+                   lead(source_updated_at) OVER (PARTITION BY doc_id ORDER BY source_updated_at)
+                       AS superseded_at
+            FROM documents),
+        chunk_facts AS (
+            SELECT c.trace_id, count(*) AS retrieved, max(c.rerank_score) AS top_rerank_score,
+                   max(c.score) AS top_retrieval_score,
+                   bool_or(contains(t.answer, c.chunk_id)) AS answer_names_chunk,
+                   bool_or(coalesce(c.selected, true) AND v.superseded_at <= t."timestamp")
+                       AS stale_source,
+                   list(DISTINCT c.doc_id || '@' || c.doc_version ORDER BY c.doc_id || '@' || c.doc_version)
+                       FILTER (coalesce(c.selected, true) AND v.superseded_at <= t."timestamp")
+                       AS stale_documents
+            FROM trace_chunks c
+            JOIN raw_traces t USING (trace_id)
+            LEFT JOIN versions v ON v.doc_id = c.doc_id AND v.version = c.doc_version
+            GROUP BY c.trace_id),
+        feedback AS (
+            SELECT trace_id, bool_or(rating = 'negative') AS thumbs_down,
+                   min(category) FILTER (rating = 'negative') AS feedback_category
+            FROM trace_feedback GROUP BY trace_id),
+        turns AS (
+            SELECT trace_id, original_query,
+                   lead(original_query) OVER w AS next_query,
+                   epoch(lead("timestamp") OVER w - "timestamp") AS next_turn_seconds
+            FROM raw_traces WHERE session_id IS NOT NULL
+            WINDOW w AS (PARTITION BY session_id ORDER BY "timestamp", turn_id)),
+        rephrases AS (
+            SELECT trace_id, len(list_intersect(a, b)) / greatest(len(list_distinct(a || b)), 1)
+                       AS next_query_similarity
+            FROM (SELECT trace_id, {_trigrams('original_query')} AS a, {_trigrams('next_query')} AS b
+                  FROM turns WHERE next_turn_seconds <= {float(settings.rephrase_window_seconds)})),
+        flags AS (
+            SELECT t.trace_id, t."timestamp", CAST(timezone('UTC', t."timestamp") AS DATE) AS day,
+                   {", ".join(f"t.{c}" for c in SLICE_COLUMNS)},
+                   coalesce(f.thumbs_down, false) AS thumbs_down, f.feedback_category,
+                   coalesce(k.retrieved, 0) = 0 AS empty_retrieval,
+                   coalesce(k.top_rerank_score < {float(settings.low_rerank_threshold)}, false)
+                       AS low_rerank_score,
+                   coalesce(t.status = 'ok', true) AND NOT coalesce(t.is_fallback, false)
+                       AND coalesce(k.retrieved, 0) > 0 AND coalesce(t.answer, '') <> ''
+                       AND coalesce(len(t.citations), 0) = 0
+                       AND NOT coalesce(k.answer_names_chunk, false) AS no_citation,
+                   coalesce(r.next_query_similarity >= {float(settings.rephrase_similarity)}, false)
+                       AS immediate_rephrase,
+                   coalesce(t.status = 'timeout', false) AS timeout,
+                   coalesce(t.is_fallback, false) AS fallback,
+                   coalesce(t.status = 'error', false)
+                       OR (t.error IS NOT NULL AND t.status IS DISTINCT FROM 'timeout') AS error,
+                   coalesce(t.latency_ms > {float(settings.latency_budget_ms)}, false)
+                       AS latency_over_budget,
+                   coalesce(k.stale_source, false) AS stale_source,
+                   k.stale_documents, k.top_rerank_score, k.top_retrieval_score,
+                   r.next_query_similarity, t.latency_ms
+            FROM raw_traces t
+            LEFT JOIN chunk_facts k USING (trace_id)
+            LEFT JOIN feedback f USING (trace_id)
+            LEFT JOIN rephrases r USING (trace_id))
+        SELECT *, len(signals) AS signal_count
+        FROM (SELECT *, list_filter([{signal_list}], lambda s: s IS NOT NULL) AS signals
+              FROM flags)""")
+    return con.execute("SELECT count(*) FROM trace_signals").fetchall()[0][0]
+
+
+def signal_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """How many traces raise each signal, and how many raise at least one."""
+    sums = ", ".join(f"count(*) FILTER ({name})" for name in SIGNALS)
+    row = con.execute(f"SELECT {sums}, count(*) FILTER (signal_count > 0) FROM trace_signals").fetchall()[0]
+    return dict(zip((*SIGNALS, "any_signal"), row))
