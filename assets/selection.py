@@ -21,7 +21,7 @@ class SignalConfig(Config):
     rephrase_window_seconds: float = Field(_SIGNAL_DEFAULTS.rephrase_window_seconds,
                                            description="Next turn within this many seconds.")
     rephrase_similarity: float = Field(_SIGNAL_DEFAULTS.rephrase_similarity,
-                                       description="Trigram Jaccard of a near-paraphrase.")
+                                       description="Word Jaccard of a near-paraphrase.")
     latency_budget_ms: float = Field(_SIGNAL_DEFAULTS.latency_budget_ms)
 
 

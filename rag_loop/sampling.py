@@ -126,8 +126,9 @@ def select_candidates(con: duckdb.DuckDBPyConnection, policy: SamplingPolicy) ->
                     f"greatest({capacity} - count(*) FILTER (by_random), 0)"} AS room
             FROM ranked GROUP BY day),
         thinning AS (
-            SELECT d.day, coalesce(least(1.0, min(r.diagnostic_threshold) FILTER (
-                       NOT r.by_random AND r.diagnostic_rank = d.room + 1)), 1.0) AS thinning
+            SELECT d.day, CASE WHEN any_value(d.room) = 0 THEN 0.0  -- random used it all
+                   ELSE coalesce(least(1.0, min(r.diagnostic_threshold) FILTER (
+                       NOT r.by_random AND r.diagnostic_rank = d.room + 1)), 1.0) END AS thinning
             FROM daily d LEFT JOIN ranked r USING (day) GROUP BY d.day),
         decided AS (
             SELECT r.*, t.thinning,

@@ -24,15 +24,14 @@ class SignalSettings:
 
     low_rerank_threshold: float = 0.2  # top rerank score below this is a weak retrieval
     rephrase_window_seconds: float = 90.0  # the next turn must start within this window
-    rephrase_similarity: float = 0.25  # character-trigram Jaccard of the two queries
+    rephrase_similarity: float = 0.2  # word Jaccard of the two queries
     latency_budget_ms: float = 8000.0
 
 
-def _trigrams(column: str) -> str:
-    """SQL: the distinct character trigrams of a query, lower-cased and without accents."""
-    text = f"' ' || strip_accents(lower({column})) || ' '"
-    return (f"list_distinct(list_transform(range(1, greatest(length({text}) - 1, 1)), "
-            f"lambda i: substr({text}, i, 3)))")
+def _words(column: str) -> str:
+    """SQL: the distinct words of a query, lower-cased and without accents."""
+    normalized = f"regexp_replace(strip_accents(lower({column})), '[^\\p{{L}}\\p{{N}}]+', ' ', 'g')"
+    return f"list_distinct(list_filter(string_split({normalized}, ' '), lambda w: w <> ''))"
 
 
 def compute_signals(con: duckdb.DuckDBPyConnection, settings: SignalSettings) -> int:
@@ -58,8 +57,8 @@ def compute_signals(con: duckdb.DuckDBPyConnection, settings: SignalSettings) ->
                    bool_or(contains(t.answer, c.chunk_id)) AS answer_names_chunk,
                    bool_or(coalesce(c.selected, true) AND v.superseded_at <= t."timestamp")
                        AS stale_source,
-                   list(DISTINCT c.doc_id || '@' || c.doc_version ORDER BY c.doc_id || '@' || c.doc_version)
-                       FILTER (coalesce(c.selected, true) AND v.superseded_at <= t."timestamp")
+                   list_sort(list_distinct(list(c.doc_id || '@' || c.doc_version) FILTER (
+                       coalesce(c.selected, true) AND v.superseded_at <= t."timestamp")))
                        AS stale_documents
             FROM trace_chunks c
             JOIN raw_traces t USING (trace_id)
@@ -78,7 +77,7 @@ def compute_signals(con: duckdb.DuckDBPyConnection, settings: SignalSettings) ->
         rephrases AS (
             SELECT trace_id, len(list_intersect(a, b)) / greatest(len(list_distinct(a || b)), 1)
                        AS next_query_similarity
-            FROM (SELECT trace_id, {_trigrams('original_query')} AS a, {_trigrams('next_query')} AS b
+            FROM (SELECT trace_id, {_words('original_query')} AS a, {_words('next_query')} AS b
                   FROM turns WHERE next_turn_seconds <= {float(settings.rephrase_window_seconds)})),
         flags AS (
             SELECT t.trace_id, t."timestamp", CAST(timezone('UTC', t."timestamp") AS DATE) AS day,

@@ -1,0 +1,156 @@
+import datetime as dt
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import binomtest
+
+from rag_loop.estimates import estimate_rates, parse_slices, wilson_interval
+from rag_loop.sampling import SamplingPolicy, select_candidates
+from rag_loop.signals import SIGNALS
+
+NO_RISK = {"query_type_rates": {}, "risk_level_rates": {}}
+
+
+def population(seed: int, days: int = 4, per_day: int = 5000) -> pd.DataFrame:
+    """Synthetic `trace_signals` with a known failure and signals that over-select failures."""
+    rng = np.random.default_rng(seed)
+    n = days * per_day
+    query_type = rng.choice(["faq", "policy", "security"], n, p=[0.6, 0.3, 0.1])
+    failed = rng.random(n) < np.select([query_type == "faq", query_type == "policy"],
+                                       [0.05, 0.15], 0.25)
+    frame = pd.DataFrame({
+        "trace_id": [f"t{seed}-{i}" for i in range(n)],
+        "day": [dt.date(2026, 11, 1) + dt.timedelta(days=i % days) for i in range(n)],
+        "query_type": query_type, "risk_level": np.where(query_type == "security", "high", "low"),
+        "language": rng.choice(["en", "vi"], n), "failed": failed})
+    for signal in SIGNALS:
+        frame[signal] = False
+    frame["thumbs_down"] = rng.random(n) < np.where(failed, 0.4, 0.03)
+    frame["low_rerank_score"] = rng.random(n) < np.where(failed, 0.5, 0.1)
+    frame["signals"] = [[s for s in ("thumbs_down", "low_rerank_score") if row[s]]
+                        for row in frame[["thumbs_down", "low_rerank_score"]].to_dict("records")]
+    frame["signal_count"] = frame["signals"].map(len)
+    return frame
+
+
+def _connect(frame: pd.DataFrame) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    con.register("_population", frame)
+    con.execute("CREATE TABLE trace_signals AS SELECT * FROM _population")
+    return con
+
+
+def _selected(con) -> pd.DataFrame:
+    return con.sql("SELECT * FROM failure_candidates ORDER BY trace_id").df()
+
+
+def test_selection_is_deterministic_and_the_salt_changes_it():
+    con = _connect(population(1, days=1, per_day=3000))
+    select_candidates(con, SamplingPolicy())
+    first = _selected(con)
+    select_candidates(con, SamplingPolicy())
+    pd.testing.assert_frame_equal(first, _selected(con))
+    select_candidates(con, SamplingPolicy(salt="another"))
+    assert set(_selected(con).trace_id) != set(first.trace_id)
+
+
+def test_budget_thins_diagnostic_streams_and_keeps_the_random_stream_intact():
+    con = _connect(population(2, days=2, per_day=4000))
+    select_candidates(con, SamplingPolicy(daily_budget_usd=None))
+    unlimited = _selected(con)
+    policy = SamplingPolicy(daily_budget_usd=0.9)  # 300 traces a day
+    select_candidates(con, policy)
+    capped = _selected(con)
+    assert set(capped.trace_id[capped.by_random]) == set(unlimited.trace_id[unlimited.by_random])
+    per_day = capped.groupby("day").size()
+    assert (per_day == 300).all()
+    assert (capped.thinning < 1).all() and (unlimited.thinning == 1).all()
+    assert set(capped.trace_id) < set(unlimited.trace_id)
+
+
+def test_random_stream_alone_over_budget_is_kept_and_diagnostics_get_nothing():
+    con = _connect(population(3, days=1, per_day=4000))
+    select_candidates(con, SamplingPolicy(daily_budget_usd=0.03))  # 10 traces, random draws ~200
+    selected = _selected(con)
+    assert selected.by_random.all() and 150 < len(selected) < 250
+    assert np.allclose(selected.inclusion_probability, 0.05)
+
+
+def test_inclusion_probability_is_the_union_of_overlapping_streams():
+    frame = population(4, days=1, per_day=20000)
+    frame["thumbs_down"], frame["low_rerank_score"] = True, False
+    frame["query_type"], frame["risk_level"] = "policy", "low"
+    frame["signals"], frame["signal_count"] = [["thumbs_down"]] * len(frame), 1
+    con = _connect(frame)
+    policy = SamplingPolicy(random_rate=0.05, signal_rates={"thumbs_down": 0.5},
+                            query_type_rates={"policy": 0.3}, daily_budget_usd=None)
+    select_candidates(con, policy)
+    selected = _selected(con)
+    expected = 1 - 0.95 * 0.5 * 0.7
+    assert selected.inclusion_probability.unique() == pytest.approx([expected])
+    assert len(selected) / len(frame) == pytest.approx(expected, abs=0.01)
+    both = selected.by_random & selected.by_bad_signal & selected.by_risk
+    assert both.mean() == pytest.approx(0.05 * 0.5 * 0.3 / expected, abs=0.01)
+    assert set(map(tuple, selected.streams)) >= {("random", "bad_signal", "risk"), ("risk",)}
+
+
+def test_priorities():
+    frame = population(5, days=1, per_day=200)
+    frame.loc[:, SIGNALS] = False
+    frame["query_type"], frame["risk_level"] = "faq", "low"
+    frame.loc[0, ["query_type", "risk_level", "thumbs_down"]] = ["security", "high", True]
+    frame.loc[1, ["thumbs_down", "low_rerank_score"]] = True
+    frame.loc[2, "thumbs_down"] = True
+    frame["signals"] = [[s for s in SIGNALS if row[s]] for row in frame[list(SIGNALS)].to_dict("records")]
+    frame["signal_count"] = frame["signals"].map(len)
+    con = _connect(frame)
+    con.execute("CREATE TABLE trace_novelty AS SELECT trace_id, 1.0 AS rate FROM trace_signals "
+                "WHERE trace_id = 't5-3'")
+    select_candidates(con, SamplingPolicy(random_rate=0.0, daily_budget_usd=None, **NO_RISK))
+    priority = dict(con.execute("SELECT trace_id, priority FROM failure_candidates").fetchall())
+    assert priority == {"t5-0": "P0", "t5-1": "P1", "t5-2": "P3", "t5-3": "P2"}
+
+
+@pytest.mark.parametrize("bad", [{"random_rate": 1.5}, {"signal_rates": {"thumbs_up": 1.0}},
+                                 {"query_type_rates": {"faq": -0.1}}, {"judge_cost_usd": 0}])
+def test_policy_refuses_bad_values(bad):
+    with pytest.raises(ValueError):
+        SamplingPolicy(**bad)
+
+
+def test_wilson_interval_matches_scipy():
+    low, high = wilson_interval(np.array([0, 3, 17, 40]), np.array([10, 25, 60, 40]))
+    for i, (k, n) in enumerate([(0, 10), (3, 25), (17, 60), (40, 40)]):
+        reference = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+        assert (low[i], high[i]) == pytest.approx((reference.low, reference.high), abs=1e-9)
+    low, high = wilson_interval(np.array([0]), np.array([0]))
+    assert np.isnan(low[0]) and np.isnan(high[0])
+
+
+def test_parse_slices_validates_and_always_includes_the_whole_population():
+    assert parse_slices(["language", "prompt_version, language"]) == \
+        ((), ("language",), ("prompt_version", "language"))
+    with pytest.raises(ValueError, match="unknown slice"):
+        parse_slices(["colour"])
+
+
+def test_horvitz_thompson_and_random_stream_are_unbiased_where_the_naive_rate_is_not():
+    errors = {"random_rate": [], "ht_rate": [], "naive_rate_biased": []}
+    for seed in range(20):
+        frame = population(100 + seed)
+        con = _connect(frame)
+        select_candidates(con, SamplingPolicy(salt=f"s{seed}", daily_budget_usd=3.0))  # thinned
+        estimates = estimate_rates(con, slices=[()], outcomes=["failed"])
+        totals = estimates[["population_failures", "random_failures", "random_n",
+                            "selected_failures", "selected_n", "population_n"]].sum()
+        truth = totals.population_failures / totals.population_n
+        pooled = {"random_rate": totals.random_failures / totals.random_n,
+                  "ht_rate": (estimates.ht_rate * estimates.population_n).sum() / totals.population_n,
+                  "naive_rate_biased": totals.selected_failures / totals.selected_n}
+        for name, value in pooled.items():
+            errors[name].append(value - truth)
+    assert abs(np.mean(errors["random_rate"])) < 0.02 and np.mean(np.abs(errors["random_rate"])) < 0.02
+    assert abs(np.mean(errors["ht_rate"])) < 0.02 and np.mean(np.abs(errors["ht_rate"])) < 0.02
+    assert np.mean(errors["naive_rate_biased"]) > 0.05
