@@ -39,6 +39,7 @@ demo-data: install
 
 bench: install
 	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/selection.py
 
 clean:
 	rm -rf $(DAGSTER_HOME) data/rag_loop.duckdb data/rag_loop.duckdb.wal

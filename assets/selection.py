@@ -1,13 +1,17 @@
 """Stage 2: bad signals on every trace, sampling streams, and honest quality estimates."""
 
-from typing import Optional
 
 from dagster import Config, MaterializeResult, MetadataValue, asset
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
 from assets.ingestion import knowledge_base, raw_traces
-from rag_loop.estimates import DEFAULT_SLICES, estimate_rates, parse_slices, pooled_rates
+from rag_loop.estimates import (
+    DEFAULT_SLICES,
+    estimate_rates,
+    parse_slices,
+    pooled_rates,
+)
 from rag_loop.sampling import SamplingPolicy, select_candidates, selection_summary
 from rag_loop.signals import SIGNALS, SignalSettings, compute_signals, signal_counts
 
@@ -47,7 +51,7 @@ class SamplingConfig(Config):
     risk_level_rates: dict[str, float] = Field(dict(_POLICY_DEFAULTS.risk_level_rates))
     judge_cost_usd: float = Field(_POLICY_DEFAULTS.judge_cost_usd,
                                   description="Cost of judging one selected trace.")
-    daily_budget_usd: Optional[float] = Field(
+    daily_budget_usd: float | None = Field(
         _POLICY_DEFAULTS.daily_budget_usd,
         description="Daily judging budget; diagnostic streams are thinned to fit. Null: no cap.")
     high_risk_query_types: list[str] = Field(list(_POLICY_DEFAULTS.high_risk_query_types),

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import duckdb
-
 from ingest import write_traces
+
 from rag_loop.estimates import estimate_rates
 from rag_loop.sampling import SamplingPolicy, select_candidates
 from rag_loop.signals import SignalSettings, compute_signals

@@ -20,6 +20,12 @@ def main() -> None:
         for table in tables:
             print(f"  {table:<18} {con.execute(f'SELECT count(*) FROM {table}').fetchall()[0][0]:>8} rows")
         print(con.sql("SELECT format, reason, count(*) AS n FROM quarantine GROUP BY ALL ORDER BY n DESC"))
+        if "failure_candidates" in tables:
+            print("Selected for judging and curation, by priority and stream:")
+            print(con.sql("SELECT priority, count(*) AS selected, count(*) FILTER (by_random) AS random, "
+                          "count(*) FILTER (by_bad_signal) AS bad_signal, "
+                          "count(*) FILTER (by_risk) AS risk, round(avg(inclusion_probability), 3) "
+                          "AS mean_pi FROM failure_candidates GROUP BY 1 ORDER BY 1"))
 
 
 if __name__ == "__main__":

@@ -84,8 +84,8 @@ def test_rephrase_detector_against_the_generator_ground_truth(demo_run):
     assert precision > 0.9 and recall > 0.3, (precision, recall, SignalSettings())
 
 
-def test_rerun_selects_the_same_candidates(demo_run, tmp_path):
-    result, database = demo_run
+def test_rerun_selects_the_same_candidates(demo_run):
+    _, database = demo_run
     before = _query(database, "SELECT trace_id, inclusion_probability FROM failure_candidates "
                               "ORDER BY 1")
     resources = {"duckdb": DuckDBResource(database=str(database))}

@@ -10,7 +10,10 @@ GOOD = {"chunks": [CHUNK], "answer": "Fifteen days. [faq@1#a]", "citations": ["f
         "status": "ok", "is_fallback": False, "latency_ms": 900.0}
 
 
-def _signals(con, tmp_path, *lines, settings=SignalSettings()):
+DEFAULTS = SignalSettings()
+
+
+def _signals(con, tmp_path, *lines, settings=DEFAULTS):
     (tmp_path / "t.jsonl").write_text("\n".join(lines) + "\n")
     ingest_directory(con, tmp_path)
     compute_signals(con, settings)
