@@ -164,7 +164,7 @@ class TrafficSimulator:
             "feedback": self.feedback(outcome),
             "language": language, "tenant": tenant, "query_type": intent.query_type,
             "risk_level": intent.risk_level,
-            "_outcome": outcome,
+            "_outcome": outcome, "_intent": intent.name,
         }
         return trace
 

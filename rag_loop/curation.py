@@ -1,0 +1,208 @@
+"""The curation queue: near-duplicates collapsed, diverse representatives per intent cluster,
+goldens already covered left out, suggestions pre-filled, exported for curators (seed 004 §16).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from rag_loop.clustering import NOISE, Clustering
+from rag_loop.schema import FailureType, Origin, Priority
+
+CURATOR_FIELDS = {"expected_output": "", "expected_sources": [], "tags": [], "origin": "",
+                  "failure_type": "", "decision": ""}
+_FEEDBACK_FAILURE = {
+    "outdated_source": FailureType.DATA_FRESHNESS, "wrong_source": FailureType.RETRIEVAL,
+    "missing_info": FailureType.RETRIEVAL, "irrelevant": FailureType.RETRIEVAL,
+    "hallucination": FailureType.GENERATION, "incorrect": FailureType.GENERATION,
+    "too_verbose": FailureType.GENERATION,
+}
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    duplicate_similarity: float = 0.95  # cosine at or above which two queries are one variant
+    large_cluster: int = 20  # from this size a cluster gets a second representative
+    max_representatives: int = 3
+    golden_similarity: float = 0.9  # a representative this close to a golden is covered
+
+
+def suggest_failure_type(trace: dict) -> tuple[FailureType, str]:
+    """A first guess at the failure layer from the trace's signals (seed 004 §13), with why.
+
+    Checked in the seed's order, from data to generation: an outdated source, a follow-up the
+    rewriter did not resolve, nothing retrieved, the retriever's best chunk dropped by the
+    reranker, weak retrieval, then a good context with a bad answer.
+    """
+    signals = set(trace.get("signals") or [])
+    if "stale_source" in signals:
+        return FailureType.DATA_FRESHNESS, "a context chunk's document version was outdated"
+    weak = signals & {"empty_retrieval", "low_rerank_score", "fallback"}
+    if weak and (trace.get("turn_id") or 1) > 1 and not trace.get("rewritten_query"):
+        return FailureType.QUERY_REWRITE, "a follow-up turn, not rewritten, retrieved poorly"
+    if "empty_retrieval" in signals:
+        return FailureType.RETRIEVAL, "nothing was retrieved"
+    if trace.get("top_chunk_reranked_out"):
+        return FailureType.RERANKING, "the retriever's top chunk was ranked out of the context"
+    if weak:
+        return FailureType.RETRIEVAL, "low rerank score or fallback: no good evidence found"
+    if "no_citation" in signals:
+        return FailureType.GENERATION, "good retrieval, but the answer cites nothing"
+    category = trace.get("feedback_category")
+    if "thumbs_down" in signals and category in _FEEDBACK_FAILURE:
+        return _FEEDBACK_FAILURE[category], f"thumbs-down: {category}"
+    if "thumbs_down" in signals:
+        return FailureType.GENERATION, "thumbs-down with good retrieval"
+    return FailureType.NONE, "no failure signal" if not signals else "availability: " + ", ".join(sorted(signals))
+
+
+def suggest_origin(signals: Sequence[str]) -> Origin:
+    return Origin.PRODUCTION_FAILURE if len(signals) else Origin.PRODUCTION_SAMPLE
+
+
+def collapse_near_duplicates(vectors: np.ndarray, order: Sequence[int],
+                             similarity: float) -> list[list[int]]:
+    """Greedy leader grouping in `order`: a point joins the first variant whose leader is at
+    least `similarity` close, else leads a new one. Returns variants as index lists."""
+    leaders: list[int] = []
+    variants: list[list[int]] = []
+    for i in order:
+        if leaders:
+            close = vectors[leaders] @ vectors[i]
+            best = int(np.argmax(close))
+            if close[best] >= similarity:
+                variants[best].append(i)
+                continue
+        leaders.append(i)
+        variants.append([i])
+    return variants
+
+
+def select_representatives(members: pd.DataFrame, vectors: np.ndarray, clustering: Clustering,
+                           settings: QueueSettings = QueueSettings()) -> pd.DataFrame:
+    """Representatives of every cluster and singleton, in queue order.
+
+    `members` has one row per point (aligned with `vectors`): trace_id, priority, weight
+    (1/π: production traces it stands for) and suggested_failure_type. A cluster gets one
+    representative, a second when large, another when its members' suggested failure
+    types differ; they are chosen best priority first, then for a failure type not yet
+    represented, then farthest from those already chosen (phrasing). Queue order: priority,
+    then first representatives before extra ones, then cluster weight.
+    """
+    rows = []
+    labels = clustering.labels
+    priority_rank = members["priority"].map({p.value: i for i, p in enumerate(Priority)}).to_numpy()
+    groups = [np.flatnonzero(labels == c) for c in range(clustering.count)]
+    groups += [np.array([i]) for i in np.flatnonzero(labels == NOISE)]
+    for number, group in enumerate(groups):
+        cluster = number if number < clustering.count else NOISE
+        centre = clustering.centroids[cluster] if cluster != NOISE else vectors[group[0]]
+        order = sorted(group, key=lambda i: (priority_rank[i], -float(vectors[i] @ centre)))
+        variants = collapse_near_duplicates(vectors, order, settings.duplicate_similarity)
+        types = members["suggested_failure_type"].to_numpy()[group]
+        mixed = len({t for t in set(types) if (types == t).mean() >= 0.2}) > 1
+        wanted = min(settings.max_representatives,
+                     1 + (len(group) >= settings.large_cluster) + mixed, len(variants))
+        chosen = _diverse(variants, vectors, types=members["suggested_failure_type"].to_numpy(),
+                          count=wanted)
+        weight = float(members["weight"].to_numpy()[group].sum())
+        for rank, variant in enumerate(chosen):
+            leader = variant[0]
+            rows.append({"point": leader, "cluster": cluster, "representative_rank": rank,
+                         "cluster_size": len(group), "cluster_weight": weight,
+                         "variant_count": len(variant),
+                         "variant_trace_ids": members["trace_id"].to_numpy()[variant].tolist(),
+                         "priority": members["priority"].iloc[leader],
+                         "priority_rank": int(priority_rank[variant].min())})
+    queue = pd.DataFrame(rows)
+    if queue.empty:
+        return queue
+    queue["priority"] = [list(Priority)[r].value for r in queue["priority_rank"]]
+    queue = queue.sort_values(["priority_rank", "representative_rank", "cluster_weight", "point"],
+                              ascending=[True, True, False, True], kind="stable")
+    return queue.drop(columns="priority_rank").reset_index(drop=True)
+
+
+def _diverse(variants: list[list[int]], vectors: np.ndarray, types: np.ndarray,
+             count: int) -> list[list[int]]:
+    chosen = [variants[0]]
+    while len(chosen) < count:
+        seen = {types[v[0]] for v in chosen}
+        leaders = np.array([v[0] for v in chosen])
+
+        def score(variant: list[int]) -> tuple[bool, float]:
+            nearest = float((vectors[leaders] @ vectors[variant[0]]).max())
+            return types[variant[0]] not in seen, -nearest
+
+        candidates = [v for v in variants if v not in chosen]
+        chosen.append(max(candidates, key=score))
+    return chosen
+
+
+def covered_by_goldens(vectors: np.ndarray, golden_vectors: np.ndarray,
+                       threshold: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per vector: is a golden input at least `threshold` similar, and the best similarity."""
+    if len(golden_vectors) == 0 or len(vectors) == 0:
+        return np.zeros(len(vectors), bool), np.zeros(len(vectors))
+    best = (vectors @ golden_vectors.T).max(axis=1)
+    return best >= threshold, best
+
+
+def load_golden_inputs(goldens_dir: Path) -> list[dict]:
+    """Inputs of the newest release under `goldens_dir` (vNNNN/goldens.json), if any."""
+    releases = sorted(p for p in goldens_dir.glob("v[0-9]*/goldens.json")) if goldens_dir.is_dir() else []
+    if not releases:
+        return []
+    goldens = json.loads(releases[-1].read_text(encoding="utf-8"))
+    language = lambda g: (g.get("additional_metadata") or {}).get("language")  # noqa: E731
+    return [{"input": g["input"], "language": language(g), "release": releases[-1].parent.name}
+            for g in goldens]
+
+
+def batch_name(queue: pd.DataFrame, last_day: str) -> str:
+    """`<last traffic day>-<hash of the queued trace ids>`: a rerun on the same data reuses it."""
+    digest = hashlib.sha256("\n".join(queue["trace_id"]).encode()).hexdigest()[:8]
+    return f"{last_day.replace('-', '')}-{digest}"
+
+
+def export_queue(rows: list[dict], directory: Path, batch: str) -> tuple[Path, Path]:
+    """Write `<batch>.jsonl` and `<batch>.csv` atomically (temp file, then rename)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    jsonl = "".join(json.dumps(row, ensure_ascii=False, default=str) + "\n" for row in rows)
+    frame = pd.DataFrame(rows)
+    for column in frame.columns:
+        if frame[column].map(lambda v: isinstance(v, (list, dict))).any():
+            frame[column] = frame[column].map(lambda v: json.dumps(v, ensure_ascii=False, default=str))
+    paths = directory / f"{batch}.jsonl", directory / f"{batch}.csv"
+    _atomic_write(paths[0], jsonl)
+    _atomic_write(paths[1], frame.to_csv(index=False))
+    return paths
+
+
+def read_queue(path: Path) -> list[dict]:
+    """Rows of an exported queue file, JSONL or CSV (list fields decoded)."""
+    if path.suffix == ".jsonl":
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    rows = frame.to_dict("records")
+    for row in rows:
+        for key, value in row.items():
+            if value.startswith(("[", "{")):
+                row[key] = json.loads(value)
+    return rows
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(handle, "w", encoding="utf-8") as file:
+        file.write(text)
+    os.replace(temporary, path)

