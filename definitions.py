@@ -2,14 +2,20 @@
 
 from dagster import Definitions, in_process_executor
 
-from assets.ingestion import knowledge_base, new_trace_files_sensor, raw_traces, \
-    raw_traces_quarantine_rate
+from assets.ingestion import (
+    knowledge_base,
+    new_trace_files_sensor,
+    raw_traces,
+    raw_traces_quarantine_rate,
+)
+from assets.intents import curation_queue, intent_clusters, query_embeddings
 from assets.jobs import ingest_job, rag_loop_job
 from assets.resources import build_resources
 from assets.selection import failure_candidates, quality_estimates, trace_signals
 
 defs = Definitions(
-    assets=[knowledge_base, raw_traces, trace_signals, failure_candidates, quality_estimates],
+    assets=[knowledge_base, raw_traces, trace_signals, failure_candidates, quality_estimates,
+            query_embeddings, intent_clusters, curation_queue],
     asset_checks=[raw_traces_quarantine_rate],
     jobs=[ingest_job, rag_loop_job],
     sensors=[new_trace_files_sensor],

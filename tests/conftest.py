@@ -25,3 +25,31 @@ def trace_line(trace_id: str, **fields) -> str:
     record = {"trace_id": trace_id, "original_query": "How many leave days?",
               "timestamp": "2026-11-01T08:00:00Z", **fields}
     return json.dumps(record)
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory):
+    """The whole asset graph materialized once on the demo data: (result, database, paths)."""
+    from dagster import materialize
+    from dagster_duckdb import DuckDBResource
+
+    from assets.resources import EmbedderResource, RagLoopPaths
+    from definitions import defs
+    root = tmp_path_factory.mktemp("demo_run")
+    paths = RagLoopPaths(traces_dir=str(DEMO / "traces"), knowledge_dir=str(DEMO / "kb"),
+                         curation_dir=str(root / "curation"), goldens_dir=str(root / "goldens"))
+    resources = {"duckdb": DuckDBResource(database=str(root / "rag.duckdb")), "paths": paths,
+                 "embedder": EmbedderResource()}
+    assets = list(defs.assets)
+    result = materialize(assets, resources=resources)
+    assert result.success
+    return result, root / "rag.duckdb", paths
+
+
+def metadata_of(result, asset: str) -> dict:
+    return {k: v.value for k, v in result.asset_materializations_for_node(asset)[0].metadata.items()}
+
+
+def query(database, sql: str) -> list[tuple]:
+    with duckdb.connect(str(database), read_only=True) as connection:
+        return connection.execute(sql).fetchall()

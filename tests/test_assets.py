@@ -4,8 +4,12 @@ from conftest import DEMO, trace_line
 from dagster import DagsterInstance, build_sensor_context, materialize
 from dagster_duckdb import DuckDBResource
 
-from assets.ingestion import knowledge_base, new_trace_files_sensor, raw_traces, \
-    raw_traces_quarantine_rate
+from assets.ingestion import (
+    knowledge_base,
+    new_trace_files_sensor,
+    raw_traces,
+    raw_traces_quarantine_rate,
+)
 from assets.resources import RagLoopPaths
 
 

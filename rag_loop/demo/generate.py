@@ -21,7 +21,7 @@ from typing import Any
 from rag_loop.demo.intents import INTENTS, Intent, paraphrase
 from rag_loop.demo.knowledge import DOCUMENTS, newest_versions
 from rag_loop.demo.otlp_export import to_otlp_line
-from rag_loop.demo.rag_app import CONFIGS, FALLBACK_ANSWER, IndexCatalog, ReferenceRag
+from rag_loop.demo.rag_app import CONFIGS, FALLBACK_ANSWER, IndexCatalog, ReferenceRag, build_chunks
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
 DAYS = 14
@@ -236,8 +236,10 @@ def write_demo(out: Path, seed: int = 7) -> dict[str, int]:
         for doc in DOCUMENTS:
             record = {"doc_id": doc.doc_id, "version": doc.version, "title": doc.title,
                       "source_updated_at": doc.source_updated_at, "indexed_at": doc.indexed_at,
-                      "chunks": [{"chunk_id": doc.chunk_id(f, lang), "text": doc.facts[f][i]}
-                                 for f in doc.facts for i, lang in enumerate(("en", "vi"))]}
+                      "chunks": [{"chunk_id": chunk_id, "text": text}  # both index chunkings
+                                 for chunk_id, text in {c.chunk_id: c.text for version in (
+                                     "chunk-v1", "chunk-v2") for c in build_chunks([doc], version)
+                                 }.items()]}
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
     traces_dir = out / "traces"
     for sub in ("native", "otlp", "malformed"):

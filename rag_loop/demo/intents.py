@@ -7,8 +7,9 @@ diacritics, chat slang, fillers and short forms.
 from __future__ import annotations
 
 import random
-import unicodedata
 from dataclasses import dataclass
+
+from rag_loop.text import fold_accents as strip_diacritics
 
 
 @dataclass(frozen=True)
@@ -228,12 +229,6 @@ _VI_SLANG = {"không": "ko", "được": "dc", "mình": "mk", "gì": "j", "như 
              "bao nhiêu": "bn"}
 _EN_FILLERS = (("hi, ", ""), ("hey ", ""), ("", " pls"), ("", " thanks"), ("quick q: ", ""))
 _VI_FILLERS = (("cho mình hỏi ", ""), ("", " ạ"), ("", " vậy ạ"), ("ad ơi ", ""), ("", " nhé"))
-
-
-def strip_diacritics(text: str) -> str:
-    """Vietnamese typed without accents, as it often is in chat."""
-    decomposed = unicodedata.normalize("NFD", text.replace("đ", "d").replace("Đ", "D"))
-    return "".join(c for c in decomposed if unicodedata.category(c) != "Mn")
 
 
 def _typo(text: str, rng: random.Random) -> str:

