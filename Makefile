@@ -40,6 +40,7 @@ demo-data: install
 bench: install
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/selection.py
+	$(BIN)/python bench/intent_dedup.py
 
 clean:
 	rm -rf $(DAGSTER_HOME) data/rag_loop.duckdb data/rag_loop.duckdb.wal

@@ -26,6 +26,13 @@ def main() -> None:
                           "count(*) FILTER (by_bad_signal) AS bad_signal, "
                           "count(*) FILTER (by_risk) AS risk, round(avg(inclusion_probability), 3) "
                           "AS mean_pi FROM failure_candidates GROUP BY 1 ORDER BY 1"))
+        if "curation_queue" in tables and "intent_clusters" in tables:
+            clusters, singletons = con.execute(
+                "SELECT count(*) FILTER (NOT is_singleton), count(*) FILTER (is_singleton) "
+                "FROM intent_clusters").fetchall()[0]
+            queued, batch = con.execute("SELECT count(*), any_value(batch) FROM curation_queue").fetchall()[0]
+            print(f"Intent clusters: {clusters} (+ {singletons} singletons); curation queue: "
+                  f"{queued} representatives, batch {batch} (data/curation/queue/{batch}.jsonl)")
 
 
 if __name__ == "__main__":
