@@ -25,6 +25,10 @@ $(DAGSTER_HOME)/dagster.yaml:
 
 demo: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster job execute -f definitions.py -j rag_loop_job
+	$(BIN)/python -m rag_loop.demo.curator --round 1
+	$(BIN)/dagster job execute -f definitions.py -j release_goldens -c data/demo/release/round-1.yaml
+	$(BIN)/python -m rag_loop.demo.curator --round 2
+	$(BIN)/dagster job execute -f definitions.py -j release_goldens -c data/demo/release/round-2.yaml
 	$(BIN)/python -m rag_loop.summary
 	@echo "Open the UI with: make ui  (then http://127.0.0.1:3000)"
 

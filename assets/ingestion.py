@@ -81,12 +81,13 @@ def raw_traces_quarantine_rate(duckdb: DuckDBResource) -> AssetCheckResult:
         "quarantine_rate": rate, "quarantined": summary["quarantined"],
         "records": summary["traces"] + summary["duplicates"] + summary["quarantined"]})
 
-def directory_fingerprint(directory: Path) -> str:
-    """Changes whenever a trace file is added, grows or is touched."""
-    files, _ = trace_files(directory) if directory.is_dir() else ([], [])
+def directory_fingerprint(directory: Path, list_files=lambda d: trace_files(d)[0]) -> str:
+    """Changes whenever a file of interest is added, grows or is touched."""
+    files = list_files(directory) if directory.is_dir() else []
     listing = "\n".join(f"{p.relative_to(directory)}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
                         for p in files)
     return hashlib.sha256(listing.encode()).hexdigest()
+
 
 @sensor(job_name="ingest_job", minimum_interval_seconds=60,
         description="Launches ingestion when trace files appear or change.")

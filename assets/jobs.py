@@ -1,8 +1,17 @@
-"""Jobs: ingestion alone (for the sensor) and the whole loop (for `make demo`)."""
+"""Jobs: ingestion and labels (for the sensors), the loop (for `make demo`), curators' releases."""
 
 from dagster import AssetSelection, define_asset_job
 
+from assets.goldens import curated_labels, golden_release, golden_releases
+
 ingest_job = define_asset_job("ingest_job", selection=AssetSelection.groups("ingestion"),
                               description="Load the knowledge base and new trace files.")
-rag_loop_job = define_asset_job("rag_loop_job", selection=AssetSelection.all(),
-                                description="Materialize the whole rag-loop asset graph.")
+rag_loop_job = define_asset_job(
+    "rag_loop_job", selection=AssetSelection.all() - AssetSelection.assets(golden_release),
+    description="Materialize the whole rag-loop asset graph but the release (curators make those).")
+label_job = define_asset_job("label_job", selection=AssetSelection.assets(curated_labels),
+                             description="Store new curator label files.")
+release_goldens = define_asset_job(
+    "release_goldens", selection=AssetSelection.assets(curated_labels, golden_release, golden_releases),
+    description="Curators: store new labels and make the next golden release (run config: "
+                "notes, released_by).")

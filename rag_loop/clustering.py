@@ -25,8 +25,7 @@ from sklearn.feature_extraction.text import CountVectorizer
 NOISE = -1
 # a few Vietnamese function words, so that labels show content words
 _VI_STOP_WORDS = frozenset(
-    "là có được bao nhiêu thì sao tôi của cho và không với nào thế gì khi bị những các một "
-    "này đó ở trong để phải mình bạn ạ nhé ơi hả vậy làm".split(" "))
+    ["là", "có", "được", "bao", "nhiêu", "thì", "sao", "tôi", "của", "cho", "và", "không", "với", "nào", "thế", "gì", "khi", "bị", "những", "các", "một", "này", "đó", "ở", "trong", "để", "phải", "mình", "bạn", "ạ", "nhé", "ơi", "hả", "vậy", "làm"])
 
 
 @dataclass(frozen=True)

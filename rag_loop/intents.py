@@ -35,6 +35,7 @@ from rag_loop.curation import (
 )
 from rag_loop.embedding import CACHE_DDL, LanguageRouter, text_hash
 from rag_loop.schema import Priority
+from rag_loop.storage import retrieval_contexts
 
 Log = Callable[[str], None]
 UNKNOWN_LANGUAGE = "und"
@@ -275,7 +276,7 @@ def _clustering_from_tables(trace_ids: list[str], vectors: np.ndarray, assigned:
 
 def _queue_rows(con: duckdb.DuckDBPyConnection, queue: pd.DataFrame, members: pd.DataFrame,
                 clusters: pd.DataFrame) -> list[dict]:
-    contexts = _retrieval_contexts(con, queue["trace_id"].tolist())
+    contexts = retrieval_contexts(con, queue["trace_id"].tolist())
     order = {p.value: i for i, p in enumerate(Priority)}
     rows = []
     for item in queue.to_dict("records"):
@@ -304,19 +305,3 @@ def _queue_rows(con: duckdb.DuckDBPyConnection, queue: pd.DataFrame, members: pd
     rows.sort(key=lambda r: (order[r["priority"]], r["representative_rank"], -r["cluster_weight"],
                              r["trace_id"]))
     return rows
-
-
-def _retrieval_contexts(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> dict[str, list]:
-    """Chunk ids and text given to generation (text from the trace, else the knowledge base)."""
-    con.register("_queued", pd.DataFrame({"trace_id": trace_ids}))
-    try:
-        rows = con.execute("""
-            SELECT k.trace_id, list({'chunk_id': k.chunk_id, 'doc_id': k.doc_id,
-                                     'doc_version': k.doc_version, 'text': coalesce(k.text, d.text)}
-                                    ORDER BY coalesce(k.rerank_rank, k.rank))
-            FROM trace_chunks k JOIN _queued USING (trace_id)
-            LEFT JOIN document_chunks d USING (chunk_id)
-            WHERE coalesce(k.selected, true) GROUP BY 1""").fetchall()
-    finally:
-        con.unregister("_queued")
-    return dict(rows)

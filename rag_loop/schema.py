@@ -163,7 +163,7 @@ class Document(_Record):
     language: str | None = None
     source_updated_at: datetime
     indexed_at: datetime | None = None
-    chunks: list["DocumentChunk"]
+    chunks: list[DocumentChunk]
 
 
 class DocumentChunk(_Record):

@@ -106,6 +106,18 @@ def test_rerun_is_idempotent_and_new_files_are_incremental(con, tmp_path):
     assert counts == [(2, 1)]
 
 
+def test_a_file_read_again_does_not_double_its_quarantine_or_duplicates(con, tmp_path):
+    import os
+    path = tmp_path / "a.jsonl"
+    path.write_text(trace_line("a") + "\n" + trace_line("a") + "\nbroken\n")
+    _ingest(con, tmp_path)
+    os.utime(path, ns=(1, 1))  # touched: read again
+    assert not _ingest(con, tmp_path).files[0].skipped
+    counts = con.execute("SELECT (SELECT count(*) FROM raw_traces), (SELECT count(*) FROM quarantine), "
+                         "(SELECT count(*) FROM trace_duplicates)").fetchall()
+    assert counts == [(1, 1, 1)]
+
+
 def test_first_copy_of_a_trace_wins_and_later_copies_are_recorded(con, tmp_path):
     (tmp_path / "a.jsonl").write_text(trace_line("t", answer="first") + "\n" + trace_line("t", answer="second") + "\n")
     (tmp_path / "b.jsonl").write_text(trace_line("t", answer="third") + "\n")

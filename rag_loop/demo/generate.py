@@ -21,7 +21,13 @@ from typing import Any
 from rag_loop.demo.intents import INTENTS, Intent, paraphrase
 from rag_loop.demo.knowledge import DOCUMENTS, newest_versions
 from rag_loop.demo.otlp_export import to_otlp_line
-from rag_loop.demo.rag_app import CONFIGS, FALLBACK_ANSWER, IndexCatalog, ReferenceRag, build_chunks
+from rag_loop.demo.rag_app import (
+    CONFIGS,
+    FALLBACK_ANSWER,
+    IndexCatalog,
+    ReferenceRag,
+    build_chunks,
+)
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
 DAYS = 14

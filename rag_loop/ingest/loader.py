@@ -148,8 +148,11 @@ def _load_registered_batch(con: duckdb.DuckDBPyConnection, source_file: str,
         FROM _verdict v JOIN _batch b USING (line_no) WHERE v.reason IS NOT NULL""", params)
     con.execute("""
         INSERT INTO trace_duplicates
-        SELECT ?, line_no, trace_id, ?, now() FROM _verdict
-        WHERE reason IS NULL AND line_no NOT IN (SELECT line_no FROM _keep)""", params)
+        SELECT ?, v.line_no, v.trace_id, ?, now() FROM _verdict v
+        WHERE v.reason IS NULL AND v.line_no NOT IN (SELECT line_no FROM _keep)
+          AND NOT EXISTS (SELECT 1 FROM raw_traces r  -- the same record, read again
+                          WHERE r.trace_id = v.trace_id AND r.source_file = ? AND r.source_line = v.line_no)
+        """, [*params, source_file])
     new = "_parsed JOIN _keep USING (line_no)"
     con.execute(f"""
         INSERT INTO raw_traces BY NAME

@@ -17,7 +17,12 @@ import pyarrow as pa
 
 from rag_loop.ingest.loader import BatchCounts, load_batch, quarantine_rejected
 from rag_loop.ingest.otlp import otlp_traces
-from rag_loop.ingest.reader import NeedsExactReader, Rejected, first_line, iter_line_batches
+from rag_loop.ingest.reader import (
+    NeedsExactReader,
+    Rejected,
+    first_line,
+    iter_line_batches,
+)
 from rag_loop.storage import create_tables
 
 TRACE_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")
@@ -105,6 +110,7 @@ def _ingest_file(con: duckdb.DuckDBPyConnection, path: Path, relative: str,
     fmt = "unreadable"
     for exact in (False, True):
         con.execute("BEGIN")
+        _forget_earlier_read(con, relative)
         try:
             fmt = detect_format(path)
             load = _load_otlp if fmt == "otlp" else _load_native
@@ -114,9 +120,16 @@ def _ingest_file(con: duckdb.DuckDBPyConnection, path: Path, relative: str,
         except _UNREADABLE as error:
             con.execute("ROLLBACK")
             con.execute("BEGIN")
+            _forget_earlier_read(con, relative)
             rejected = [Rejected(0, f"unreadable_file: {error!r}"[:500], "")]
             return FileReport(relative, fmt, quarantine_rejected(con, rejected, relative, fmt))
     raise AssertionError("the exact reader never asks for itself")
+
+
+def _forget_earlier_read(con: duckdb.DuckDBPyConnection, relative: str) -> None:
+    """A changed file is read again whole: what an earlier read of it set aside is re-derived."""
+    for table in ("quarantine", "trace_duplicates"):
+        con.execute(f"DELETE FROM {table} WHERE source_file = ?", [relative])
 
 
 def _load_native(con, path: Path, relative: str, max_record_bytes: int, exact: bool) -> BatchCounts:

@@ -1,0 +1,99 @@
+"""Stage 4-5: curator labels in, immutable golden releases out."""
+
+from pathlib import Path
+
+import pandas as pd
+from dagster import (
+    AssetExecutionContext,
+    Config,
+    MaterializeResult,
+    MetadataValue,
+    RunRequest,
+    SensorEvaluationContext,
+    SkipReason,
+    asset,
+    sensor,
+)
+from dagster_duckdb import DuckDBResource
+from pydantic import Field
+
+from assets.ingestion import directory_fingerprint
+from assets.intents import curation_queue
+from assets.resources import RagLoopPaths
+from rag_loop.goldens import build_goldens, publish_release, refresh_release_tables
+from rag_loop.labels import label_files, label_summary, store_label_files
+from rag_loop.redaction import KINDS, Redactor
+
+
+@asset(group_name="curation", deps=[curation_queue],
+       description="Curator labels from data/curation/labels/ (JSONL or CSV), validated row by "
+                   "row: valid rows in `curated_labels` (a relabel supersedes, both kept; "
+                   "`current_labels` is the latest per trace), invalid rows in `label_errors`.")
+def curated_labels(context: AssetExecutionContext, duckdb: DuckDBResource,
+                   paths: RagLoopPaths) -> MaterializeResult:
+    with duckdb.get_connection() as con:
+        report = store_label_files(con, Path(paths.curation_dir) / "labels", log=context.log.info)
+        summary = label_summary(con)
+    errors = pd.DataFrame(report.errors[:20])
+    if not errors.empty:
+        errors["errors"] = errors["errors"].map("; ".join)
+    return MaterializeResult(metadata={
+        "dagster/row_count": summary["labels"], **summary, "files_read": report.files,
+        "run_stored": report.stored, "run_rejected": report.rejected, "run_warnings": report.warnings,
+        "run_errors": MetadataValue.md(errors.to_markdown(index=False) if not errors.empty
+                                       else "no invalid rows")})
+
+
+@sensor(job_name="label_job", minimum_interval_seconds=30,
+        description="Stores curator label files when they appear or change.")
+def new_label_files_sensor(context: SensorEvaluationContext, paths: RagLoopPaths):
+    fingerprint = directory_fingerprint(Path(paths.curation_dir) / "labels", label_files)
+    if fingerprint == context.cursor:
+        return SkipReason("no new label files")
+    context.update_cursor(fingerprint)
+    return RunRequest(run_key=fingerprint)
+
+
+class ReleaseConfig(Config):
+    notes: str = Field("", description="Release notes: what changed and why.")
+    released_by: str = Field("", description="Who releases it.")
+    redact: list[str] = Field(list(KINDS), description=f"Kinds to redact: {', '.join(KINDS)}.")
+    keep_email_domains: list[str] = Field(
+        ["company.example"], description="Organisation addresses that are content, not personal data.")
+
+
+@asset(group_name="goldens", deps=[curated_labels],
+       description="Makes the next golden release data/goldens/vNNNN/ (goldens.json in DeepEval "
+                   "format, manifest.json, CHANGES.md) from the accepted labels, unless nothing "
+                   "changed since the newest release.")
+def golden_release(context: AssetExecutionContext, config: ReleaseConfig, duckdb: DuckDBResource,
+                   paths: RagLoopPaths) -> MaterializeResult:
+    redactor = Redactor(config.redact, config.keep_email_domains)
+    with duckdb.get_connection() as con:
+        goldens = build_goldens(con, redactor)
+    result = publish_release(Path(paths.goldens_dir), goldens, config.notes, config.released_by,
+                             redactor.summary())
+    context.log.info(result.message)
+    metadata = {"message": result.message, "released": result.version is not None,
+                "version": result.version or result.parent or "none", "goldens": len(goldens),
+                **{f"redacted_{k}": v for k, v in redactor.summary().items()}}
+    if result.version:
+        metadata.update(result.diff.counts())
+        metadata["manifest"] = MetadataValue.json(result.manifest)
+        metadata["path"] = MetadataValue.path(str(Path(paths.goldens_dir) / result.version))
+    return MaterializeResult(metadata=metadata)
+
+
+@asset(group_name="goldens", deps=[golden_release],
+       description="Every golden release with its counts (`golden_releases`), and lineage "
+                   "release → golden → label → traces → cluster (`golden_lineage`).")
+def golden_releases(duckdb: DuckDBResource, paths: RagLoopPaths) -> MaterializeResult:
+    with duckdb.get_connection() as con:
+        count = refresh_release_tables(con, Path(paths.goldens_dir))
+        table = con.sql("SELECT version, parent_version, created_at, released_by, goldens, added, "
+                        "removed, changed, redacted FROM golden_releases ORDER BY version").df()
+    latest = table.iloc[-1] if len(table) else None
+    return MaterializeResult(metadata={
+        "dagster/row_count": count, "latest_version": latest["version"] if latest is not None else "none",
+        "latest_goldens": int(latest["goldens"]) if latest is not None else 0,
+        "releases": MetadataValue.md(table.to_markdown(index=False) if len(table) else "no release yet")})

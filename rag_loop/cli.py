@@ -1,0 +1,167 @@
+"""`rag-loop label`: walk the curation queue in the terminal, row by row, no spreadsheet.
+
+Each row shows the trace, its cluster and signals; the prompts come pre-filled with the
+suggestions and re-ask until the value is valid. Every answered row is appended at once to
+`<labels dir>/<curator>-<batch>.jsonl`, which the labels sensor picks up; rows already
+labeled in that directory are skipped, so a session can stop and resume.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+import duckdb
+
+from rag_loop.curation import read_queue
+from rag_loop.labels import (
+    DECISIONS,
+    MAX_TAG_CHARS,
+    KnownSources,
+    check_source,
+    label_files,
+)
+from rag_loop.schema import FailureType, Origin
+
+PROJECT = Path(__file__).resolve().parent.parent
+DEFAULT_DB = os.environ.get("RAG_LOOP_DB", str(PROJECT / "data" / "rag_loop.duckdb"))
+DEFAULT_CURATION = Path(os.environ.get("RAG_LOOP_CURATION_DIR", PROJECT / "data" / "curation"))
+
+
+@click.group()
+def main() -> None:
+    """rag-loop: turn production RAG traffic into regression tests."""
+
+
+@main.command()
+@click.option("--queue", "queue_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A queue export (.jsonl or .csv); default: the newest in data/curation/queue.")
+@click.option("--labels-dir", type=click.Path(file_okay=False, path_type=Path),
+              default=DEFAULT_CURATION / "labels", show_default=True)
+@click.option("--curator", default=lambda: os.environ.get("USER") or getpass.getuser(),
+              show_default="$USER")
+@click.option("--db", default=DEFAULT_DB, show_default=True,
+              help="The rag-loop database, read-only, to check expected_sources.")
+@click.option("--limit", type=int, default=None, help="Stop after this many rows.")
+def label(queue_file: Path | None, labels_dir: Path, curator: str, db: str, limit: int | None) -> None:
+    """Label the curation queue row by row."""
+    queue_file = queue_file or _newest_queue(DEFAULT_CURATION / "queue")
+    rows = read_queue(queue_file)
+    done = _labeled_trace_ids(labels_dir)
+    todo = [r for r in rows if r["trace_id"] not in done][:limit]
+    known = _known_sources(db)
+    batch = rows[0].get("batch", queue_file.stem) if rows else queue_file.stem
+    out = labels_dir / f"{curator}-{batch}.jsonl"
+    labeled = sum(r["trace_id"] in done for r in rows)
+    click.echo(f"{queue_file.name}: {len(rows)} rows, {labeled} already labeled; labels go to {out}")
+    for number, row in enumerate(todo, start=1):
+        click.echo("\n" + _progress(number, len(todo)))
+        _show(row)
+        answer = _ask(row, known)
+        if answer is None:
+            click.echo("Stopped; labeled rows are saved.")
+            return
+        labels_dir.mkdir(parents=True, exist_ok=True)
+        record = {**row, **answer, "curator": curator, "labeled_at": datetime.now(UTC).isoformat()}
+        with open(out, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+    click.echo(f"\nDone: {len(todo)} rows labeled in {out}.")
+
+
+def _newest_queue(directory: Path) -> Path:
+    files = sorted(directory.glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
+    if not files:
+        raise click.ClickException(f"no queue export in {directory}: materialize curation_queue first")
+    return files[-1]
+
+
+def _labeled_trace_ids(directory: Path) -> set[str]:
+    done = set()
+    for path in label_files(directory):
+        done.update(str(r.get("trace_id")) for r in read_queue(path))
+    return done
+
+
+def _known_sources(db: str) -> KnownSources | None:
+    try:
+        with duckdb.connect(db, read_only=True) as con:
+            return KnownSources.load(con)
+    except duckdb.Error as error:
+        click.echo(f"(expected_sources are not checked: {error})", err=True)
+        return None
+
+
+def _progress(done: int, total: int, width: int = 30) -> str:
+    filled = int(width * done / max(total, 1))
+    return f"[{'#' * filled}{'-' * (width - filled)}] {done}/{total}"
+
+
+def _show(row: dict) -> None:
+    click.echo(f"{row.get('priority')} · cluster {row.get('cluster_id')} \"{row.get('cluster_label')}\" "
+               f"({row.get('cluster_size')} queries, weight {row.get('cluster_weight')})")
+    click.echo(f"Query:   {row.get('input')}")
+    click.echo(f"Answer:  {row.get('actual_output')}")
+    for chunk in row.get("retrieval_context") or []:
+        click.echo(f"Context: [{chunk.get('chunk_id')}] {str(chunk.get('text'))[:160]}")
+    feedback = f" (feedback: {row['feedback_category']})" if row.get("feedback_category") else ""
+    click.echo(f"Signals: {', '.join(row.get('signals') or []) or 'none'}{feedback}")
+    click.echo(f"Suggested: failure_type={row.get('suggested_failure_type')} "
+               f"({row.get('suggestion_reason')}), origin={row.get('suggested_origin')}")
+
+
+def _ask(row: dict, known: KnownSources | None) -> dict | None:
+    choice = click.prompt("Decision [a]ccept [r]eject [s]kip [q]uit",
+                          type=click.Choice(["a", "r", "s", "q"]), show_choices=False)
+    if choice == "q":
+        return None
+    decision = {"a": "accept", "r": "reject", "s": "skip"}[choice]
+    assert decision in DECISIONS
+    if decision != "accept":
+        return {"decision": decision}
+    sources = [c.get("chunk_id") for c in row.get("retrieval_context") or [] if c.get("chunk_id")]
+    return {
+        "decision": decision,
+        "expected_output": click.prompt("Expected output", value_proc=_required),
+        "expected_sources": click.prompt("Expected sources (comma-separated)",
+                                         default=", ".join(sources[:1]),
+                                         value_proc=lambda v: _sources(v, known)),
+        "tags": click.prompt("Tags (comma-separated)", default=row.get("language") or "",
+                             value_proc=_tags),
+        "origin": click.prompt("Origin", type=click.Choice([o.value for o in Origin]),
+                               default=row.get("suggested_origin") or Origin.PRODUCTION_FAILURE.value),
+        "failure_type": click.prompt("Failure type", type=click.Choice([f.value for f in FailureType]),
+                                     default=row.get("suggested_failure_type") or FailureType.NONE.value),
+    }
+
+
+def _required(value: str) -> str:
+    if not value.strip():
+        raise click.UsageError("required")
+    return value.strip()
+
+
+def _split(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def _sources(value: str, known: KnownSources | None) -> list[str]:
+    sources = _split(value)
+    for source in sources if known else []:
+        error, warning = check_source(source, known)
+        if error:
+            raise click.UsageError(error)
+        if warning:
+            click.echo(f"warning: {warning}")
+    return sources
+
+
+def _tags(value: str) -> list[str]:
+    tags = _split(value)
+    for tag in tags:
+        if len(tag) > MAX_TAG_CHARS:
+            raise click.UsageError(f"tag {tag[:20]!r}… is longer than {MAX_TAG_CHARS} characters")
+    return tags

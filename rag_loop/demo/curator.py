@@ -1,0 +1,88 @@
+"""A scripted curator for the demo: labels queue rows from the demo's ground truth.
+
+    python -m rag_loop.demo.curator --round 1   # label the first 40 rows of the newest queue
+    python -m rag_loop.demo.curator --round 2   # 30 more, relabel two, withdraw one
+
+It knows each trace's intent (the generator is deterministic), so the expected output is
+the fact of the newest document version in the query's language, and the expected source
+is that fact's chunk. Rows whose intent has no document get the escalation answer. It writes
+label files exactly as a curator would: `<labels dir>/demo-curator-round-<n>.jsonl`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rag_loop.curation import read_queue
+from rag_loop.demo.generate import simulate
+from rag_loop.demo.intents import INTENTS
+from rag_loop.demo.knowledge import DOCUMENTS
+
+ROUNDS = {1: (0, 40), 2: (40, 70)}
+LABELED_AT = {1: "2026-11-15T10:00:00+00:00", 2: "2026-11-16T10:00:00+00:00"}
+UNDOCUMENTED = {"en": "This error code is not documented yet; escalate the case to payments support.",
+                "vi": "Mã lỗi này chưa có trong tài liệu; hãy chuyển trường hợp cho bộ phận hỗ trợ thanh toán."}
+
+
+def expected_answer(intent_name: str, language: str) -> tuple[str, list[str]]:
+    """The newest documented answer to an intent, and its chunk id."""
+    intent = next(i for i in INTENTS if i.name == intent_name)
+    if intent.doc_id is None:
+        return UNDOCUMENTED[language], []
+    newest = max((d for d in DOCUMENTS if d.doc_id == intent.doc_id), key=lambda d: d.source_updated_at)
+    index = 0 if language == "en" else 1
+    return newest.facts[intent.fact][index], [newest.chunk_id(intent.fact, language)]
+
+
+def label_row(row: dict, intents: dict[str, str], labeled_at: str) -> dict:
+    intent = intents[row["trace_id"]]
+    language = row.get("language") or "en"
+    answer, sources = expected_answer(intent, language)
+    failure_type = row["suggested_failure_type"]
+    if failure_type == "none" and row["signals"]:
+        failure_type = "generation"
+    return {**row, "decision": "accept", "expected_output": answer, "expected_sources": sources,
+            "tags": [intent.split("_")[0], language], "origin": row["suggested_origin"],
+            "failure_type": failure_type, "curator": "demo-curator", "labeled_at": labeled_at}
+
+
+def curate(queue_file: Path, labels_dir: Path, round_number: int) -> Path:
+    """Write one round of labels once (a rerun keeps the file); returns the label file."""
+    out = labels_dir / f"demo-curator-round-{round_number}.jsonl"
+    if out.exists():
+        return out
+    rows = read_queue(queue_file)
+    intents = {t["trace_id"]: t["_intent"] for t in simulate(7)}
+    start, end = ROUNDS[round_number]
+    labeled_at = LABELED_AT[round_number]
+    labels = [label_row(r, intents, labeled_at) for r in rows[start:end] if r["trace_id"] in intents]
+    for row in labels[::9]:  # a curator rejects a few: not worth a regression test
+        row.update(decision="reject", expected_output="", expected_sources=[], tags=[])
+    if round_number == 2:
+        first = [label_row(r, intents, labeled_at) for r in rows[:ROUNDS[1][1]] if r["trace_id"] in intents]
+        accepted = [r for i, r in enumerate(first) if i % 9]
+        for row in accepted[:2]:  # relabel: sharper expected output and tags
+            row.update(expected_output=row["expected_output"] + " (see the HR portal)",
+                       tags=[*row["tags"], "relabeled"])
+        accepted[2].update(decision="reject", expected_output="", expected_sources=[], tags=[])
+        labels += accepted[:3]
+    labels_dir.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in labels), encoding="utf-8")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--round", type=int, choices=sorted(ROUNDS), required=True)
+    parser.add_argument("--queue", type=Path, default=None, help="default: the newest queue export")
+    parser.add_argument("--labels-dir", type=Path, default=Path("data/curation/labels"))
+    args = parser.parse_args()
+    queue = args.queue or max(Path("data/curation/queue").glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
+    out = curate(queue, args.labels_dir, args.round)
+    print(f"demo curator, round {args.round}: labels from {queue.name} written to {out}")
+
+
+if __name__ == "__main__":
+    main()
