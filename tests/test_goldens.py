@@ -1,0 +1,274 @@
+"""Curator labels, the labeling command, and golden releases."""
+
+import json
+import multiprocessing
+import re
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+from click.testing import CliRunner
+from conftest import query
+
+from rag_loop.cli import main as cli
+from rag_loop.curation import export_queue
+from rag_loop.goldens import (build_goldens, diff_goldens, publish_release, read_goldens,
+                              refresh_release_tables, release_versions)
+from rag_loop.labels import KnownSources, check_label, store_label_files
+from rag_loop.redaction import Redactor
+from rag_loop.storage import create_tables
+
+KNOWN = KnownSources(newest={"leave": "2026"}, versions={("leave", "2025"), ("leave", "2026")},
+                     chunks={"leave@2026#annual-en"})
+GOOD = {"trace_id": "t1", "decision": "accept", "expected_output": "15 days.",
+        "expected_sources": ["leave@2026#annual-en"], "tags": ["leave"], "origin": "production_failure",
+        "failure_type": "retrieval"}
+
+
+@pytest.mark.parametrize("change, error", [
+    ({"trace_id": ""}, "trace_id: missing"),
+    ({"trace_id": "nope"}, "unknown trace"),
+    ({"decision": "maybe"}, "decision"),
+    ({"expected_output": " "}, "expected_output: required"),
+    ({"origin": "prod"}, "origin"),
+    ({"origin": None}, "origin"),
+    ({"failure_type": "vibes"}, "failure_type"),
+    ({"expected_sources": ["payroll"]}, "unknown document"),
+    ({"expected_sources": ["leave@2019"]}, "no version"),
+    ({"expected_sources": ["leave@2026#nope-en"]}, "unknown chunk"),
+    ({"expected_sources": "leave, leave@2026"}, None),  # comma-separated text is a list
+    ({"expected_sources": [1, 2]}, "list of strings"),
+    ({"tags": ["x" * 41]}, "short tag"),
+    ({"labeled_at": "yesterday-ish"}, "labeled_at"),
+])
+def test_each_validation_rule(change, error):
+    checked = check_label({**GOOD, **change}, KNOWN, {"t1"})
+    if error is None:
+        assert not checked.errors and checked.values["expected_sources"] == ["leave", "leave@2026"]
+    else:
+        assert any(error in e for e in checked.errors), checked.errors
+
+
+def test_reject_and_skip_need_no_expectation_and_old_versions_only_warn():
+    assert not check_label({"trace_id": "t1", "decision": "reject"}, KNOWN, {"t1"}).errors
+    checked = check_label({**GOOD, "expected_sources": ["leave@2025"]}, KNOWN, {"t1"})
+    assert not checked.errors and "not the newest" in checked.warnings[0]
+
+
+@pytest.fixture
+def db(tmp_path):
+    con = duckdb.connect(str(tmp_path / "db.duckdb"))
+    create_tables(con)
+    con.execute("""INSERT INTO documents VALUES ('leave', '2026', 'Leave', 'en',
+                   '2026-11-03 09:00:00+00', '2026-11-03 09:10:00+00')""")
+    con.execute("INSERT INTO document_chunks VALUES ('leave@2026#annual-en', 'leave', '2026', "
+                "'Full-time employees get 15 days of paid annual leave per year.')")
+    for trace in ("t1", "t2", "t3"):
+        con.execute("INSERT INTO raw_traces (trace_id, \"timestamp\", original_query, language, answer) "
+                    "VALUES (?, '2026-11-05 10:00:00+00', ?, 'en', '12 days')",
+                    [trace, f"how many leave days? ({trace})"])
+    con.execute("INSERT INTO trace_chunks (trace_id, doc_id, chunk_id, doc_version, rank, selected) "
+                "VALUES ('t1', 'leave', 'leave@2026#annual-en', '2026', 1, true)")
+    yield con
+    con.close()
+
+
+def _write_labels(directory: Path, name: str, rows: list[dict]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_valid_rows_of_a_file_land_and_invalid_ones_are_kept_with_errors(db, tmp_path):
+    labels = tmp_path / "labels"
+    _write_labels(labels, "a.jsonl", [GOOD, {**GOOD, "trace_id": "t2", "origin": "?"}, {"x": 1}])
+    (labels / "a.jsonl").write_text((labels / "a.jsonl").read_text() + "not json\n")
+    report = store_label_files(db, labels)
+    assert (report.stored, report.rejected) == (1, 3)
+    errors = db.execute("SELECT line_no, errors FROM label_errors ORDER BY 1").fetchall()
+    assert [e[0] for e in errors] == [2, 3, 4] and "invalid JSON" in errors[2][1][0]
+    assert store_label_files(db, labels).files == 0  # read once
+
+
+def test_a_relabel_supersedes_and_both_labels_are_kept(db, tmp_path):
+    labels = tmp_path / "labels"
+    _write_labels(labels, "a.jsonl", [{**GOOD, "labeled_at": "2026-11-15T10:00:00Z"}])
+    _write_labels(labels, "b.jsonl", [{**GOOD, "expected_output": "Fifteen days.",
+                                       "labeled_at": "2026-11-16T10:00:00Z"}])
+    store_label_files(db, labels)
+    assert db.execute("SELECT count(*) FROM curated_labels").fetchall() == [(2,)]
+    assert db.execute("SELECT expected_output FROM current_labels").fetchall() == [("Fifteen days.",)]
+
+
+def test_csv_labels_are_read_like_jsonl(db, tmp_path):
+    export_queue([{**GOOD, "trace_id": "t2"}], tmp_path / "labels", "from-a-spreadsheet")
+    (tmp_path / "labels" / "from-a-spreadsheet.jsonl").unlink()
+    assert store_label_files(db, tmp_path / "labels").stored == 1
+
+
+def _goldens(db, tmp_path, rows, redactor=None):
+    labels = tmp_path / "labels"
+    _write_labels(labels, f"{len(list(labels.glob('*')) if labels.exists() else [])}.jsonl", rows)
+    store_label_files(db, labels)
+    return build_goldens(db, redactor or Redactor())
+
+
+def test_goldens_load_with_deepeval_with_every_field_intact(db, tmp_path):
+    goldens = _goldens(db, tmp_path, [GOOD])
+    result = publish_release(tmp_path / "goldens", goldens, "first", "ana", {})
+    from deepeval.dataset import EvaluationDataset
+    dataset = EvaluationDataset()
+    dataset.add_goldens_from_json_file(str(tmp_path / "goldens" / result.version / "goldens.json"))
+    (golden,) = dataset.goldens
+    assert golden.input == "how many leave days? (t1)" and golden.expected_output == "15 days."
+    assert golden.name == goldens[0]["name"]
+    assert golden.context == ["Full-time employees get 15 days of paid annual leave per year."]
+    assert golden.retrieval_context == golden.context
+    meta = golden.additional_metadata
+    assert meta["origin"] == "production_failure" and meta["failure_type"] == "retrieval"
+    assert meta["expected_sources"] == ["leave@2026#annual-en"] and meta["source_trace_ids"] == ["t1"]
+    assert {"tags", "cluster_id", "cluster_weight", "priority", "curator", "labeled_at"} <= set(meta)
+
+
+def test_no_op_release_and_correct_diff(db, tmp_path):
+    first = publish_release(tmp_path / "g", _goldens(db, tmp_path, [GOOD, {**GOOD, "trace_id": "t2"}]),
+                            "one", "ana", {})
+    assert first.version == "v0001"
+    again = publish_release(tmp_path / "g", build_goldens(db, Redactor()), "same", "ana", {})
+    assert again.version is None and "nothing changed since v0001" in again.message
+    goldens = _goldens(db, tmp_path, [{**GOOD, "expected_output": "Fifteen."},
+                                      {**GOOD, "trace_id": "t2", "decision": "reject"},
+                                      {**GOOD, "trace_id": "t3"}])
+    second = publish_release(tmp_path / "g", goldens, "two", "ana", {})
+    names = {g["additional_metadata"]["trace_id"]: g["name"] for g in read_goldens(tmp_path / "g", "v0001")}
+    names["t3"] = next(g["name"] for g in goldens if g["additional_metadata"]["trace_id"] == "t3")
+    assert second.version == "v0002" and second.parent == "v0001"
+    assert (second.diff.added, second.diff.removed, second.diff.changed) == \
+        ([names["t3"]], [names["t2"]], [names["t1"]])
+    manifest = json.loads((tmp_path / "g" / "v0002" / "manifest.json").read_text())
+    assert manifest["diff"] == {"added": 1, "removed": 1, "changed": 1} and manifest["parent_version"] == "v0001"
+    assert "## v0002" in (tmp_path / "g" / "CHANGELOG.md").read_text()
+    assert refresh_release_tables(db, tmp_path / "g") == 2
+    assert db.execute("SELECT count(*) FROM golden_lineage WHERE version = 'v0002'").fetchall() == [(2,)]
+
+
+def test_diff_goldens():
+    a, b, c = ({"name": n, "x": 1} for n in "abc")
+    diff = diff_goldens([a, b], [{**a, "x": 2}, c])
+    assert (diff.added, diff.removed, diff.changed) == (["c"], ["b"], ["a"])
+
+
+def test_a_failure_mid_release_leaves_no_version_directory(db, tmp_path, monkeypatch):
+    import rag_loop.goldens as goldens_module
+    real_write = goldens_module._write
+
+    def failing_write(path, text):
+        if path.name == "manifest.json":
+            raise RuntimeError("disk gone")
+        real_write(path, text)
+
+    monkeypatch.setattr(goldens_module, "_write", failing_write)
+    with pytest.raises(RuntimeError):
+        publish_release(tmp_path / "g", _goldens(db, tmp_path, [GOOD]), "", "", {})
+    assert list((tmp_path / "g").iterdir()) == []
+
+
+def _release_in_process(directory: str, goldens: list, queue) -> None:
+    queue.put(publish_release(Path(directory), goldens, "", "p", {}).version)
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_concurrent_releases_give_distinct_complete_versions_or_one(db, tmp_path, same):
+    base = _goldens(db, tmp_path, [GOOD])
+    other = base if same else [{**base[0], "expected_output": "other"}]
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    workers = [context.Process(target=_release_in_process, args=(str(tmp_path / "g"), g, results))
+               for g in (base, other) for _ in range(3)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+    versions = sorted(v for v in (results.get() for _ in workers) if v)
+    assert versions == sorted(set(versions))  # no version released twice
+    on_disk = release_versions(tmp_path / "g")
+    assert on_disk == versions and len(on_disk) >= 1 + (not same)
+    for version in on_disk:  # complete
+        assert {p.name for p in (tmp_path / "g" / version).iterdir()} == \
+            {"goldens.json", "manifest.json", "CHANGES.md"}
+    assert not [p for p in (tmp_path / "g").iterdir() if p.name.startswith(".tmp")]
+    contents = [(tmp_path / "g" / v / "goldens.json").read_text() for v in on_disk]
+    assert all(a != b for a, b in zip(contents, contents[1:]))  # consecutive releases differ
+
+
+PII = ("jane.doe@gmail.com", "4111 1111 1111 1111", "+84 912 345 678", "sk-live0123456789abcdefXYZ",
+       "AKIAABCDEFGHIJKLMNOP")
+
+
+def test_planted_pii_never_reaches_goldens_json(db, tmp_path):
+    db.execute("UPDATE raw_traces SET original_query = ? WHERE trace_id = 't1'",
+               [f"I am {PII[0]}, card {PII[1]}, call {PII[2]}: leave days?"])
+    goldens = _goldens(db, tmp_path, [{**GOOD, "expected_output": f"15 days. Key {PII[3]} / {PII[4]}; "
+                                                                   "ask hr@company.example"}],
+                       Redactor(keep_email_domains=["company.example"]))
+    result = publish_release(tmp_path / "g", goldens, "", "", {"email": 1})
+    text = (tmp_path / "g" / result.version / "goldens.json").read_text()
+    for secret in PII:
+        assert secret not in text
+    assert "hr@company.example" in text
+    assert len(re.findall(r"\[REDACTED_[A-Z]+\]", text)) == 5
+
+
+def test_labeling_command_walks_the_queue_through_its_prompts(db, tmp_path):
+    db.close()
+    queue = [{"trace_id": t, "batch": "b1", "priority": "P1", "cluster_id": "en-0001",
+              "cluster_label": "leave", "cluster_size": 3, "cluster_weight": 3.0, "input": f"q {t}",
+              "actual_output": "12 days", "language": "en", "signals": ["thumbs_down"],
+              "retrieval_context": [{"chunk_id": "leave@2026#annual-en", "text": "15 days"}],
+              "suggested_failure_type": "generation", "suggestion_reason": "r",
+              "suggested_origin": "production_failure"} for t in ("t1", "t2", "t3")]
+    queue_file, _ = export_queue(queue, tmp_path / "queue", "b1")
+    answers = "\n".join([
+        "a", "", "15 days.", "leave@1999", "", "leave, annual", "", "",  # empty output re-asked, bad source re-asked
+        "r",
+        "q"]) + "\n"
+    result = CliRunner().invoke(cli, ["label", "--queue", str(queue_file), "--labels-dir",
+                                      str(tmp_path / "labels"), "--curator", "ana",
+                                      "--db", str(tmp_path / "db.duckdb")], input=answers)
+    assert result.exit_code == 0, result.output
+    assert result.output.count("Expected output:") == 2 and "leave has no version '1999'" in result.output
+    rows = [json.loads(line) for line in (tmp_path / "labels" / "ana-b1.jsonl").read_text().splitlines()]
+    assert [(r["trace_id"], r["decision"]) for r in rows] == [("t1", "accept"), ("t2", "reject")]
+    assert rows[0]["expected_sources"] == ["leave@2026#annual-en"]  # the pre-filled suggestion
+    assert rows[0]["tags"] == ["leave", "annual"] and rows[0]["failure_type"] == "generation"
+    again = CliRunner().invoke(cli, ["label", "--queue", str(queue_file), "--labels-dir",
+                                     str(tmp_path / "labels"), "--curator", "ana",
+                                     "--db", str(tmp_path / "db.duckdb")], input="s\n")
+    assert "2 already labeled" in again.output
+    con = duckdb.connect(str(tmp_path / "db.duckdb"))
+    assert store_label_files(con, tmp_path / "labels").stored == 3
+
+
+def test_demo_curator_rounds_make_v0001_then_v0002(demo_run, tmp_path):
+    from dagster import materialize
+    from dagster_duckdb import DuckDBResource
+
+    from assets.goldens import curated_labels, golden_release, golden_releases
+    from assets.resources import RagLoopPaths
+    from rag_loop.demo.curator import curate
+    _, database, paths = demo_run
+    shutil.copy(database, tmp_path / "rag.duckdb")
+    queue = next((Path(paths.curation_dir) / "queue").glob("*.jsonl"))
+    mine = RagLoopPaths(traces_dir=paths.traces_dir, knowledge_dir=paths.knowledge_dir,
+                        curation_dir=str(tmp_path / "curation"), goldens_dir=str(tmp_path / "goldens"))
+    resources = {"duckdb": DuckDBResource(database=str(tmp_path / "rag.duckdb")), "paths": mine}
+    release = [curated_labels, golden_release, golden_releases]
+    config = {"ops": {"golden_release": {"config": {"notes": "round", "released_by": "demo"}}}}
+    for round_number in (1, 2):
+        curate(queue, tmp_path / "curation" / "labels", round_number)
+        assert materialize(release, resources=resources, run_config=config).success
+    assert release_versions(tmp_path / "goldens") == ["v0001", "v0002"]
+    changes = query(tmp_path / "rag.duckdb", "SELECT version, added, removed, changed FROM golden_releases")
+    assert changes[1][2:] == (1, 2) and changes[1][1] > 10
+    assert materialize(release, resources=resources, run_config=config).success
+    assert release_versions(tmp_path / "goldens") == ["v0001", "v0002"]  # nothing new
