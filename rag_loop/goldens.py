@@ -39,7 +39,7 @@ def build_goldens(con: duckdb.DuckDBPyConnection, redactor: Redactor) -> list[di
     """DeepEval goldens from the current accepted labels, redacted, sorted by name."""
     rows = con.execute("""
         SELECT l.*, coalesce(l.input, t.original_query) AS golden_input, t.language,
-               t.answer AS production_answer
+               t.query_type, t.tenant
         FROM current_labels l JOIN raw_traces t USING (trace_id)
         WHERE l.decision = 'accept' ORDER BY l.trace_id""").df()
     if rows.empty:
@@ -64,7 +64,7 @@ def build_goldens(con: duckdb.DuckDBPyConnection, redactor: Redactor) -> list[di
                 "cluster_id": row["cluster_id"], "cluster_weight": _number(row["cluster_weight"]),
                 "priority": row["priority"], "curator": row["curator"],
                 "labeled_at": row["labeled_at"].isoformat(), "label_id": row["label_id"],
-                "language": row["language"],
+                "language": row["language"], "query_type": row["query_type"], "tenant": row["tenant"],
             },
         })
     return goldens

@@ -239,7 +239,7 @@ def build_curation_queue(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
         inputs = [g["input"] for g in goldens if g["language"] in (None, language)]
         if inputs:
             _, golden_vectors = router.embed(con, inputs, language, log=log)
-            hit, best = covered_by_goldens(vectors[queue["point"]], golden_vectors,
+            hit, _ = covered_by_goldens(vectors[queue["point"]], golden_vectors,
                                            settings.golden_similarity)
             covered += int(hit.sum())
             queue = queue[~hit]

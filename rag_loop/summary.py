@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -33,6 +34,27 @@ def main() -> None:
             queued, batch = con.execute("SELECT count(*), any_value(batch) FROM curation_queue").fetchall()[0]
             print(f"Intent clusters: {clusters} (+ {singletons} singletons); curation queue: "
                   f"{queued} representatives, batch {batch} (data/curation/queue/{batch}.jsonl)")
+        if "golden_releases" in tables:
+            print("Golden releases:")
+            print(con.sql("SELECT version, parent_version, goldens, added, removed, changed, "
+                          "released_by FROM golden_releases ORDER BY version"))
+        if "eval_runs" in tables:
+            _print_eval_runs(con)
+
+
+def _print_eval_runs(con: duckdb.DuckDBPyConnection) -> None:
+    """Each evaluation: release, app configuration, verdict of its gates, what failed."""
+    runs = con.execute("""SELECT run_id, release_version, rag_config->>'config', blocked, gate_failures,
+                                 (SELECT count(*) FROM eval_flips f WHERE f.run_id = r.run_id)
+                          FROM eval_runs r ORDER BY started_at""").fetchall()
+    print("Regression evals (offline judge unless configured):")
+    for run_id, release, config, blocked, failures, flipped in runs:
+        verdict = "BLOCKED by a hard gate" if blocked else "passes its hard gates"
+        print(f"  {run_id} on {release}, rag_app config {config}: {verdict}; "
+              f"{flipped} case x metric flipped to fail vs baseline")
+        for failure in json.loads(failures or "[]"):
+            print(f"    - {failure['metric']} on {failure['slice']}={failure['value']} "
+                  f"(n={failure['n']}): {failure['problems']}")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
     python -m rag_loop.demo.curator --round 1   # label the first 40 rows of the newest queue
     python -m rag_loop.demo.curator --round 2   # 30 more, relabel two, withdraw one
 
-It knows each trace's intent (the generator is deterministic), so the expected output is
+It walks the queue in order, taking the first row of each (intent, language) so that the
+goldens spread over the intents. It knows each trace's intent (the generator is deterministic), so the expected output is
 the fact of the newest document version in the query's language, and the expected source
 is that fact's chunk. Rows whose intent has no document get the escalation answer. It writes
 label files exactly as a curator would: `<labels dir>/demo-curator-round-<n>.jsonl`.
@@ -48,20 +49,31 @@ def label_row(row: dict, intents: dict[str, str], labeled_at: str) -> dict:
             "failure_type": failure_type, "curator": "demo-curator", "labeled_at": labeled_at}
 
 
+def _one_per_intent(rows: list[dict], intents: dict[str, str]) -> list[dict]:
+    """Queue rows in order, the first of each (intent, language): a curator spreads coverage."""
+    seen, chosen = set(), []
+    for row in rows:
+        key = (intents.get(row["trace_id"]), row.get("language"))
+        if key[0] is not None and key not in seen:
+            seen.add(key)
+            chosen.append(row)
+    return chosen
+
+
 def curate(queue_file: Path, labels_dir: Path, round_number: int) -> Path:
     """Write one round of labels once (a rerun keeps the file); returns the label file."""
     out = labels_dir / f"demo-curator-round-{round_number}.jsonl"
     if out.exists():
         return out
-    rows = read_queue(queue_file)
     intents = {t["trace_id"]: t["_intent"] for t in simulate(7)}
+    rows = _one_per_intent(read_queue(queue_file), intents)
     start, end = ROUNDS[round_number]
     labeled_at = LABELED_AT[round_number]
-    labels = [label_row(r, intents, labeled_at) for r in rows[start:end] if r["trace_id"] in intents]
+    labels = [label_row(r, intents, labeled_at) for r in rows[start:end]]
     for row in labels[::9]:  # a curator rejects a few: not worth a regression test
         row.update(decision="reject", expected_output="", expected_sources=[], tags=[])
     if round_number == 2:
-        first = [label_row(r, intents, labeled_at) for r in rows[:ROUNDS[1][1]] if r["trace_id"] in intents]
+        first = [label_row(r, intents, labeled_at) for r in rows[:ROUNDS[1][1]]]
         accepted = [r for i, r in enumerate(first) if i % 9]
         for row in accepted[:2]:  # relabel: sharper expected output and tags
             row.update(expected_output=row["expected_output"] + " (see the HR portal)",

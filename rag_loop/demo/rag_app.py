@@ -8,8 +8,10 @@ systems do: prompt version, index build (chunking), thresholds.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
+from typing import Any
 
 import numpy as np
 from sklearn.feature_extraction.text import TfidfVectorizer
@@ -193,3 +195,23 @@ class IndexCatalog:
 def demo_app(config_name: str = "baseline") -> ReferenceRag:
     """The app as deployed now, for the regression eval: `rag_loop.demo.rag_app:demo_app`."""
     return ReferenceRag(CONFIGS[config_name], IndexCatalog().latest)
+
+
+@lru_cache(maxsize=4)
+def _deployed(config_name: str) -> ReferenceRag:
+    return demo_app(config_name)
+
+
+def answer_for_eval(query: str, attributes: Mapping[str, Any] | None = None,
+                    config: str = "baseline") -> dict[str, Any]:
+    """The regression eval's system under test (`rag_loop.demo.rag_app:answer_for_eval`).
+
+    `attributes` are the request's routing fields (language, query_type); returns the answer
+    and the context given to generation as chunk ids and text.
+    """
+    attributes = attributes or {}
+    result = _deployed(config).answer(query, attributes.get("language") or "en",
+                                      attributes.get("query_type"))
+    return {"answer": result.answer,
+            "retrieval_context": [{"chunk_id": c.chunk.chunk_id, "text": c.chunk.text}
+                                  for c in result.context]}

@@ -1,0 +1,127 @@
+"""Stage 6: regression eval of a golden release with DeepEval metrics, as a gated quality vector."""
+
+from pathlib import Path
+
+import pandas as pd
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    Config,
+    Failure,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
+from dagster_duckdb import DuckDBResource
+from pydantic import Field
+
+from assets.goldens import golden_releases
+from assets.resources import JudgeResource, RagAppResource, RagLoopPaths
+from rag_loop.evaluation.regression import (
+    DEFAULT_GATES,
+    DEFAULT_THRESHOLDS,
+    EvalSettings,
+    run_regression,
+)
+from rag_loop.evaluation.report import Gate
+from rag_loop.evaluation.runner import EvalError
+
+
+class GateConfig(Config):
+    metric: str
+    min_pass_rate: float | None = None
+    min_mean: float | None = None
+    max_drop: float | None = Field(None, description="Largest allowed pass-rate drop vs the "
+                                                     "baseline, in points of 1 (0.1 = 10 points).")
+    slices: list[str] = ["all"]
+    min_cases: int = 3
+    blocking: bool = Field(True, description="Hard gate (ERROR, blocks) or monitoring (WARN).")
+
+
+class EvalConfig(Config):
+    release: str = Field("latest", description='A release version (v0002) or "latest".')
+    mode: str = Field("live", description='"live": ask the rag_app; "replay": score what '
+                                          "production answered.")
+    baseline_run: str = Field("", description="A run id; empty: the previous run on the release.")
+    thresholds: dict[str, float] = Field(
+        {k: v for k, v in DEFAULT_THRESHOLDS.items() if v is not None})
+    monitoring_only: list[str] = Field(
+        [k for k, v in DEFAULT_THRESHOLDS.items() if v is None],
+        description="Metrics scored without a pass/fail verdict (threshold=None).")
+    gates: list[GateConfig] = [{**g.__dict__, "slices": list(g.slices)} for g in DEFAULT_GATES]
+    concurrency: int = 8
+    max_error_rate: float = Field(0.05, description="Above this share of errored results the "
+                                                    "run fails.")
+
+    def settings(self, rag_app: RagAppResource) -> EvalSettings:
+        thresholds = {**self.thresholds, **dict.fromkeys(self.monitoring_only)}
+        gates = [Gate(**{**values, "slices": tuple(values.get("slices", ("all",)))})
+                 for values in map(_as_dict, self.gates)]
+        return EvalSettings(self.release, self.mode, rag_app.import_path, dict(rag_app.config),
+                            thresholds, gates, self.baseline_run or None, self.concurrency,
+                            self.max_error_rate)
+
+
+@asset(group_name="evaluation", deps=[golden_releases],
+       check_specs=[AssetCheckSpec("hard_gates", asset="regression_eval", blocking=True,
+                                   description="Blocking gates (ERROR)."),
+                    AssetCheckSpec("monitoring_gates", asset="regression_eval",
+                                   description="Monitoring gates (WARN).")],
+       description="Scores the golden release on the rag_app with the judge's metrics: per case × "
+                   "metric, then per metric and slice (mean, median, pass rate, p10, severe), "
+                   "compared with the baseline run; stored in eval_runs / eval_results / "
+                   "eval_summary / eval_flips.")
+def regression_eval(context: AssetExecutionContext, config: EvalConfig, duckdb: DuckDBResource,
+                    paths: RagLoopPaths, rag_app: RagAppResource, judge: JudgeResource) -> MaterializeResult:
+    settings = config.settings(rag_app)
+    try:
+        with duckdb.get_connection() as con:
+            report = run_regression(con, Path(paths.goldens_dir), judge.settings(), settings,
+                                    log=context.log.info)
+    except EvalError as error:
+        raise Failure(description=str(error)) from error
+    overall = report.table[report.table["slice"] == "all"].set_index("metric")
+    vector = overall[["n", "errored", "mean", "median", "pass_rate", "p10", "severe",
+                      "delta_mean", "delta_pass_rate"]].round(3)
+    metadata = {
+        "dagster/row_count": len(report.table), "run_id": report.run_id, "release": report.release,
+        "baseline_run_id": report.baseline_run_id or "none", "cases": report.cases,
+        "errored": report.errored, "seconds": round(report.seconds, 2),
+        "judge_calls": report.usage.calls, "judge_cache_hits": report.usage.cache_hits,
+        "judge_tokens": report.usage.input_tokens + report.usage.output_tokens,
+        "judge_cost_usd": round(report.usage.cost_usd, 6),
+        **{f"{_key(m)}_{k}": float(round(r[k], 4)) for m, r in overall.iterrows()
+           for k in ("mean", "pass_rate") if pd.notna(r[k])},
+        "quality_vector": MetadataValue.md(vector.to_markdown()),
+        "flipped_cases": MetadataValue.md(
+            report.flipped[["metric", "input", "baseline_score", "score"]].head(20).to_markdown(index=False)
+            if len(report.flipped) else "no case flipped from pass to fail"),
+    }
+    checks = [_gate_check(report, blocking=True), _gate_check(report, blocking=False)]
+    return MaterializeResult(metadata=metadata, check_results=checks)
+
+
+def _gate_check(report, blocking: bool) -> AssetCheckResult:
+    outcomes = [o for o in report.gates if o.gate.blocking == blocking]
+    failures = [{"metric": o.gate.metric, **f} for o in outcomes for f in o.failures]
+    table = pd.DataFrame(failures)
+    return AssetCheckResult(
+        check_name="hard_gates" if blocking else "monitoring_gates",
+        passed=not failures,
+        severity=AssetCheckSeverity.ERROR if blocking else AssetCheckSeverity.WARN,
+        metadata={"gates": len(outcomes), "failed": len({f["metric"] for f in failures}),
+                  "run_id": report.run_id,
+                  "failures": MetadataValue.md(table.to_markdown(index=False) if failures else "all gates pass"),
+                  "flipped_cases": len(report.flipped)})
+
+
+def _as_dict(value) -> dict:
+    """A nested config entry: a Config object, or the plain dict a default stays as."""
+    return dict(value) if isinstance(value, dict) else value.model_dump()
+
+
+def _key(metric: str) -> str:
+    return metric.lower().replace(" [geval]", "").replace(" ", "_")
+

@@ -1,0 +1,150 @@
+"""One regression eval: release × system under test × judge → stored run, report and gates."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+
+from rag_loop.evaluation.evidence import (
+    RELEVANCE_SIMILARITY,
+    SUPPORT_SIMILARITY,
+    Evidence,
+)
+from rag_loop.evaluation.judges import (
+    JudgeSettings,
+    JudgeUsage,
+    OpenAICompatibleJudge,
+    build_metrics,
+    judge_description,
+    load_judge_cache,
+    save_judge_cache,
+)
+from rag_loop.evaluation.report import (
+    Gate,
+    GateOutcome,
+    baseline_run,
+    compare,
+    evaluate_gates,
+    flips,
+    load_results,
+    summarize,
+)
+from rag_loop.evaluation.runner import (
+    EvalError,
+    build_cases,
+    load_app,
+    release_of,
+    score_cases,
+    store_run,
+)
+
+DEFAULT_THRESHOLDS: dict[str, float | None] = {
+    "Faithfulness": 0.8, "Answer Relevancy": 0.7, "Contextual Recall": 0.7,
+    "Contextual Precision": 0.5, "Contextual Relevancy": None}  # None: monitoring, no verdict
+DEFAULT_GATES = (
+    Gate("Correctness [GEval]", max_drop=0.10, slices=("all", "language", "query_type")),
+    Gate("Faithfulness", min_pass_rate=0.8),
+    Gate("Answer Relevancy", max_drop=0.10, slices=("all", "language", "query_type")),
+    Gate("Contextual Recall", min_pass_rate=0.6),
+    Gate("Contextual Precision", min_mean=0.5, blocking=False),
+    Gate("Contextual Relevancy", min_mean=0.3, blocking=False),
+)
+
+
+@dataclass
+class EvalSettings:
+    release: str = "latest"
+    mode: str = "live"  # or "replay": score what production answered
+    rag_app: str = "rag_loop.demo.rag_app:answer_for_eval"
+    rag_config: Mapping[str, Any] = field(default_factory=lambda: {"config": "baseline"})
+    thresholds: Mapping[str, float | None] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
+    gates: Sequence[Gate] = DEFAULT_GATES
+    baseline_run: str | None = None
+    concurrency: int = 8
+    max_error_rate: float = 0.05
+    severe_below: float = 0.3
+
+
+@dataclass
+class RegressionReport:
+    run_id: str
+    release: str
+    baseline_run_id: str | None
+    table: pd.DataFrame  # summary per metric × slice, with baseline deltas
+    flipped: pd.DataFrame
+    gates: list[GateOutcome]
+    usage: JudgeUsage
+    cases: int
+    errored: int
+    seconds: float
+
+
+def run_regression(con: duckdb.DuckDBPyConnection, goldens_dir: Path, judge_settings: JudgeSettings,
+                   settings: EvalSettings, log: Callable[[str], None] = lambda _: None,
+                   evidence: Evidence | None = None) -> RegressionReport:
+    """Score the release, store the run, compare with the baseline, evaluate the gates.
+
+    Raises EvalError (after storing everything) when more than `max_error_rate` of the
+    case × metric results errored.
+    """
+    release, goldens, sha256 = release_of(goldens_dir, settings.release)
+    app = load_app(settings.rag_app) if settings.mode == "live" else None
+    cases = build_cases(goldens, settings.mode, app, settings.rag_config, con)
+    log(f"{release}: {len(cases)} cases, mode {settings.mode}, judge {judge_settings.kind}")
+    judge = None
+    if judge_settings.kind == "openai-compatible":
+        judge = OpenAICompatibleJudge(judge_settings, load_judge_cache(con, judge_settings.model))
+    evidence = evidence or Evidence()
+    run = score_cases(cases, lambda: build_metrics(judge_settings, settings.thresholds, judge, evidence),
+                      settings.concurrency, log)
+    if judge is not None:
+        save_judge_cache(con, judge)
+    usage = judge.usage if judge is not None else JudgeUsage()
+    description = judge_description(judge_settings, evidence)
+    if judge_settings.kind == "offline":
+        description["rules"] = {"support_similarity": SUPPORT_SIMILARITY,
+                                "relevance_similarity": RELEVANCE_SIMILARITY}
+    run_id = store_run(con, run, cases, {
+        "release_version": release, "release_sha256": sha256, "mode": settings.mode,
+        "rag_app": settings.rag_app if settings.mode == "live" else "replay",
+        "rag_config": dict(settings.rag_config), "judge": description,
+        "metrics": dict(settings.thresholds), "gates": [asdict(g) for g in settings.gates],
+        "judge_calls": usage.calls, "judge_cache_hits": usage.cache_hits,
+        "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
+        "cost_usd": usage.cost_usd})
+    baseline_id = baseline_run(con, release, run_id, settings.baseline_run)
+    con.execute("UPDATE eval_runs SET baseline_run_id = ? WHERE run_id = ?", [baseline_id, run_id])
+    results, before = load_results(con, run_id), load_results(con, baseline_id)
+    table = compare(summarize(results, settings.severe_below),
+                    summarize(before, settings.severe_below) if before is not None else None)
+    flipped = flips(results, before)
+    _append(con, "eval_summary", table.assign(run_id=run_id, baseline_run_id=baseline_id))
+    _append(con, "eval_flips", flipped.assign(run_id=run_id, baseline_run_id=baseline_id))
+    outcomes = evaluate_gates(table, settings.gates)
+    failures = [{"metric": o.gate.metric, "blocking": o.gate.blocking, **f}
+                for o in outcomes for f in o.failures]
+    con.execute("UPDATE eval_runs SET blocked = ?, gate_failures = ? WHERE run_id = ?",
+                [any(f["blocking"] for f in failures), json.dumps(failures), run_id])
+    report = RegressionReport(run_id, release, baseline_id, table, flipped, outcomes, usage,
+                              len(cases), run.errored, run.seconds)
+    total = len(results)
+    if total and run.errored / total > settings.max_error_rate:
+        raise EvalError(f"{run.errored}/{total} results errored (> {settings.max_error_rate:.0%}); "
+                        f"run {run_id} is stored but cannot be trusted")
+    return report
+
+
+def _append(con: duckdb.DuckDBPyConnection, name: str, frame: pd.DataFrame) -> None:
+    if frame.empty:
+        return
+    con.register("_rows", frame)
+    try:
+        con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM _rows")
+    finally:
+        con.unregister("_rows")

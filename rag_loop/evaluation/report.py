@@ -1,0 +1,138 @@
+"""A run as a quality vector per slice, compared with a baseline, judged by gates.
+
+Never one averaged score (seed 000 §13): per metric and slice the mean, median, pass rate,
+10th percentile and the count of severe failures, with errored cases counted apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+SLICES = ("all", "language", "query_type", "origin", "failure_type", "tag")
+
+
+def summarize(results: pd.DataFrame, severe_below: float = 0.3,
+              slices: Sequence[str] = SLICES) -> pd.DataFrame:
+    """Per metric × slice value: n, errored, mean, median, pass_rate, p10, severe."""
+    frames = []
+    for dimension in slices:
+        if dimension == "all":
+            keyed = results.assign(slice="all", slice_value="all")
+        elif dimension == "tag":
+            keyed = results.explode("tags").dropna(subset=["tags"])
+            keyed = keyed.assign(slice="tag", slice_value=keyed["tags"].astype(str))
+        else:
+            keyed = results.assign(slice=dimension, slice_value=results[dimension].fillna("(none)").astype(str))
+        frames.append(keyed.groupby(["metric", "slice", "slice_value"], sort=True).apply(
+            _quality, severe_below, include_groups=False).reset_index())
+    return pd.concat(frames, ignore_index=True)
+
+
+def _quality(group: pd.DataFrame, severe_below: float) -> pd.Series:
+    scored = group[~group["errored"]]
+    scores = scored["score"].astype(float)
+    gated = scored["passed"].dropna()
+    return pd.Series({
+        "n": len(group), "errored": int(group["errored"].sum()),
+        "mean": scores.mean() if len(scores) else np.nan,
+        "median": scores.median() if len(scores) else np.nan,
+        "pass_rate": gated.astype(float).mean() if len(gated) else np.nan,
+        "p10": scores.quantile(0.1) if len(scores) else np.nan,
+        "severe": int((scores < severe_below).sum()),
+    })
+
+
+def compare(summary: pd.DataFrame, baseline: pd.DataFrame | None) -> pd.DataFrame:
+    """The summary with baseline figures and deltas (in points of 0-1 scores) joined in."""
+    if baseline is None or baseline.empty:
+        return summary.assign(baseline_mean=np.nan, baseline_pass_rate=np.nan,
+                              delta_mean=np.nan, delta_pass_rate=np.nan)
+    keys = ["metric", "slice", "slice_value"]
+    joined = summary.merge(baseline[keys + ["mean", "pass_rate"]].rename(
+        columns={"mean": "baseline_mean", "pass_rate": "baseline_pass_rate"}), on=keys, how="left")
+    joined["delta_mean"] = joined["mean"] - joined["baseline_mean"]
+    joined["delta_pass_rate"] = joined["pass_rate"] - joined["baseline_pass_rate"]
+    return joined
+
+
+def flips(results: pd.DataFrame, baseline_results: pd.DataFrame | None) -> pd.DataFrame:
+    """Cases × metrics that passed in the baseline and fail (or error) now."""
+    columns = ["golden", "metric", "input", "baseline_score", "score", "errored", "actual_output"]
+    if baseline_results is None or baseline_results.empty:
+        return pd.DataFrame(columns=columns)
+    before = baseline_results[baseline_results["passed"] == True][["golden", "metric", "score"]]
+    now = results.merge(before.rename(columns={"score": "baseline_score"}), on=["golden", "metric"])
+    flipped = now[(now["passed"] == False) | now["errored"]]
+    return flipped[columns].sort_values(["metric", "golden"]).reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A rule on one metric: pass rate / mean floors and a maximum drop against the baseline,
+    checked on the whole run and on every slice value with at least `min_cases` cases."""
+
+    metric: str
+    min_pass_rate: float | None = None
+    min_mean: float | None = None
+    max_drop: float | None = None  # in points of pass rate (0.10 = 10 points)
+    slices: tuple[str, ...] = ("all",)
+    min_cases: int = 3
+    blocking: bool = True  # hard gate (ERROR) or monitoring (WARN)
+
+
+@dataclass
+class GateOutcome:
+    gate: Gate
+    passed: bool
+    failures: list[dict[str, Any]] = field(default_factory=list)
+
+
+def evaluate_gates(table: pd.DataFrame, gates: Sequence[Gate]) -> list[GateOutcome]:
+    """Each gate against the compared summary; a failure names its slice and figures."""
+    outcomes = []
+    for gate in gates:
+        mine = table[table["metric"] == gate.metric]
+        enough = (mine["n"] - mine["errored"]) >= gate.min_cases
+        rows = mine[(mine["slice"] == "all") | (mine["slice"].isin(gate.slices) & enough)]
+        failures = []
+        for row in rows.to_dict("records"):
+            problems = []
+            if gate.min_pass_rate is not None and not row["pass_rate"] >= gate.min_pass_rate:
+                problems.append(f"pass rate {row['pass_rate']:.2f} < {gate.min_pass_rate:.2f}")
+            if gate.min_mean is not None and not row["mean"] >= gate.min_mean:
+                problems.append(f"mean {row['mean']:.2f} < {gate.min_mean:.2f}")
+            if gate.max_drop is not None and row["delta_pass_rate"] < -gate.max_drop:
+                problems.append(f"pass rate dropped {-row['delta_pass_rate'] * 100:.0f} points "
+                                f"(> {gate.max_drop * 100:.0f}) vs baseline")
+            if problems:
+                failures.append({"slice": row["slice"], "value": row["slice_value"], "n": int(row["n"]),
+                                 "problems": "; ".join(problems)})
+        outcomes.append(GateOutcome(gate, not failures, failures))
+    return outcomes
+
+
+def baseline_run(con: duckdb.DuckDBPyConnection, release: str, run_id: str,
+                 named: str | None = None) -> str | None:
+    """A named run, else the latest earlier run on the same release that passed its hard gates."""
+    if named:
+        found = con.execute("SELECT run_id FROM eval_runs WHERE run_id = ?", [named]).fetchall()
+        if not found:
+            raise ValueError(f"baseline run {named!r} not found")
+        return named
+    rows = con.execute("""SELECT run_id FROM eval_runs WHERE release_version = ? AND run_id <> ?
+                          AND NOT coalesce(blocked, false)
+                          AND started_at <= (SELECT started_at FROM eval_runs WHERE run_id = ?)
+                          ORDER BY started_at DESC LIMIT 1""", [release, run_id, run_id]).fetchall()
+    return rows[0][0] if rows else None
+
+
+def load_results(con: duckdb.DuckDBPyConnection, run_id: str | None) -> pd.DataFrame | None:
+    if run_id is None:
+        return None
+    return con.execute("SELECT * FROM eval_results WHERE run_id = ?", [run_id]).df()
