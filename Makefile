@@ -49,6 +49,7 @@ bench: install
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/selection.py
 	$(BIN)/python bench/intent_dedup.py
+	$(BIN)/python bench/eval.py
 
 clean:
 	rm -rf $(DAGSTER_HOME) data/rag_loop.duckdb data/rag_loop.duckdb.wal

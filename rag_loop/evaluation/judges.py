@@ -167,6 +167,8 @@ def load_judge_cache(con: duckdb.DuckDBPyConnection, model: str) -> dict[str, tu
 
 def save_judge_cache(con: duckdb.DuckDBPyConnection, judge: OpenAICompatibleJudge) -> None:
     con.execute(CACHE_DDL)
+    if not judge.new_entries:
+        return
     con.executemany("INSERT OR IGNORE INTO judge_cache (key, model, response, input_tokens, "
                     "output_tokens) VALUES (?, ?, ?, ?, ?)",
                     [(k, judge.settings.model, *v) for k, v in judge.new_entries.items()])
