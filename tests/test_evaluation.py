@@ -13,10 +13,15 @@ from standin_openai import StandIn
 
 from rag_loop.evaluation.evidence import Evidence, key_tokens, statements
 from rag_loop.evaluation.judges import JudgeSettings
-from rag_loop.evaluation.offline import (OfflineAnswerRelevancy, OfflineContextualPrecision,
-                                         OfflineContextualRecall, OfflineContextualRelevancy,
-                                         OfflineCorrectness, OfflineFaithfulness,
-                                         average_precision)
+from rag_loop.evaluation.offline import (
+    OfflineAnswerRelevancy,
+    OfflineContextualPrecision,
+    OfflineContextualRecall,
+    OfflineContextualRelevancy,
+    OfflineCorrectness,
+    OfflineFaithfulness,
+    average_precision,
+)
 from rag_loop.evaluation.regression import EvalSettings, run_regression
 from rag_loop.evaluation.report import Gate, evaluate_gates, summarize
 from rag_loop.evaluation.runner import EvalError
