@@ -9,6 +9,8 @@ export DEEPEVAL_DISABLE_DOTENV := 1
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
+DRIFT_ASSETS := query_mix,freshness_lag,retrieval_scores,quality_slis
+
 .PHONY: install demo test ui demo-data bench clean
 
 install: $(STAMP)
@@ -25,6 +27,8 @@ $(DAGSTER_HOME)/dagster.yaml:
 
 demo: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster job execute -f definitions.py -j rag_loop_job
+	$(BIN)/dagster asset materialize -f definitions.py --select $(DRIFT_ASSETS) \
+		--partition-range 2026-11-01...2026-11-14
 	$(BIN)/python -m rag_loop.demo.curator --round 1
 	$(BIN)/dagster job execute -f definitions.py -j release_goldens -c data/demo/release/round-1.yaml
 	$(BIN)/python -m rag_loop.demo.curator --round 2

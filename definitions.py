@@ -2,6 +2,7 @@
 
 from dagster import Definitions, in_process_executor
 
+from assets.drift import DRIFT_ASSETS, drift_job, drift_schedule
 from assets.evaluation import regression_eval
 from assets.goldens import (
     curated_labels,
@@ -24,9 +25,10 @@ from assets.selection import failure_candidates, quality_estimates, trace_signal
 defs = Definitions(
     assets=[knowledge_base, raw_traces, trace_signals, failure_candidates, quality_estimates,
             query_embeddings, intent_clusters, curation_queue, curated_labels, golden_release,
-            golden_releases, regression_eval],
+            golden_releases, regression_eval, *DRIFT_ASSETS],
     asset_checks=[raw_traces_quarantine_rate],
-    jobs=[ingest_job, rag_loop_job, label_job, release_goldens, regression_eval_job],
+    jobs=[ingest_job, rag_loop_job, label_job, release_goldens, regression_eval_job, drift_job],
+    schedules=[drift_schedule],
     sensors=[new_trace_files_sensor, new_label_files_sensor],
     resources=build_resources(),
     executor=in_process_executor,  # DuckDB has one writer at a time

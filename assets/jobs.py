@@ -9,9 +9,11 @@ ingest_job = define_asset_job("ingest_job", selection=AssetSelection.groups("ing
                               description="Load the knowledge base and new trace files.")
 rag_loop_job = define_asset_job(
     "rag_loop_job",
-    selection=AssetSelection.all() - AssetSelection.assets(golden_release, regression_eval),
+    selection=AssetSelection.all() - AssetSelection.assets(golden_release, regression_eval)
+    - AssetSelection.groups("drift"),
     description="Materialize the loop up to the curation queue and labels; releases are the "
-                "curators' (release_goldens) and evaluations run on a release (regression_eval_job).")
+                "curators' (release_goldens), evaluations run on a release (regression_eval_job) "
+                "and drift per day (drift_job, scheduled).")
 label_job = define_asset_job("label_job", selection=AssetSelection.assets(curated_labels),
                              description="Store new curator label files.")
 release_goldens = define_asset_job(

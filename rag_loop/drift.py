@@ -1,0 +1,298 @@
+"""Drift of a RAG system, one day at a time (seed 004 §09-§11): query mix, knowledge freshness,
+retrieval scores and quality SLIs, each against an absolute SLO and a trailing baseline.
+
+Every figure is computed per day; the baseline is the `baseline_days` days before it. A check
+never fires below its minimum sample, and a baseline check does not fire without a baseline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from typing import Any
+
+import duckdb
+import numpy as np
+import pandas as pd
+from scipy.spatial.distance import jensenshannon
+from scipy.stats import ks_2samp
+
+from rag_loop.signals import SLICE_COLUMNS
+
+LENGTH_BUCKETS = ((1, 3, "1-3 words"), (4, 7, "4-7 words"), (8, 15, "8-15 words"), (16, 10**6, "16+ words"))
+
+
+# ---- statistics ---------------------------------------------------------------------------
+
+def aligned(current: Mapping[str, float], baseline: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    keys = sorted(set(current) | set(baseline))
+    return (np.array([current.get(k, 0.0) for k in keys], float),
+            np.array([baseline.get(k, 0.0) for k in keys], float), keys)
+
+
+def js_divergence(current: Mapping[str, float], baseline: Mapping[str, float]) -> float:
+    """Jensen-Shannon divergence (base 2, in [0, 1]) of two count distributions."""
+    now, before, _ = aligned(current, baseline)
+    if now.sum() == 0 or before.sum() == 0:
+        return float("nan")
+    return float(jensenshannon(now / now.sum(), before / before.sum(), base=2) ** 2)
+
+
+def psi(current: Mapping[str, float], baseline: Mapping[str, float], epsilon: float = 1e-4) -> float:
+    """Population stability index Σ (a − e) ln(a / e), shares floored at `epsilon`."""
+    now, before, _ = aligned(current, baseline)
+    if now.sum() == 0 or before.sum() == 0:
+        return float("nan")
+    a = np.maximum(now / now.sum(), epsilon)
+    e = np.maximum(before / before.sum(), epsilon)
+    return float(np.sum((a - e) * np.log(a / e)))
+
+
+def psi_continuous(current: Sequence[float], baseline: Sequence[float], bins: int = 10) -> float:
+    """PSI of a continuous variable over the baseline's quantile bins."""
+    current, baseline = np.asarray(current, float), np.asarray(baseline, float)
+    if len(current) == 0 or len(baseline) == 0:
+        return float("nan")
+    edges = np.unique(np.quantile(baseline, np.linspace(0, 1, bins + 1)))
+    edges[0], edges[-1] = -np.inf, np.inf
+    count = lambda values: dict(enumerate(np.histogram(values, edges)[0]))  # noqa: E731
+    return psi(count(current), count(baseline))
+
+
+def ks_test(current: Sequence[float], baseline: Sequence[float]) -> tuple[float, float]:
+    """Two-sample Kolmogorov-Smirnov statistic and p-value (scipy)."""
+    if len(current) == 0 or len(baseline) == 0:
+        return float("nan"), float("nan")
+    result = ks_2samp(current, baseline)
+    return float(result.statistic), float(result.pvalue)
+
+
+def top_movers(current: Mapping[str, float], baseline: Mapping[str, float], k: int = 5) -> list[dict]:
+    """The values whose share moved most, with both shares."""
+    now, before, keys = aligned(current, baseline)
+    share_now = now / now.sum() if now.sum() else now
+    share_before = before / before.sum() if before.sum() else before
+    order = np.argsort(-np.abs(share_now - share_before))[:k]
+    return [{"value": keys[i], "share": round(float(share_now[i]), 4),
+             "baseline_share": round(float(share_before[i]), 4)} for i in order]
+
+
+# ---- checks ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Limit:
+    """When a figure fires: above (or below) `warn` → WARN, beyond `error` → ERROR."""
+
+    warn: float | None = None
+    error: float | None = None
+    higher_is_bad: bool = True
+    min_sample: int = 30
+
+
+@dataclass
+class Verdict:
+    name: str
+    value: float | None
+    n: int
+    fired: bool = False
+    severity: str | None = None  # "WARN" | "ERROR"
+    note: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def judge(name: str, value: float | None, n: int, limit: Limit, **details: Any) -> Verdict:
+    """Compare a figure with its limit, honouring the minimum sample."""
+    value = None if value is None else float(value)
+    if value is None or np.isnan(value):
+        return Verdict(name, None, n, note="no value (no baseline or no data)", details=details)
+    if n < limit.min_sample:
+        return Verdict(name, value, n, note=f"n={n} below the minimum sample {limit.min_sample}",
+                       details=details)
+    beyond = (lambda x: value > x) if limit.higher_is_bad else (lambda x: value < x)
+    for severity, bound in (("ERROR", limit.error), ("WARN", limit.warn)):
+        if bound is not None and beyond(bound):
+            side = ">" if limit.higher_is_bad else "<"
+            return Verdict(name, value, n, True, severity, f"{value:.4g} {side} {bound:g}", details)
+    return Verdict(name, value, n, note="within limits", details=details)
+
+
+# ---- per-day figures ---------------------------------------------------------------------
+
+def baseline_days(day: date, days: int) -> tuple[date, date]:
+    return day - timedelta(days=days), day - timedelta(days=1)
+
+
+def retrieval_figures(con: duckdb.DuckDBPyConnection, day: date, window: int) -> pd.DataFrame:
+    """Per slice of the day: quantiles of top-1 retrieval and rerank scores, empty retrieval
+    rate, source diversity, top-k overlap with the baseline for repeated queries, and KS / PSI
+    of the top-1 rerank score against the baseline window."""
+    start, end = baseline_days(day, window)
+    traces = con.execute(f"""
+        SELECT s.day, s.trace_id, {", ".join(f"coalesce(s.{c}, '(none)') AS {c}" for c in SLICE_COLUMNS)},
+               s.top_retrieval_score, s.top_rerank_score, s.empty_retrieval,
+               lower(trim(t.original_query)) AS query, k.documents, k.chunk_ids
+        FROM trace_signals s JOIN raw_traces t USING (trace_id)
+        LEFT JOIN (SELECT trace_id, count(DISTINCT doc_id) AS documents, list(chunk_id) AS chunk_ids
+                   FROM trace_chunks GROUP BY 1) k USING (trace_id)
+        WHERE s.day BETWEEN ? AND ?""", [start, day]).df()
+    today, before = traces[traces["day"] == pd.Timestamp(day)], traces[traces["day"] <= pd.Timestamp(end)]
+    rows = []
+    for dimension in ("all", *SLICE_COLUMNS):
+        groups = [("all", today, before)] if dimension == "all" else [
+            (value, group, before[before[dimension] == value]) for value, group in today.groupby(dimension)]
+        for value, now, base in groups:
+            rows.append({"slice": dimension, "slice_value": str(value), **_retrieval_row(now, base)})
+    return pd.DataFrame(rows)
+
+
+def _retrieval_row(now: pd.DataFrame, base: pd.DataFrame) -> dict[str, Any]:
+    rerank, base_rerank = now["top_rerank_score"].dropna(), base["top_rerank_score"].dropna()
+    retrieval = now["top_retrieval_score"].dropna()
+    ks, p_value = ks_test(rerank, base_rerank)
+    q = lambda s, p: float(s.quantile(p)) if len(s) else np.nan  # noqa: E731
+    return {
+        "n": len(now), "baseline_n": len(base),
+        "retrieval_p10": q(retrieval, 0.1), "retrieval_p50": q(retrieval, 0.5), "retrieval_p90": q(retrieval, 0.9),
+        "rerank_p10": q(rerank, 0.1), "rerank_p50": q(rerank, 0.5), "rerank_p90": q(rerank, 0.9),
+        "baseline_rerank_p50": q(base_rerank, 0.5),
+        "empty_rate": float(now["empty_retrieval"].mean()) if len(now) else np.nan,
+        "baseline_empty_rate": float(base["empty_retrieval"].mean()) if len(base) else np.nan,
+        "source_diversity": float(now["documents"].fillna(0).mean()) if len(now) else np.nan,
+        "topk_overlap": _topk_overlap(now, base), "ks_statistic": ks, "ks_pvalue": p_value,
+        "rerank_psi": psi_continuous(rerank, base_rerank) if len(base_rerank) else np.nan,
+    }
+
+
+def _topk_overlap(now: pd.DataFrame, base: pd.DataFrame) -> float:
+    """Mean Jaccard of the retrieved chunk ids of a query asked today and in the baseline."""
+    retrieved = lambda chunks: set(chunks) if isinstance(chunks, (list, np.ndarray)) else set()  # noqa: E731
+    earlier = {q: retrieved(c) for q, c in zip(base["query"], base["chunk_ids"])}
+    scores = [len(retrieved(c) & earlier[q]) / len(retrieved(c) | earlier[q])
+              for q, c in zip(now["query"], now["chunk_ids"])
+              if q in earlier and (retrieved(c) | earlier[q])]
+    return float(np.mean(scores)) if scores else np.nan
+
+
+def freshness_figures(con: duckdb.DuckDBPyConnection, day: date, window: int,
+                      slo_minutes: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(versions published on the day with their lag, per-slice stale retrieval rates).
+
+    Lag = indexed_at − source_updated_at; a version not indexed by the end of the day counts
+    with its lag so far. Stale retrieval: traces whose context used a superseded version.
+    """
+    end_of_day = pd.Timestamp(day, tz="UTC") + pd.Timedelta(days=1)
+    versions = con.execute("""
+        SELECT doc_id, version, source_updated_at, indexed_at,
+               epoch(coalesce(indexed_at, ?::TIMESTAMPTZ) - source_updated_at) / 60 AS lag_minutes,
+               indexed_at IS NULL OR indexed_at > ?::TIMESTAMPTZ AS unindexed_at_end_of_day
+        FROM documents WHERE CAST(timezone('UTC', source_updated_at) AS DATE) = ?
+        ORDER BY source_updated_at""", [end_of_day, end_of_day, day]).df()
+    versions["within_slo"] = versions["lag_minutes"] <= slo_minutes
+    start, _ = baseline_days(day, window)
+    stale = con.execute(f"""
+        SELECT slice, slice_value, count(*) FILTER (day = ?) AS n,
+               avg(stale_source::INT) FILTER (day = ?) AS stale_rate,
+               count(*) FILTER (day < ?) AS baseline_n,
+               avg(stale_source::INT) FILTER (day < ?) AS baseline_stale_rate
+        FROM (SELECT day, stale_source, 'all' AS slice, 'all' AS slice_value FROM trace_signals
+              {"".join(f" UNION ALL SELECT day, stale_source, '{c}', coalesce({c}, '(none)') FROM trace_signals" for c in SLICE_COLUMNS)})
+        WHERE day BETWEEN ? AND ? GROUP BY ALL HAVING count(*) FILTER (day = ?) > 0
+        ORDER BY 1, 2""", [day, day, day, day, start, day, day]).df()
+    return versions, stale
+
+
+def stale_documents(con: duckdb.DuckDBPyConnection, day: date) -> list[str]:
+    """Documents whose newest published version was not in the index at the end of the day."""
+    end_of_day = pd.Timestamp(day, tz="UTC") + pd.Timedelta(days=1)
+    rows = con.execute("""
+        SELECT doc_id || '@' || version FROM documents
+        WHERE source_updated_at < ?::TIMESTAMPTZ AND (indexed_at IS NULL OR indexed_at >= ?::TIMESTAMPTZ)
+        QUALIFY row_number() OVER (PARTITION BY doc_id ORDER BY source_updated_at DESC) = 1""",
+        [end_of_day, end_of_day]).fetchall()
+    return sorted(r[0] for r in rows)
+
+
+def length_bucket(words: int) -> str:
+    return next(label for low, high, label in LENGTH_BUCKETS if low <= words <= high)
+
+
+def mix_counts(con: duckdb.DuckDBPyConnection, day: date, window: int,
+               intents: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Counts per day, dimension and value over the day and its baseline window: language,
+    query_type, tenant, length bucket, plus intent cluster (and "novel") when `intents`
+    (trace_id, cluster_id or None) is given for a sample of the traffic."""
+    start, _ = baseline_days(day, window)
+    traces = con.execute("""
+        SELECT s.day, s.trace_id, coalesce(s.language, '(none)') AS language,
+               coalesce(s.query_type, '(none)') AS query_type, coalesce(s.tenant, '(none)') AS tenant,
+               len(string_split(trim(t.original_query), ' ')) AS words
+        FROM trace_signals s JOIN raw_traces t USING (trace_id) WHERE s.day BETWEEN ? AND ?""",
+        [start, day]).df()
+    traces["length"] = traces["words"].map(length_bucket)
+    parts = [traces.groupby(["day", d]).size().rename("n").reset_index().rename(columns={d: "value"})
+             .assign(dimension=d) for d in ("language", "query_type", "tenant", "length")]
+    if intents is not None and len(intents):
+        sampled = traces.merge(intents, on="trace_id")
+        sampled["value"] = sampled["cluster_id"].fillna("(novel)")
+        parts.append(sampled.groupby(["day", "value"]).size().rename("n").reset_index()
+                     .assign(dimension="intent"))
+    counts = pd.concat(parts, ignore_index=True)
+    counts["day"] = pd.to_datetime(counts["day"]).dt.date
+    return counts[["day", "dimension", "value", "n"]]
+
+
+def mix_divergence(counts: pd.DataFrame, day: date, top_k: int = 5) -> pd.DataFrame:
+    """Per dimension: the day's JS divergence and PSI against the pooled baseline, top movers."""
+    rows = []
+    for dimension, group in counts.groupby("dimension"):
+        now = group[group["day"] == day].groupby("value")["n"].sum().to_dict()
+        base = group[group["day"] < day].groupby("value")["n"].sum().to_dict()
+        rows.append({"dimension": dimension, "n": int(sum(now.values())), "baseline_n": int(sum(base.values())),
+                     "js_divergence": js_divergence(now, base) if base else np.nan,
+                     "psi": psi(now, base) if base else np.nan,
+                     "novel_share": now.get("(novel)", 0) / max(sum(now.values()), 1) if dimension == "intent" else np.nan,
+                     "top_movers": top_movers(now, base, top_k) if base else []})
+    return pd.DataFrame(rows)
+
+
+def quality_figures(con: duckdb.DuckDBPyConnection, day: date, window: int,
+                    outcomes: Sequence[str]) -> pd.DataFrame:
+    """The unbiased (Horvitz-Thompson) daily rates of quality outcomes, whole traffic, with the
+    trailing baseline's mean rate."""
+    start, _ = baseline_days(day, window)
+    return con.execute("""
+        SELECT outcome, avg(ht_rate) FILTER (day = ?) AS rate,
+               sum(selected_n) FILTER (day = ?) AS n, sum(random_n) FILTER (day = ?) AS random_n,
+               sum(ht_rate * population_n) FILTER (day < ?) / sum(population_n) FILTER (day < ?)
+                   AS baseline_rate, count(DISTINCT day) FILTER (day < ?) AS baseline_days
+        FROM quality_estimates WHERE slice = 'all' AND outcome IN (SELECT unnest(?))
+          AND day BETWEEN ? AND ? GROUP BY outcome ORDER BY outcome""",
+        [day, day, day, day, day, day, list(outcomes), start, day]).df()
+
+
+def assign_intents(con: duckdb.DuckDBPyConnection, router, day: date, sample: int,
+                   log=lambda _: None) -> pd.DataFrame:
+    """Place a deterministic sample (≤ `sample`) of the day's queries in the existing intent
+    clusters, per language, without reclustering; unplaced queries are novel (cluster None)."""
+    from rag_loop.clustering import NOISE, assign_to_clusters
+    traces = con.execute("""
+        SELECT trace_id, coalesce(language, 'und') AS language, original_query
+        FROM raw_traces WHERE CAST(timezone('UTC', "timestamp") AS DATE) = ?
+        ORDER BY md5(trace_id) LIMIT ?""", [day, sample]).df()
+    clusters = con.execute("SELECT cluster_id, language, centroid, radius FROM intent_clusters "
+                           "WHERE NOT is_singleton").df()
+    parts = []
+    for language, group in traces.groupby("language"):
+        _, vectors = router.embed(con, group["original_query"].tolist(), language, log=log)
+        known = clusters[clusters["language"] == language]
+        centroids = np.array(known["centroid"].tolist(), dtype=np.float32).reshape(len(known), -1)
+        if len(known) and centroids.shape[1] != vectors.shape[1]:
+            known, centroids = known.iloc[:0], np.zeros((0, vectors.shape[1]), np.float32)
+        labels, similarity = assign_to_clusters(vectors, centroids, known["radius"].to_numpy())
+        ids = known["cluster_id"].to_numpy()
+        parts.append(pd.DataFrame({"trace_id": group["trace_id"], "language": language,
+                                   "cluster_id": [ids[c] if c != NOISE else None for c in labels],
+                                   "similarity": similarity}))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+        columns=["trace_id", "language", "cluster_id", "similarity"])
