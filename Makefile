@@ -54,6 +54,7 @@ bench: install
 	$(BIN)/python bench/selection.py
 	$(BIN)/python bench/intent_dedup.py
 	$(BIN)/python bench/eval.py
+	$(BIN)/python bench/drift.py
 
 clean:
 	rm -rf $(DAGSTER_HOME) data/rag_loop.duckdb data/rag_loop.duckdb.wal

@@ -129,18 +129,33 @@ def retrieval_figures(con: duckdb.DuckDBPyConnection, day: date, window: int) ->
     of the top-1 rerank score against the baseline window."""
     start, end = baseline_days(day, window)
     traces = con.execute(f"""
-        SELECT s.day, s.trace_id, {", ".join(f"coalesce(s.{c}, '(none)') AS {c}" for c in SLICE_COLUMNS)},
-               s.top_retrieval_score, s.top_rerank_score, s.empty_retrieval,
-               lower(trim(t.original_query)) AS query, k.documents, k.chunk_ids
-        FROM trace_signals s JOIN raw_traces t USING (trace_id)
-        LEFT JOIN (SELECT trace_id, count(DISTINCT doc_id) AS documents, list(chunk_id) AS chunk_ids
-                   FROM trace_chunks GROUP BY 1) k USING (trace_id)
-        WHERE s.day BETWEEN ? AND ?""", [start, day]).df()
+        WITH chunks AS (
+            SELECT trace_id, count(DISTINCT doc_id) AS documents, list(chunk_id) AS chunk_ids
+            FROM trace_chunks GROUP BY 1),
+        window_traces AS (
+            SELECT s.*, lower(trim(t.original_query)) AS query, t."timestamp" AS asked_at,
+                   k.documents, k.chunk_ids
+            FROM trace_signals s JOIN raw_traces t USING (trace_id) LEFT JOIN chunks k USING (trace_id)
+            WHERE s.day BETWEEN ? AND ?),
+        earlier AS (  -- the latest retrieval of each query in the baseline window
+            SELECT query, arg_max(chunk_ids, asked_at) AS chunk_ids FROM window_traces
+            WHERE day <= ? AND chunk_ids IS NOT NULL GROUP BY query)
+        SELECT w.day, {", ".join(f"coalesce(w.{c}, '(none)') AS {c}" for c in SLICE_COLUMNS)},
+               w.top_retrieval_score, w.top_rerank_score, w.empty_retrieval, w.documents,
+               CASE WHEN w.day = ? AND e.query IS NOT NULL THEN
+                   len(list_intersect(coalesce(w.chunk_ids, []), e.chunk_ids))
+                   / greatest(len(list_distinct(coalesce(w.chunk_ids, []) || e.chunk_ids)), 1) END AS overlap
+        FROM window_traces w LEFT JOIN earlier e ON e.query = w.query AND w.day = ?""",
+        [start, day, end, day, day]).df()
     today, before = traces[traces["day"] == pd.Timestamp(day)], traces[traces["day"] <= pd.Timestamp(end)]
     rows = []
     for dimension in ("all", *SLICE_COLUMNS):
-        groups = [("all", today, before)] if dimension == "all" else [
-            (value, group, before[before[dimension] == value]) for value, group in today.groupby(dimension)]
+        if dimension == "all":
+            groups = [("all", today, before)]
+        else:
+            baseline_groups = dict(tuple(before.groupby(dimension)))
+            groups = [(value, group, baseline_groups.get(value, before.iloc[:0]))
+                      for value, group in today.groupby(dimension)]
         for value, now, base in groups:
             rows.append({"slice": dimension, "slice_value": str(value), **_retrieval_row(now, base)})
     return pd.DataFrame(rows)
@@ -151,6 +166,7 @@ def _retrieval_row(now: pd.DataFrame, base: pd.DataFrame) -> dict[str, Any]:
     retrieval = now["top_retrieval_score"].dropna()
     ks, p_value = ks_test(rerank, base_rerank)
     q = lambda s, p: float(s.quantile(p)) if len(s) else np.nan  # noqa: E731
+    overlap = now["overlap"].dropna()
     return {
         "n": len(now), "baseline_n": len(base),
         "retrieval_p10": q(retrieval, 0.1), "retrieval_p50": q(retrieval, 0.5), "retrieval_p90": q(retrieval, 0.9),
@@ -159,19 +175,10 @@ def _retrieval_row(now: pd.DataFrame, base: pd.DataFrame) -> dict[str, Any]:
         "empty_rate": float(now["empty_retrieval"].mean()) if len(now) else np.nan,
         "baseline_empty_rate": float(base["empty_retrieval"].mean()) if len(base) else np.nan,
         "source_diversity": float(now["documents"].fillna(0).mean()) if len(now) else np.nan,
-        "topk_overlap": _topk_overlap(now, base), "ks_statistic": ks, "ks_pvalue": p_value,
+        "topk_overlap": float(overlap.mean()) if len(overlap) else np.nan,
+        "ks_statistic": ks, "ks_pvalue": p_value,
         "rerank_psi": psi_continuous(rerank, base_rerank) if len(base_rerank) else np.nan,
     }
-
-
-def _topk_overlap(now: pd.DataFrame, base: pd.DataFrame) -> float:
-    """Mean Jaccard of the retrieved chunk ids of a query asked today and in the baseline."""
-    retrieved = lambda chunks: set(chunks) if isinstance(chunks, (list, np.ndarray)) else set()  # noqa: E731
-    earlier = {q: retrieved(c) for q, c in zip(base["query"], base["chunk_ids"])}
-    scores = [len(retrieved(c) & earlier[q]) / len(retrieved(c) | earlier[q])
-              for q, c in zip(now["query"], now["chunk_ids"])
-              if q in earlier and (retrieved(c) | earlier[q])]
-    return float(np.mean(scores)) if scores else np.nan
 
 
 def freshness_figures(con: duckdb.DuckDBPyConnection, day: date, window: int,

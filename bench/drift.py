@@ -1,0 +1,76 @@
+"""One day partition of every drift asset over a database of N traces (default 1,000,000).
+
+    python bench/drift.py [--traces 1000000] [--workdir bench/out]
+
+Builds the same SQL-generated database as bench/selection.py (about 72,000 traces a day over
+14 days), computes signals, selection and quality estimates once, then times one day's
+query_mix, freshness_lag, retrieval_scores and quality_slis (7-day baseline window), beside
+the bare `read_json` scan of the ingestion bench's file of the same size (when present).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from datetime import date
+from pathlib import Path
+
+import duckdb
+
+from rag_loop.drift_days import (FreshnessSettings, QualitySettings, QueryMixSettings,
+                                 RetrievalSettings, freshness_day, quality_day, query_mix_day,
+                                 retrieval_day)
+from rag_loop.estimates import estimate_rates
+from rag_loop.sampling import SamplingPolicy, select_candidates
+from rag_loop.signals import SignalSettings, compute_signals
+from selection import build_database
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--traces", type=int, default=1_000_000)
+    parser.add_argument("--workdir", type=Path, default=Path("bench/out"))
+    args = parser.parse_args()
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    database = args.workdir / "drift.duckdb"
+    database.unlink(missing_ok=True)
+    with duckdb.connect(str(database)) as con:
+        build_database(con, args.traces)
+        compute_signals(con, SignalSettings())
+        select_candidates(con, SamplingPolicy(daily_budget_usd=None))
+        estimates = estimate_rates(con, slices=[()])
+        con.register("_estimates", estimates)
+        con.execute("CREATE TABLE quality_estimates AS SELECT * FROM _estimates")
+        days = con.execute("SELECT day, count(*) FROM trace_signals GROUP BY 1 ORDER BY 1").fetchall()
+        day: date = days[min(9, len(days) - 1)][0]
+        per_day = dict(days)[day]
+        con.execute("CHECKPOINT")
+
+        source = args.workdir / f"traces-{args.traces}" / f"bench-{args.traces}.jsonl"
+        bare = None
+        if source.exists():  # written by bench/ingest.py or bench/selection.py
+            start = time.perf_counter()
+            con.execute(f"SELECT count(*) FROM (SELECT * FROM read_json('{source}'))").fetchall()
+            bare = time.perf_counter() - start
+        timings = {}
+        for name, run in (("query_mix", lambda: query_mix_day(con, day, None, QueryMixSettings())),
+                          ("freshness_lag", lambda: freshness_day(con, day, FreshnessSettings())),
+                          ("retrieval_scores", lambda: retrieval_day(con, day, RetrievalSettings())),
+                          ("quality_slis", lambda: quality_day(con, day, QualitySettings()))):
+            start = time.perf_counter()
+            run()
+            timings[name] = time.perf_counter() - start
+    total = sum(timings.values())
+    print(f"{args.traces:,} traces over {len(days)} days; partition {day} has {per_day:,} traces "
+          f"(baseline window 7 days)")
+    if bare:
+        print(f"bare read_json of the ingestion bench's {args.traces:,}-trace file: {bare:.2f} s (reference)")
+    for name, seconds in timings.items():
+        print(f"  {name}: {seconds:.2f} s")
+    ratio = f" ({total / bare:.2f}x the bare scan)" if bare else ""
+    print(f"one day of every drift asset: {total:.2f} s{ratio}; intent placement not included "
+          "(the bench has no intent clusters)")
+
+
+if __name__ == "__main__":
+    main()
