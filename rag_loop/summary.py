@@ -40,6 +40,21 @@ def main() -> None:
                           "released_by FROM golden_releases ORDER BY version"))
         if "eval_runs" in tables:
             _print_eval_runs(con)
+        if {"retrieval_scores", "quality_slis", "query_mix", "freshness_daily"} <= set(tables):
+            print("Drift per day (the checks' verdicts are in the UI: Assets > drift):")
+            print(con.sql("""
+                SELECT r.day, round(r.rerank_p50, 3) AS rerank_p50, round(r.ks_statistic, 3) AS ks,
+                       round(r.topk_overlap, 2) AS topk_overlap, round(m.js_divergence, 3) AS js_query_type,
+                       f.lag_max_minutes AS max_lag_min, round(q.stale, 3) AS stale,
+                       round(q.timeout, 3) AS timeout, round(q.no_citation, 3) AS no_citation,
+                       round(q.fallback, 3) AS fallback
+                FROM retrieval_scores r
+                JOIN query_mix m ON m.day = r.day AND m.dimension = 'query_type'
+                JOIN freshness_daily f ON f.day = r.day
+                JOIN (PIVOT (SELECT day, outcome, rate FROM quality_slis) ON outcome USING any_value(rate)
+                      GROUP BY day) AS q(day, empty_retrieval, fallback, no_citation, stale, timeout)
+                  ON q.day = r.day
+                WHERE r.slice = 'all' ORDER BY r.day""").df().to_string(index=False))
 
 
 def _print_eval_runs(con: duckdb.DuckDBPyConnection) -> None:
