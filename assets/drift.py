@@ -17,10 +17,12 @@ from assets.ingestion import knowledge_base, raw_traces
 from assets.intents import intent_clusters
 from assets.resources import EmbedderResource
 from assets.selection import quality_estimates, trace_signals
+from rag_loop import plots
 from rag_loop.drift import Limit, Verdict
 from rag_loop.drift_days import (FreshnessSettings, QualitySettings, QueryMixSettings,
                                  RetrievalSettings, freshness_day, quality_day, query_mix_day,
                                  retrieval_day)
+from rag_loop.reports import change_markers
 
 DAILY = DailyPartitionsDefinition(start_date=os.environ.get("RAG_LOOP_DRIFT_START", "2026-11-01"))
 DRIFT_CRON = os.environ.get("RAG_LOOP_DRIFT_CRON", "30 1 * * *")  # after the day closes, UTC
@@ -37,8 +39,32 @@ def _days(context: AssetExecutionContext) -> list[date]:
     return [datetime.strptime(key, "%Y-%m-%d").date() for key in context.partition_keys]
 
 
+SERIES = {  # the chart of each drift asset: SQL over its table, the columns drawn
+    "query_mix": ("SELECT day, js_divergence AS query_type_js FROM query_mix WHERE dimension = "
+                  "'query_type' ORDER BY day", ["query_type_js"]),
+    "freshness_lag": ("SELECT day, stale_rate FROM stale_retrieval WHERE slice = 'all' ORDER BY day",
+                      ["stale_rate"]),
+    "retrieval_scores": ("SELECT day, rerank_p50, retrieval_p50, ks_statistic, topk_overlap FROM "
+                         "retrieval_scores WHERE slice = 'all' ORDER BY day",
+                         ["rerank_p50", "retrieval_p50", "ks_statistic", "topk_overlap"]),
+    "quality_slis": ("PIVOT (SELECT day, outcome, rate FROM quality_slis) ON outcome "
+                     "USING any_value(rate) GROUP BY day ORDER BY day", None),
+}
+
+
+def _chart(con, table: str) -> dict:
+    """The asset's figure over every stored day, with deploy / prompt / index / document markers."""
+    sql, columns = SERIES[table]
+    frame = con.execute(sql).df()
+    if frame.empty:
+        return {}
+    columns = columns or [c for c in frame.columns if c != "day"]
+    png = plots.time_series(frame, columns, f"{table} per day", change_markers(con))
+    return {"over_time": MetadataValue.md(plots.markdown_image(png, table))}
+
+
 def _result(context: AssetExecutionContext, check_names: Sequence[str],
-            run_day: Callable[[date], list[Verdict]], table: str) -> MaterializeResult:
+            run_day: Callable[[date], list[Verdict]], table: str, con=None) -> MaterializeResult:
     """Run every day of the partition range; one check result per check over those days."""
     by_check: dict[str, list[tuple[date, Verdict]]] = {name: [] for name in check_names}
     for day in _days(context):
@@ -61,7 +87,8 @@ def _result(context: AssetExecutionContext, check_names: Sequence[str],
                       "per_day": MetadataValue.md(rows.to_markdown(index=False) if len(rows) else "-"),
                       "details": MetadataValue.json({str(d): v.details for d, v in verdicts})}))
     return MaterializeResult(metadata={"days": len(_days(context)), "table": table,
-                                       "days_with_alerts": sorted(str(d) for d in fired_days)},
+                                       "days_with_alerts": sorted(str(d) for d in fired_days),
+                                       **(_chart(con, table) if con is not None else {})},
                              check_results=checks)
 
 
@@ -98,7 +125,7 @@ def query_mix(context: AssetExecutionContext, config: QueryMixConfig, duckdb: Du
     with duckdb.get_connection() as con:
         return _result(context, ["query_mix_divergence", "query_mix_novel_share"],
                        lambda day: query_mix_day(con, day, embedder.router(), settings, context.log.info),
-                       "query_mix")
+                       "query_mix", con)
 
 
 class FreshnessConfig(Config):
@@ -131,7 +158,7 @@ def freshness_lag(context: AssetExecutionContext, config: FreshnessConfig,
     with duckdb.get_connection() as con:
         return _result(context, ["freshness_within_slo", "stale_retrieval_rate",
                                  "stale_retrieval_vs_baseline"],
-                       lambda day: freshness_day(con, day, settings), "freshness_lag")
+                       lambda day: freshness_day(con, day, settings), "freshness_lag", con)
 
 
 class RetrievalConfig(Config):
@@ -158,7 +185,7 @@ def retrieval_scores(context: AssetExecutionContext, config: RetrievalConfig,
                                  _limit(config, "ks"), config.ks_max_pvalue)
     with duckdb.get_connection() as con:
         return _result(context, ["retrieval_empty_rate", "retrieval_score_shift"],
-                       lambda day: retrieval_day(con, day, settings), "retrieval_scores")
+                       lambda day: retrieval_day(con, day, settings), "retrieval_scores", con)
 
 
 class QualityConfig(Config):
@@ -184,7 +211,7 @@ def quality_slis(context: AssetExecutionContext, config: QualityConfig,
                                config.error_factor, config.min_sample)
     with duckdb.get_connection() as con:
         return _result(context, ["quality_slo", "quality_vs_baseline"],
-                       lambda day: quality_day(con, day, settings), "quality_slis")
+                       lambda day: quality_day(con, day, settings), "quality_slis", con)
 
 
 DRIFT_ASSETS = [query_mix, freshness_lag, retrieval_scores, quality_slis]

@@ -19,6 +19,7 @@ from pydantic import Field
 
 from assets.goldens import golden_releases
 from assets.resources import JudgeResource, RagAppResource, RagLoopPaths
+from rag_loop import plots
 from rag_loop.evaluation.regression import (
     DEFAULT_GATES,
     DEFAULT_THRESHOLDS,
@@ -27,6 +28,7 @@ from rag_loop.evaluation.regression import (
 )
 from rag_loop.evaluation.report import Gate
 from rag_loop.evaluation.runner import EvalError
+from rag_loop.reports import eval_report
 
 
 class GateConfig(Config):
@@ -80,6 +82,10 @@ def regression_eval(context: AssetExecutionContext, config: EvalConfig, duckdb: 
         with duckdb.get_connection() as con:
             report = run_regression(con, Path(paths.goldens_dir), judge.settings(), settings,
                                     log=context.log.info)
+            page = eval_report(con, report.run_id, Path(paths.reports_dir))
+            results = con.execute("SELECT * FROM eval_results WHERE run_id = ?", [report.run_id]).df()
+            before = con.execute("SELECT * FROM eval_results WHERE run_id = ?",
+                                 [report.baseline_run_id]).df() if report.baseline_run_id else None
     except EvalError as error:
         raise Failure(description=str(error)) from error
     overall = report.table[report.table["slice"] == "all"].set_index("metric")
@@ -95,6 +101,11 @@ def regression_eval(context: AssetExecutionContext, config: EvalConfig, duckdb: 
         **{f"{_key(m)}_{k}": float(round(r[k], 4)) for m, r in overall.iterrows()
            for k in ("mean", "pass_rate") if pd.notna(r[k])},
         "quality_vector": MetadataValue.md(vector.to_markdown()),
+        "by_language": MetadataValue.md(plots.markdown_image(
+            plots.quality_heatmap(report.table, "language"), "quality by language")),
+        "scores_vs_baseline": MetadataValue.md(plots.markdown_image(
+            plots.score_histograms(results, before), "score histograms")),
+        "report": MetadataValue.path(str(page)), "report_url": MetadataValue.url(page.resolve().as_uri()),
         "flipped_cases": MetadataValue.md(
             report.flipped[["metric", "input", "baseline_score", "score"]].head(20).to_markdown(index=False)
             if len(report.flipped) else "no case flipped from pass to fail"),

@@ -20,9 +20,11 @@ from pydantic import Field
 from assets.ingestion import directory_fingerprint
 from assets.intents import curation_queue
 from assets.resources import RagLoopPaths
+from rag_loop import plots
 from rag_loop.goldens import build_goldens, publish_release, refresh_release_tables
 from rag_loop.labels import label_files, label_summary, store_label_files
 from rag_loop.redaction import KINDS, Redactor
+from rag_loop.reports import release_report
 
 
 @asset(group_name="curation", deps=[curation_queue],
@@ -81,6 +83,12 @@ def golden_release(context: AssetExecutionContext, config: ReleaseConfig, duckdb
         metadata.update(result.diff.counts())
         metadata["manifest"] = MetadataValue.json(result.manifest)
         metadata["path"] = MetadataValue.path(str(Path(paths.goldens_dir) / result.version))
+        report = release_report(Path(paths.goldens_dir), result.version, Path(paths.reports_dir))
+        metadata["report"] = MetadataValue.path(str(report))
+        metadata["report_url"] = MetadataValue.url(report.resolve().as_uri())
+        chart = plots.grouped_counts({k: v for k, v in result.manifest["counts"].items() if v},
+                                     f"Goldens of {result.version}")
+        metadata["counts"] = MetadataValue.md(plots.markdown_image(chart, "counts"))
     return MaterializeResult(metadata=metadata)
 
 
@@ -93,7 +101,11 @@ def golden_releases(duckdb: DuckDBResource, paths: RagLoopPaths) -> MaterializeR
         table = con.sql("SELECT version, parent_version, created_at, released_by, goldens, added, "
                         "removed, changed, redacted FROM golden_releases ORDER BY version").df()
     latest = table.iloc[-1] if len(table) else None
+    chart = plots.bars(dict(zip(table["version"], table["goldens"])), "Goldens per release") \
+        if len(table) else None
     return MaterializeResult(metadata={
+        **({"goldens_per_release": MetadataValue.md(plots.markdown_image(chart, "releases"))}
+           if chart else {}),
         "dagster/row_count": count, "latest_version": latest["version"] if latest is not None else "none",
         "latest_goldens": int(latest["goldens"]) if latest is not None else 0,
         "releases": MetadataValue.md(table.to_markdown(index=False) if len(table) else "no release yet")})

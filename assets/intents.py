@@ -14,6 +14,7 @@ from pydantic import Field
 
 from assets.resources import EmbedderResource, RagLoopPaths
 from assets.selection import failure_candidates
+from rag_loop import plots
 from rag_loop.clustering import ClusterSettings
 from rag_loop.curation import QueueSettings
 from rag_loop.intents import build_curation_queue, cluster_intents, embed_candidates
@@ -58,8 +59,11 @@ def intent_clusters(context: AssetExecutionContext, config: ClusterConfig,
         top = con.sql("SELECT cluster_id, language, size, round(weight, 1) AS weight, label, "
                       "medoid_query, is_new FROM intent_clusters WHERE NOT is_singleton "
                       "ORDER BY weight DESC LIMIT 15").df()
+    chart = plots.bars({f"{r.cluster_id} {r.label}": r.weight for r in top.itertuples()},
+                       "Largest intent clusters", "weight (production traces, Σ 1/π)")
     return MaterializeResult(metadata={
         "dagster/row_count": figures["clusters"] + figures["singletons"], **figures,
+        "cluster_sizes": MetadataValue.md(plots.markdown_image(chart, "cluster sizes")),
         "largest_clusters": MetadataValue.md(top.to_markdown(index=False))})
 
 

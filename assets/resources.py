@@ -21,6 +21,7 @@ class RagLoopPaths(ConfigurableResource):
     knowledge_dir: str = str(PROJECT_ROOT / "data" / "demo" / "kb")
     curation_dir: str = str(PROJECT_ROOT / "data" / "curation")  # queue/ exports, labels/ inputs
     goldens_dir: str = str(PROJECT_ROOT / "data" / "goldens")  # vNNNN/ releases
+    reports_dir: str = str(PROJECT_ROOT / "data" / "reports")  # HTML reports of releases and evals
 
 
 class EmbedderResource(ConfigurableResource):
@@ -44,7 +45,7 @@ class EmbedderResource(ConfigurableResource):
 
 def build_resources() -> dict[str, object]:
     """Resources from the environment (RAG_LOOP_DB, RAG_LOOP_TRACES_DIR, RAG_LOOP_KB_DIR,
-    RAG_LOOP_CURATION_DIR, RAG_LOOP_GOLDENS_DIR)."""
+    RAG_LOOP_CURATION_DIR, RAG_LOOP_GOLDENS_DIR, RAG_LOOP_REPORTS_DIR)."""
     defaults = RagLoopPaths()
     return {
         "duckdb": DuckDBResource(
@@ -53,7 +54,8 @@ def build_resources() -> dict[str, object]:
             traces_dir=os.environ.get("RAG_LOOP_TRACES_DIR", defaults.traces_dir),
             knowledge_dir=os.environ.get("RAG_LOOP_KB_DIR", defaults.knowledge_dir),
             curation_dir=os.environ.get("RAG_LOOP_CURATION_DIR", defaults.curation_dir),
-            goldens_dir=os.environ.get("RAG_LOOP_GOLDENS_DIR", defaults.goldens_dir)),
+            goldens_dir=os.environ.get("RAG_LOOP_GOLDENS_DIR", defaults.goldens_dir),
+            reports_dir=os.environ.get("RAG_LOOP_REPORTS_DIR", defaults.reports_dir)),
         "embedder": EmbedderResource(),
         "rag_app": RagAppResource(),
         "judge": JudgeResource(),

@@ -6,6 +6,7 @@ from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
 from assets.ingestion import knowledge_base, raw_traces
+from rag_loop import plots
 from rag_loop.estimates import (
     DEFAULT_SLICES,
     estimate_rates,
@@ -107,7 +108,11 @@ def quality_estimates(config: EstimateConfig, duckdb: DuckDBResource) -> Materia
     overall = estimates[(estimates["slice"] == "all") & (estimates["outcome"] == "any_signal")]
     preview = overall[["day", "population_rate", "random_n", "random_rate", "random_ci_low",
                        "random_ci_high", "ht_rate", "naive_rate_biased"]].round(3)
+    chart = plots.time_series(overall.assign(day=overall["day"].astype(str)),
+                              ["population_rate", "random_rate", "ht_rate", "naive_rate_biased"],
+                              "Any bad signal: exact, random stream, Horvitz-Thompson, naive (biased)")
     return MaterializeResult(metadata={
         "dagster/row_count": len(estimates),
+        "estimators": MetadataValue.md(plots.markdown_image(chart, "estimators")),
         **{f"any_signal_{name}": value for name, value in pooled.items()},
         "any_signal_per_day": MetadataValue.md(preview.to_markdown(index=False))})

@@ -37,7 +37,8 @@ def demo_run(tmp_path_factory):
     from definitions import defs
     root = tmp_path_factory.mktemp("demo_run")
     paths = RagLoopPaths(traces_dir=str(DEMO / "traces"), knowledge_dir=str(DEMO / "kb"),
-                         curation_dir=str(root / "curation"), goldens_dir=str(root / "goldens"))
+                         curation_dir=str(root / "curation"), goldens_dir=str(root / "goldens"),
+                         reports_dir=str(root / "reports"))
     resources = {"duckdb": DuckDBResource(database=str(root / "rag.duckdb")), "paths": paths,
                  "embedder": EmbedderResource()}  # the loop's assets need no rag_app or judge
     curators_own = {"golden_release", "regression_eval"}  # as rag_loop_job: not part of the loop

@@ -205,7 +205,8 @@ def demo_release(demo_run, tmp_path_factory):
     root = tmp_path_factory.mktemp("demo_release")
     shutil.copy(database, root / "rag.duckdb")
     mine = RagLoopPaths(traces_dir=paths.traces_dir, knowledge_dir=paths.knowledge_dir,
-                        curation_dir=str(root / "curation"), goldens_dir=str(root / "goldens"))
+                        curation_dir=str(root / "curation"), goldens_dir=str(root / "goldens"),
+                        reports_dir=str(root / "reports"))
     queue = next((Path(paths.curation_dir) / "queue").glob("*.jsonl"))
     for round_number in (1, 2):
         curate(queue, root / "curation" / "labels", round_number)
@@ -245,6 +246,11 @@ def test_demo_candidate_fails_a_gate_that_the_baseline_passes(demo_release):
         assert flipped and all(lang == "vi" and qtype == "policy" for _, lang, qtype in flipped)
         blocked = con.execute("SELECT rag_config->>'config', blocked FROM eval_runs ORDER BY started_at").fetchall()
         assert blocked == [("baseline", False), ("candidate", True)]
+    report = Path(candidate.asset_materializations_for_node("regression_eval")[0].metadata["report"].value)
+    page = report.read_text()
+    assert report.parent == root / "reports" and "BLOCKED" in page
+    assert all(layer in page for layer in ("PRODUCT layer", "QUALITY layer", "PERFORMANCE layer", "CHANGE layer"))
+    assert "kb-2026-11-09" in page and page.count("data:image/png;base64,") >= 6
 
 
 def test_evidence_similarity_is_deterministic(evidence):

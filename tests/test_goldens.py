@@ -260,7 +260,8 @@ def test_demo_curator_rounds_make_v0001_then_v0002(demo_run, tmp_path):
     shutil.copy(database, tmp_path / "rag.duckdb")
     queue = next((Path(paths.curation_dir) / "queue").glob("*.jsonl"))
     mine = RagLoopPaths(traces_dir=paths.traces_dir, knowledge_dir=paths.knowledge_dir,
-                        curation_dir=str(tmp_path / "curation"), goldens_dir=str(tmp_path / "goldens"))
+                        curation_dir=str(tmp_path / "curation"), goldens_dir=str(tmp_path / "goldens"),
+                        reports_dir=str(tmp_path / "reports"))
     resources = {"duckdb": DuckDBResource(database=str(tmp_path / "rag.duckdb")), "paths": mine}
     release = [curated_labels, golden_release, golden_releases]
     config = {"ops": {"golden_release": {"config": {"notes": "round", "released_by": "demo"}}}}
@@ -272,3 +273,5 @@ def test_demo_curator_rounds_make_v0001_then_v0002(demo_run, tmp_path):
     assert changes[1][2:] == (1, 2) and changes[1][1] > 10
     assert materialize(release, resources=resources, run_config=config).success
     assert release_versions(tmp_path / "goldens") == ["v0001", "v0002"]  # nothing new
+    page = (tmp_path / "reports" / "release-v0002.html").read_text()
+    assert "Golden release v0002" in page and "data:image/png;base64," in page
