@@ -6,10 +6,22 @@ from collections.abc import Callable, Sequence
 from datetime import date, datetime, timedelta
 
 import pandas as pd
-from dagster import (AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, AssetExecutionContext,
-                     BackfillPolicy, Config, DailyPartitionsDefinition, MaterializeResult,
-                     MetadataValue, RunRequest, ScheduleEvaluationContext, asset, define_asset_job,
-                     schedule)
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    BackfillPolicy,
+    Config,
+    DailyPartitionsDefinition,
+    MaterializeResult,
+    MetadataValue,
+    RunRequest,
+    ScheduleEvaluationContext,
+    asset,
+    define_asset_job,
+    schedule,
+)
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
@@ -19,9 +31,16 @@ from assets.resources import EmbedderResource
 from assets.selection import quality_estimates, trace_signals
 from rag_loop import plots
 from rag_loop.drift import Limit, Verdict
-from rag_loop.drift_days import (FreshnessSettings, QualitySettings, QueryMixSettings,
-                                 RetrievalSettings, freshness_day, quality_day, query_mix_day,
-                                 retrieval_day)
+from rag_loop.drift_days import (
+    FreshnessSettings,
+    QualitySettings,
+    QueryMixSettings,
+    RetrievalSettings,
+    freshness_day,
+    quality_day,
+    query_mix_day,
+    retrieval_day,
+)
 from rag_loop.reports import change_markers
 
 DAILY = DailyPartitionsDefinition(start_date=os.environ.get("RAG_LOOP_DRIFT_START", "2026-11-01"))
@@ -40,15 +59,15 @@ def _days(context: AssetExecutionContext) -> list[date]:
 
 
 SERIES = {  # the chart of each drift asset: SQL over its table, the columns drawn
-    "query_mix": ("SELECT day, js_divergence AS query_type_js FROM query_mix WHERE dimension = "
-                  "'query_type' ORDER BY day", ["query_type_js"]),
+    "query_mix": (("SELECT day, js_divergence AS query_type_js FROM query_mix WHERE dimension = "
+                   "'query_type' ORDER BY day"), ["query_type_js"]),
     "freshness_lag": ("SELECT day, stale_rate FROM stale_retrieval WHERE slice = 'all' ORDER BY day",
                       ["stale_rate"]),
-    "retrieval_scores": ("SELECT day, rerank_p50, retrieval_p50, ks_statistic, topk_overlap FROM "
-                         "retrieval_scores WHERE slice = 'all' ORDER BY day",
+    "retrieval_scores": (("SELECT day, rerank_p50, retrieval_p50, ks_statistic, topk_overlap FROM "
+                          "retrieval_scores WHERE slice = 'all' ORDER BY day"),
                          ["rerank_p50", "retrieval_p50", "ks_statistic", "topk_overlap"]),
-    "quality_slis": ("PIVOT (SELECT day, outcome, rate FROM quality_slis) ON outcome "
-                     "USING any_value(rate) GROUP BY day ORDER BY day", None),
+    "quality_slis": (("PIVOT (SELECT day, outcome, rate FROM quality_slis) ON outcome "
+                      "USING any_value(rate) GROUP BY day ORDER BY day"), None),
 }
 
 

@@ -9,9 +9,9 @@ from collections.abc import Mapping, Sequence
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
 MARKER_COLORS = {"rag_version": "tab:red", "prompt_version": "tab:purple",
                  "index_version": "tab:brown", "document": "tab:gray"}

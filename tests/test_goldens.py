@@ -13,8 +13,14 @@ from conftest import query
 
 from rag_loop.cli import main as cli
 from rag_loop.curation import export_queue
-from rag_loop.goldens import (build_goldens, diff_goldens, publish_release, read_goldens,
-                              refresh_release_tables, release_versions)
+from rag_loop.goldens import (
+    build_goldens,
+    diff_goldens,
+    publish_release,
+    read_goldens,
+    refresh_release_tables,
+    release_versions,
+)
 from rag_loop.labels import KnownSources, check_label, store_label_files
 from rag_loop.redaction import Redactor
 from rag_loop.storage import create_tables

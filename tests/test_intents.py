@@ -12,10 +12,22 @@ import pytest
 from conftest import metadata_of, query
 from sklearn.metrics import homogeneity_score
 
-from rag_loop.clustering import (NOISE, ClusterSettings, assign_to_clusters, cluster_labels,
-                                 cluster_vectors, match_clusters)
-from rag_loop.curation import (QueueSettings, collapse_near_duplicates, export_queue, read_queue,
-                               select_representatives, suggest_failure_type)
+from rag_loop.clustering import (
+    NOISE,
+    ClusterSettings,
+    assign_to_clusters,
+    cluster_labels,
+    cluster_vectors,
+    match_clusters,
+)
+from rag_loop.curation import (
+    QueueSettings,
+    collapse_near_duplicates,
+    export_queue,
+    read_queue,
+    select_representatives,
+    suggest_failure_type,
+)
 from rag_loop.demo.intents import INTENTS, paraphrase
 from rag_loop.embedding import LanguageRouter, SentenceTransformerEmbedder, embed_cached
 from rag_loop.intents import build_curation_queue, cluster_intents
@@ -201,7 +213,6 @@ def query_one(con, sql):
 
 def test_a_representative_covered_by_a_golden_is_counted_not_queued(demo_run, tmp_path):
     con = _embedded_copy(demo_run, tmp_path)
-    _, _, paths = demo_run
     first = con.execute("SELECT input, language FROM curation_queue LIMIT 1").fetchall()[0]
     goldens = tmp_path / "goldens" / "v0001"
     goldens.mkdir(parents=True)
