@@ -1,0 +1,154 @@
+"""End to end as users meet it: `dagster dev` (webserver + daemon) on loopback, the main job and a
+curator's release launched through GraphQL, and headless Chromium screenshots of the UI.
+
+Screenshots are saved under `test-artifacts/` (git-ignored). Chromium is Debian's package,
+installed by `.ci/run`.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import PROJECT
+
+from rag_loop.demo.curator import curate
+
+ARTIFACTS = PROJECT / "test-artifacts"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Dagster:
+    def __init__(self, url: str):
+        self.url = url
+
+    def graphql(self, query: str, variables: dict | None = None) -> dict:
+        request = urllib.request.Request(f"{self.url}/graphql", method="POST",
+                                         data=json.dumps({"query": query, "variables": variables or {}}).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            body = json.loads(response.read())
+        assert "errors" not in body, body
+        return body["data"]
+
+    def launch(self, job: str, run_config: dict | None = None) -> str:
+        repository = self.graphql("{ repositoriesOrError { ... on RepositoryConnection { nodes { name "
+                                  "location { name } } } } }")["repositoriesOrError"]["nodes"][0]
+        data = self.graphql("""
+            mutation($params: ExecutionParams!) { launchRun(executionParams: $params) {
+              __typename ... on LaunchRunSuccess { run { runId } }
+              ... on PythonError { message } ... on RunConfigValidationInvalid { errors { message } } } }""",
+            {"params": {"selector": {"repositoryLocationName": repository["location"]["name"],
+                                     "repositoryName": repository["name"], "jobName": job},
+                        "runConfigData": run_config or {}}})["launchRun"]
+        assert data["__typename"] == "LaunchRunSuccess", data
+        return data["run"]["runId"]
+
+    def wait(self, run_id: str, timeout: float = 600) -> str:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            status = self.graphql("query($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }",
+                                  {"id": run_id})["runOrError"]["status"]
+            if status in ("SUCCESS", "FAILURE", "CANCELED"):
+                return status
+            time.sleep(2)
+        raise TimeoutError(f"run {run_id} still running after {timeout} s")
+
+    def events(self, run_id: str) -> list[dict]:
+        return self.graphql("""query($id: ID!) { logsForRun(runId: $id, limit: 5000) {
+              ... on EventConnection { events { __typename
+                ... on MaterializationEvent { assetKey { path } }
+                ... on AssetCheckEvaluationEvent { evaluation { checkName success } } } } } }""",
+                            {"id": run_id})["logsForRun"]["events"]
+
+
+@pytest.fixture(scope="module")
+def dagster_dev(tmp_path_factory):
+    root = tmp_path_factory.mktemp("webserver")
+    home = root / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    port = _free_port()
+    env = {**os.environ, "DAGSTER_HOME": str(home), "RAG_LOOP_DB": str(root / "rag.duckdb"),
+           "RAG_LOOP_CURATION_DIR": str(root / "curation"), "RAG_LOOP_GOLDENS_DIR": str(root / "goldens"),
+           "RAG_LOOP_REPORTS_DIR": str(root / "reports"), "HF_HUB_OFFLINE": "1",
+           "DEEPEVAL_TELEMETRY_OPT_OUT": "1", "DEEPEVAL_DISABLE_DOTENV": "1"}
+    dagster = Path(sys.executable).parent / "dagster"  # the venv's, whatever PATH says
+    command = [str(dagster if dagster.exists() else "dagster"), "dev", "-w", "workspace.yaml",
+               "-h", "127.0.0.1", "-p", str(port)]
+    log = open(root / "dagster-dev.log", "w")
+    process = subprocess.Popen(command, cwd=PROJECT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 180
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/server_info", timeout=5)
+                break
+            except OSError:
+                if time.time() > deadline or process.poll() is not None:
+                    raise RuntimeError((root / "dagster-dev.log").read_text()[-3000:]) from None
+                time.sleep(1)
+        yield Dagster(url), root
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+        log.close()
+
+
+def test_main_job_then_a_curator_release_through_the_webserver(dagster_dev):
+    server, root = dagster_dev
+    run_id = server.launch("rag_loop_job")
+    assert server.wait(run_id) == "SUCCESS"
+    events = server.events(run_id)
+    materialized = {"/".join(e["assetKey"]["path"]) for e in events if e["__typename"] == "MaterializationEvent"}
+    assert {"raw_traces", "trace_signals", "failure_candidates", "intent_clusters",
+            "curation_queue"} <= materialized
+    checks = {e["evaluation"]["checkName"]: e["evaluation"]["success"]
+              for e in events if e["__typename"] == "AssetCheckEvaluationEvent"}
+    assert checks == {"raw_traces_quarantine_rate": True}
+
+    queue = next((root / "curation" / "queue").glob("*.jsonl"))
+    curate(queue, root / "curation" / "labels", 1)
+    release = server.launch("release_goldens", {"ops": {"golden_release": {"config": {
+        "notes": "from the e2e test", "released_by": "curator@e2e"}}}})
+    assert server.wait(release) == "SUCCESS"
+    manifest = json.loads((root / "goldens" / "v0001" / "manifest.json").read_text())
+    assert manifest["released_by"] == "curator@e2e" and manifest["goldens"] > 10
+    assert (root / "reports" / "release-v0001.html").exists()
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is installed by .ci/run")
+def test_the_ui_renders_the_asset_graph_and_a_materialization(dagster_dev):
+    server, root = dagster_dev
+    server.graphql("mutation { setNuxSeen }")  # the community pop-up would cover the page
+    ARTIFACTS.mkdir(exist_ok=True)
+    pages = (("asset-graph", "/asset-groups"), ("raw-traces", "/assets/raw_traces"),
+             ("intent-clusters", "/assets/intent_clusters"))
+    for name, path in pages:
+        target = ARTIFACTS / f"{name}.png"
+        target.unlink(missing_ok=True)
+        subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                        "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                        "--disable-sync", f"--user-data-dir={root / f'chromium-{name}'}",
+                        "--window-size=1440,900", "--virtual-time-budget=20000",
+                        f"--screenshot={target}", f"{server.url}{path}"],
+                       check=True, timeout=120, capture_output=True)
+        assert target.stat().st_size > 20_000  # a rendered page, not a blank one
