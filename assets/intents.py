@@ -30,7 +30,10 @@ def query_embeddings(context: AssetExecutionContext, duckdb: DuckDBResource,
                      embedder: EmbedderResource) -> MaterializeResult:
     with duckdb.get_connection() as con:
         figures = embed_candidates(con, embedder.router(), log=context.log.info)
-    return MaterializeResult(metadata={"dagster/row_count": figures.pop("traces"), **figures})
+        preview = con.sql("SELECT language, model_id, count(*) AS queries, count(DISTINCT text_hash) "
+                          "AS distinct_texts FROM query_embeddings GROUP BY ALL ORDER BY 1").df()
+    return MaterializeResult(metadata={"dagster/row_count": figures.pop("traces"), **figures,
+                                       "preview": MetadataValue.md(preview.to_markdown(index=False))})
 
 
 class ClusterConfig(Config):
