@@ -67,6 +67,7 @@ def _print_eval_runs(con: duckdb.DuckDBPyConnection) -> None:
         verdict = "BLOCKED by a hard gate" if blocked else "passes its hard gates"
         print(f"  {run_id} on {release}, rag_app config {config}: {verdict}; "
               f"{flipped} case x metric flipped to fail vs baseline")
+        print(f"    report: data/reports/{run_id}.html")
         for failure in json.loads(failures or "[]"):
             print(f"    - {failure['metric']} on {failure['slice']}={failure['value']} "
                   f"(n={failure['n']}): {failure['problems']}")

@@ -104,6 +104,13 @@ def test_summary_is_a_vector_with_tails_and_errors_apart():
     assert tail["severe"] == 0 and tail["p10"] < 0.75 < steady["p10"] and tail["pass_rate"] == pytest.approx(5 / 6)
 
 
+@pytest.mark.parametrize("bad", [{"mode": "shadow"}, {"max_error_rate": 2.0},
+                                 {"gates": [Gate("Vibes", min_mean=0.5)]}])
+def test_eval_settings_refuse_bad_values(bad):
+    with pytest.raises(ValueError):
+        EvalSettings(**bad)
+
+
 def test_gates_name_the_failing_slice():
     table = pd.DataFrame([
         {"metric": "Correctness [GEval]", "slice": "all", "slice_value": "all", "n": 20, "errored": 0,

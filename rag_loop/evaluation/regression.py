@@ -70,6 +70,16 @@ class EvalSettings:
     max_error_rate: float = 0.05
     severe_below: float = 0.3
 
+    def __post_init__(self) -> None:
+        if self.mode not in ("live", "replay"):
+            raise ValueError(f"mode {self.mode!r}: expected 'live' or 'replay'")
+        if not 0 <= self.max_error_rate <= 1:
+            raise ValueError(f"max_error_rate {self.max_error_rate} is not within [0, 1]")
+        unknown = {g.metric for g in self.gates if not g.metric.endswith(" [GEval]")} - set(self.thresholds)
+        if unknown:
+            raise ValueError(f"gates on unknown metrics {sorted(unknown)}; metrics: "
+                             f"{sorted(self.thresholds)} and GEval criteria as '<name> [GEval]'")
+
 
 @dataclass
 class RegressionReport:
