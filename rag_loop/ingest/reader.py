@@ -70,7 +70,7 @@ class NeedsExactReader(Exception):
 
 
 def iter_line_batches(path: Path, max_record_bytes: int, exact: bool = False,
-                      batch_bytes: int = 256 << 20) -> Iterator[LineBatch]:
+                      batch_bytes: int = 32 << 20) -> Iterator[LineBatch]:
     """Yield the file's lines in order, with oversized and non-UTF-8 lines rejected.
 
     The fast reader may raise `NeedsExactReader` after it yielded batches; the caller then
