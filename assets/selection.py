@@ -15,6 +15,7 @@ from rag_loop.estimates import (
 )
 from rag_loop.sampling import SamplingPolicy, select_candidates, selection_summary
 from rag_loop.signals import SIGNALS, SignalSettings, compute_signals, signal_counts
+from rag_loop.storage import replace_table
 
 _SIGNAL_DEFAULTS = SignalSettings()
 _POLICY_DEFAULTS = SamplingPolicy()
@@ -108,9 +109,7 @@ class EstimateConfig(Config):
 def quality_estimates(config: EstimateConfig, duckdb: DuckDBResource) -> MaterializeResult:
     with duckdb.get_connection() as con:
         estimates = estimate_rates(con, parse_slices(config.slices), confidence=config.confidence)
-        con.register("_estimates", estimates)
-        con.execute("CREATE OR REPLACE TABLE quality_estimates AS SELECT * FROM _estimates")
-        con.unregister("_estimates")
+        replace_table(con, "quality_estimates", estimates)
     pooled = pooled_rates(estimates)
     overall = estimates[(estimates["slice"] == "all") & (estimates["outcome"] == "any_signal")]
     preview = overall[["day", "population_rate", "random_n", "random_rate", "random_ci_low",

@@ -16,14 +16,22 @@ from datetime import date
 from pathlib import Path
 
 import duckdb
+from selection import build_database
 
-from rag_loop.drift_days import (FreshnessSettings, QualitySettings, QueryMixSettings,
-                                 RetrievalSettings, freshness_day, quality_day, query_mix_day,
-                                 retrieval_day)
+from rag_loop.drift_days import (
+    FreshnessSettings,
+    QualitySettings,
+    QueryMixSettings,
+    RetrievalSettings,
+    freshness_day,
+    quality_day,
+    query_mix_day,
+    retrieval_day,
+)
 from rag_loop.estimates import estimate_rates
 from rag_loop.sampling import SamplingPolicy, select_candidates
 from rag_loop.signals import SignalSettings, compute_signals
-from selection import build_database
+from rag_loop.storage import replace_table
 
 
 def main() -> None:
@@ -39,8 +47,7 @@ def main() -> None:
         compute_signals(con, SignalSettings())
         select_candidates(con, SamplingPolicy(daily_budget_usd=None))
         estimates = estimate_rates(con, slices=[()])
-        con.register("_estimates", estimates)
-        con.execute("CREATE TABLE quality_estimates AS SELECT * FROM _estimates")
+        replace_table(con, "quality_estimates", estimates)
         days = con.execute("SELECT day, count(*) FROM trace_signals GROUP BY 1 ORDER BY 1").fetchall()
         day: date = days[min(9, len(days) - 1)][0]
         per_day = dict(days)[day]

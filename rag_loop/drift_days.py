@@ -12,8 +12,19 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from rag_loop.drift import (Limit, Verdict, assign_intents, freshness_figures, judge, mix_counts,
-                            mix_divergence, quality_figures, retrieval_figures, stale_documents)
+from rag_loop.drift import (
+    Limit,
+    Verdict,
+    assign_intents,
+    freshness_figures,
+    judge,
+    mix_counts,
+    mix_divergence,
+    quality_figures,
+    retrieval_figures,
+    stale_documents,
+)
+from rag_loop.storage import has_table
 
 Log = Callable[[str], None]
 DDL = {
@@ -69,9 +80,8 @@ def query_mix_day(con: duckdb.DuckDBPyConnection, day: date, router, settings: Q
     The day's novel queries (in no known cluster) are written to `trace_novelty`, which the
     sampling stage's novelty stream reads.
     """
-    has_clusters = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = "
-                               "'intent_clusters'").fetchall()[0][0]
-    intents = assign_intents(con, router, day, settings.intent_sample, log) if has_clusters else None
+    intents = assign_intents(con, router, day, settings.intent_sample, log) \
+        if has_table(con, "intent_clusters") else None
     if intents is not None:
         _replace_day(con, "traffic_intents", day, intents)
         novel = intents[intents["cluster_id"].isna()]

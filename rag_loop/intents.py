@@ -35,7 +35,7 @@ from rag_loop.curation import (
 )
 from rag_loop.embedding import CACHE_DDL, LanguageRouter, text_hash
 from rag_loop.schema import Priority
-from rag_loop.storage import retrieval_contexts
+from rag_loop.storage import has_table, replace_table, retrieval_contexts
 
 Log = Callable[[str], None]
 UNKNOWN_LANGUAGE = "und"
@@ -78,7 +78,7 @@ def embed_candidates(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
         figures[f"model_{language}"] = model_id
     table = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(
         columns=["trace_id", "language", "model_id", "text_hash"])
-    _replace_table(con, "query_embeddings", table)
+    replace_table(con, "query_embeddings", table)
     return {"traces": len(table), **figures}
 
 
@@ -147,8 +147,8 @@ def cluster_intents(con: duckdb.DuckDBPyConnection, settings: ClusterSettings,
         log(f"{language}: {len(trace_ids)} queries -> {clustering.count} clusters, "
             f"{len(noise)} singleton queries")
     clusters = pd.DataFrame(cluster_rows)
-    _replace_table(con, "intent_clusters", clusters)
-    _replace_table(con, "trace_clusters", pd.concat(assignments, ignore_index=True) if assignments
+    replace_table(con, "intent_clusters", clusters)
+    replace_table(con, "trace_clusters", pd.concat(assignments, ignore_index=True) if assignments
                    else pd.DataFrame(columns=["trace_id", "language", "cluster_id", "similarity"]))
     if clusters.empty:
         return {"clusters": 0, "singletons": 0, "new_clusters": 0}
@@ -160,8 +160,7 @@ def cluster_intents(con: duckdb.DuckDBPyConnection, settings: ClusterSettings,
 
 
 def _previous_clusters(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
-    exists = con.execute("SELECT 1 FROM duckdb_tables() WHERE table_name = 'intent_clusters'").fetchall()
-    if not exists:
+    if not has_table(con, "intent_clusters"):
         return pd.DataFrame(columns=["cluster_id", "language", "centroid", "is_singleton"])
     return con.execute("SELECT cluster_id, language, centroid, is_singleton FROM intent_clusters").df()
 
@@ -205,12 +204,6 @@ def _cluster_row(cluster_id: str, language: str, group: pd.DataFrame, points: np
     }
 
 
-def _replace_table(con: duckdb.DuckDBPyConnection, name: str, frame: pd.DataFrame) -> None:
-    con.register("_frame", frame)
-    try:
-        con.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM _frame")
-    finally:
-        con.unregister("_frame")
 
 
 def build_curation_queue(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
@@ -252,7 +245,7 @@ def build_curation_queue(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
     for row in rows:
         row["batch"] = batch
     paths = export_queue(rows, queue_dir, batch) if rows else ()
-    _replace_table(con, "curation_queue", pd.DataFrame(rows) if rows else pd.DataFrame(
+    replace_table(con, "curation_queue", pd.DataFrame(rows) if rows else pd.DataFrame(
         {"trace_id": pd.Series(dtype=str), "batch": pd.Series(dtype=str)}))
     by = lambda key: dict(pd.Series([r[key] for r in rows]).value_counts().sort_index())
     return {"queued": len(rows), "covered_by_goldens": covered, "batch": batch,

@@ -15,6 +15,7 @@ import duckdb
 import pandas as pd
 
 from rag_loop import plots
+from rag_loop.storage import has_table
 
 _STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
 h1{font-size:1.5em}h2{border-bottom:1px solid #ccc;padding-top:.6em}table{border-collapse:collapse;
@@ -34,10 +35,6 @@ def _page(title: str, sections: list[tuple[str, str]]) -> str:
     body = "".join(f"<h2>{html.escape(name)}</h2>{content}" for name, content in sections)
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>{body}</body></html>")
-
-
-def _has(con: duckdb.DuckDBPyConnection, table: str) -> bool:
-    return bool(con.execute("SELECT 1 FROM duckdb_tables() WHERE table_name = ?", [table]).fetchall())
 
 
 def change_markers(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
@@ -73,12 +70,12 @@ def daily_layers(con: duckdb.DuckDBPyConnection) -> dict[str, pd.DataFrame]:
         PIVOT (SELECT day, outcome, ht_rate FROM quality_estimates WHERE slice = 'all'
                AND outcome IN ('any_signal', 'no_citation', 'stale_source', 'low_rerank_score'))
         ON outcome USING any_value(ht_rate) GROUP BY day ORDER BY day""").df() \
-        if _has(con, "quality_estimates") else pd.DataFrame(columns=["day"])
+        if has_table(con, "quality_estimates") else pd.DataFrame(columns=["day"])
     change = con.execute("""
         SELECT day, quantile_cont(top_rerank_score, 0.5) AS rerank_p50,
                quantile_cont(top_retrieval_score, 0.5) AS retrieval_p50 FROM trace_signals
         GROUP BY 1 ORDER BY 1""").df()
-    if _has(con, "query_mix"):
+    if has_table(con, "query_mix"):
         mix = con.execute("SELECT day, js_divergence AS query_type_js FROM query_mix "
                           "WHERE dimension = 'query_type'").df()
         change = change.merge(mix, on="day", how="left")

@@ -23,6 +23,7 @@ import duckdb
 
 from rag_loop.schema import Priority
 from rag_loop.signals import SIGNALS
+from rag_loop.storage import has_table
 
 STREAMS = ("random", "bad_signal", "risk", "novelty")
 DIAGNOSTIC_STREAMS = STREAMS[1:]
@@ -89,15 +90,11 @@ def _uniform(position: int) -> str:
     return f"(('0x' || substr(h, {1 + 8 * position}, 8))::UBIGINT / 4294967296.0)"
 
 
-def _has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
-    return bool(con.execute("SELECT 1 FROM duckdb_tables() WHERE table_name = ?", [name]).fetchall())
-
-
 def select_candidates(con: duckdb.DuckDBPyConnection, policy: SamplingPolicy) -> int:
     """(Re)build `failure_candidates` from `trace_signals`; returns the number selected."""
     capacity = policy.daily_capacity()
     novelty = (f"LEFT JOIN (SELECT trace_id, max(rate) AS rate FROM {NOVELTY_TABLE} GROUP BY 1) n "
-               "USING (trace_id)") if _has_table(con, NOVELTY_TABLE) else \
+               "USING (trace_id)") if has_table(con, NOVELTY_TABLE) else \
         "LEFT JOIN (SELECT NULL::VARCHAR AS trace_id, NULL::DOUBLE AS rate) n USING (trace_id)"
     # a trace not drawn by `random` is drawn by a diagnostic stream iff f > min_s(u_s / p_s)
     threshold = "least(" + ", ".join(

@@ -107,3 +107,16 @@ def retrieval_contexts(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> 
     finally:
         con.unregister("_wanted_traces")
     return dict(rows)
+
+
+def has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    return bool(con.execute("SELECT 1 FROM duckdb_tables() WHERE table_name = ?", [name]).fetchall())
+
+
+def replace_table(con: duckdb.DuckDBPyConnection, name: str, frame) -> None:
+    """(Re)create table `name` from a pandas DataFrame or Arrow table."""
+    con.register("_replacement", frame)
+    try:
+        con.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM _replacement")
+    finally:
+        con.unregister("_replacement")

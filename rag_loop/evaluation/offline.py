@@ -32,6 +32,16 @@ def ratio(verdicts: Sequence[bool], empty: float = 0.0) -> float:
     return sum(verdicts) / len(verdicts) if verdicts else empty
 
 
+def context_statements(case: LLMTestCase) -> list[str]:
+    return [s for node in case.retrieval_context or [] for s in statements(node)]
+
+
+def reason(texts: Sequence[str], verdicts: Sequence[bool], what: str, failing: str) -> str:
+    """"k/n <what>", then the first few texts that failed, e.g. "; missing: [...]"."""
+    failed = [t for t, ok in zip(texts, verdicts) if not ok]
+    return f"{sum(verdicts)}/{len(texts)} {what}" + (f"; {failing}: {failed[:3]}" if failed else "")
+
+
 class OfflineMetric(BaseMetric):
     """Shared plumbing: threshold, verdicts kept for the reason, sync and async alike."""
 
@@ -71,11 +81,8 @@ class OfflineFaithfulness(OfflineMetric):
 
     def score_case(self, case):
         claims = statements(case.actual_output)
-        evidence = [s for node in case.retrieval_context or [] for s in statements(node)]
-        verdicts = self.evidence.supported(claims, evidence)
-        unsupported = [c for c, ok in zip(claims, verdicts) if not ok]
-        return ratio(verdicts, empty=1.0), (f"{sum(verdicts)}/{len(claims)} claims supported"
-                                            + (f"; unsupported: {unsupported[:3]}" if unsupported else ""))
+        verdicts = self.evidence.supported(claims, context_statements(case))
+        return ratio(verdicts, empty=1.0), reason(claims, verdicts, "claims supported", "unsupported")
 
 
 class OfflineAnswerRelevancy(OfflineMetric):
@@ -86,9 +93,7 @@ class OfflineAnswerRelevancy(OfflineMetric):
     def score_case(self, case):
         found = statements(case.actual_output)
         verdicts = self.evidence.relevant(found, case.input)
-        off_topic = [s for s, ok in zip(found, verdicts) if not ok]
-        return ratio(verdicts), (f"{sum(verdicts)}/{len(found)} statements relevant to the input"
-                                 + (f"; irrelevant: {off_topic[:3]}" if off_topic else ""))
+        return ratio(verdicts), reason(found, verdicts, "statements relevant to the input", "irrelevant")
 
 
 class OfflineContextualRecall(OfflineMetric):
@@ -98,11 +103,9 @@ class OfflineContextualRecall(OfflineMetric):
 
     def score_case(self, case):
         expected = statements(case.expected_output)
-        evidence = [s for node in case.retrieval_context or [] for s in statements(node)]
-        verdicts = self.evidence.supported(expected, evidence)
-        missing = [s for s, ok in zip(expected, verdicts) if not ok]
-        return ratio(verdicts), (f"{sum(verdicts)}/{len(expected)} expected statements found in "
-                                 f"the context" + (f"; missing: {missing[:3]}" if missing else ""))
+        verdicts = self.evidence.supported(expected, context_statements(case))
+        return ratio(verdicts), reason(expected, verdicts, "expected statements found in the context",
+                                       "missing")
 
 
 class OfflineContextualPrecision(OfflineMetric):
@@ -125,7 +128,7 @@ class OfflineContextualRelevancy(OfflineMetric):
     name = "Contextual Relevancy"
 
     def score_case(self, case):
-        found = [s for node in case.retrieval_context or [] for s in statements(node)]
+        found = context_statements(case)
         verdicts = self.evidence.relevant(found, case.input)
         return ratio(verdicts), f"{sum(verdicts)}/{len(found)} context statements relevant to the input"
 
@@ -139,9 +142,7 @@ class OfflineCorrectness(OfflineMetric):
     def score_case(self, case):
         expected = statements(case.expected_output)
         verdicts = self.evidence.supported(expected, statements(case.actual_output))
-        missing = [s for s, ok in zip(expected, verdicts) if not ok]
-        return ratio(verdicts), (f"{sum(verdicts)}/{len(expected)} expected statements in the answer"
-                                 + (f"; missing: {missing[:3]}" if missing else ""))
+        return ratio(verdicts), reason(expected, verdicts, "expected statements in the answer", "missing")
 
 
 OFFLINE_METRICS = (OfflineFaithfulness, OfflineAnswerRelevancy, OfflineContextualRecall,

@@ -26,6 +26,7 @@ import pandas as pd
 from deepeval.metrics import BaseMetric
 from deepeval.test_case import LLMTestCase
 
+from rag_loop.goldens import read_goldens, release_versions
 from rag_loop.storage import retrieval_contexts
 
 Log = Callable[[str], None]
@@ -199,7 +200,6 @@ def store_run(con: duckdb.DuckDBPyConnection, run: RunResult, cases: Sequence[Ca
 
 def release_of(goldens_dir: Path, version: str) -> tuple[str, list[dict], str]:
     """(version, goldens, sha256) of a release; `latest` is the newest one."""
-    from rag_loop.goldens import read_goldens, release_versions
     versions = release_versions(goldens_dir)
     if not versions:
         raise EvalError(f"no golden release in {goldens_dir}: run release_goldens first")
