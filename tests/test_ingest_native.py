@@ -81,6 +81,52 @@ def test_exact_reader_takes_over_for_lines_arrow_cannot_split(con, tmp_path):
     assert con.execute("SELECT source_line FROM raw_traces WHERE trace_id = 'c'").fetchall() == [(4,)]
 
 
+def test_clean_files_take_one_read_json_and_keep_line_numbers_across_parallel_blocks(con, tmp_path):
+    # 40 MB: DuckDB parses the file's blocks in parallel, yet rows keep the file's order
+    padding = "x" * 1000
+    lines = [trace_line(f"t{n}", turn_id=n if n % 997 else str(n), answer=padding)
+             for n in range(1, 40_001)]
+    (tmp_path / "t.jsonl").write_text("\n".join(lines) + "\n")
+    con.execute("SET preserve_insertion_order = false")  # ingestion turns it on while it reads
+    report = _ingest(con, tmp_path)
+    (file_report,) = report.files
+    assert (file_report.reader, file_report.fallbacks) == ("read_json", [])
+    assert _reasons(con) == {n: "wrong_type: turn_id" for n in range(997, 40_001, 997)}
+    mismatched = con.execute("""SELECT count(*) FROM raw_traces
+                                WHERE trace_id <> 't' || source_line OR turn_id <> source_line""")
+    assert mismatched.fetchall() == [(0,)]
+    assert report.total().ingested == 40_000 - 40
+    assert con.execute("SELECT current_setting('preserve_insertion_order')").fetchall() == [(False,)]
+
+
+@pytest.mark.parametrize("content, fallback", [
+    (trace_line("a") + "\n\n" + trace_line("b") + "\n", "read_json: 1 blank lines"),
+    (trace_line("a") + "\nnot json\n" + trace_line("b") + "\n", "read_json: Invalid Input Error"),
+])
+def test_files_read_json_cannot_read_exactly_go_to_the_line_reader(con, tmp_path, content, fallback):
+    (tmp_path / "t.jsonl").write_text(content)
+    report = _ingest(con, tmp_path)
+    (file_report,) = report.files
+    assert file_report.reader == "batches"
+    assert file_report.fallbacks[0].startswith(fallback)
+    assert con.execute("SELECT trace_id, source_line FROM raw_traces ORDER BY 1").fetchall() == [
+        ("a", 1), ("b", 3)]
+
+
+def test_wrongly_typed_strings_are_not_coerced_by_the_fast_reader(con, tmp_path):
+    (tmp_path / "t.jsonl").write_text("\n".join([
+        trace_line("a"), trace_line("b", answer=5), trace_line("c", citations=[{"id": 1}]),
+        trace_line("d", turn_id=2.5), trace_line("e", is_fallback=1), trace_line("f", temperature="0.2"),
+        trace_line("g", turn_id=3, temperature=1, is_fallback=False, answer="ok \u00e9 \\ \"q\"")]) + "\n")
+    report = _ingest(con, tmp_path)
+    assert report.files[0].reader == "read_json"
+    assert _reasons(con) == {2: "wrong_type: answer", 3: "wrong_type: citations[]",
+                             4: "wrong_type: turn_id", 5: "wrong_type: is_fallback",
+                             6: "wrong_type: temperature"}
+    assert con.execute("SELECT turn_id, temperature, is_fallback, answer FROM raw_traces "
+                       "WHERE trace_id = 'g'").fetchall() == [(3, 1.0, False, 'ok \u00e9 \\ "q"')]
+
+
 def test_gzip_files_are_read_whatever_their_name(con, tmp_path):
     (tmp_path / "a.jsonl.gz").write_bytes(gzip.compress((trace_line("a") + "\n").encode()))
     (tmp_path / "b.jsonl").write_bytes(gzip.compress((trace_line("b") + "\n").encode()))

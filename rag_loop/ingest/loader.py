@@ -110,20 +110,24 @@ def load_batch(con: duckdb.DuckDBPyConnection, lines: pa.Table, source_file: str
         con.unregister("_batch")
 
 
+def record_problem_sql(t: str) -> str:
+    """SQL naming what a typed trace `t` misses (trace id, query, a good timestamp...), or NULL."""
+    return f"""CASE WHEN coalesce(trim({t}.trace_id), '') = '' THEN 'missing_trace_id'
+               WHEN coalesce(trim({t}.original_query), '') = '' THEN 'missing_query'
+               WHEN {t}."timestamp" IS NULL THEN 'missing_timestamp'
+               WHEN try_cast({t}."timestamp" AS TIMESTAMPTZ) IS NULL THEN 'bad_timestamp'
+               WHEN list_bool_or(list_transform({t}.chunks, lambda c: c.doc_id IS NULL))
+                    THEN 'missing_field: chunks[].doc_id'
+               WHEN list_bool_or(list_transform({t}.spans, lambda x: x.name IS NULL))
+                    THEN 'missing_field: spans[].name'
+          END"""
+
+
 def _load_registered_batch(con: duckdb.DuckDBPyConnection, source_file: str,
                            source_format: str) -> BatchCounts:
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _parsed AS
-        SELECT line_no, structure, t, t.trace_id AS trace_id,
-          CASE WHEN coalesce(trim(t.trace_id), '') = '' THEN 'missing_trace_id'
-               WHEN coalesce(trim(t.original_query), '') = '' THEN 'missing_query'
-               WHEN t."timestamp" IS NULL THEN 'missing_timestamp'
-               WHEN try_cast(t."timestamp" AS TIMESTAMPTZ) IS NULL THEN 'bad_timestamp'
-               WHEN list_bool_or(list_transform(t.chunks, lambda c: c.doc_id IS NULL))
-                    THEN 'missing_field: chunks[].doc_id'
-               WHEN list_bool_or(list_transform(t.spans, lambda x: x.name IS NULL))
-                    THEN 'missing_field: spans[].name'
-          END AS problem
+        SELECT line_no, structure, t, t.trace_id AS trace_id, {record_problem_sql('t')} AS problem
         FROM (SELECT line_no, json_structure(raw) AS structure,
                      json_transform(raw, '{trace_struct()}') AS t
               FROM _batch WHERE json_valid(raw))""")
@@ -136,16 +140,26 @@ def _load_registered_batch(con: duckdb.DuckDBPyConnection, source_file: str,
         FROM (SELECT line_no FROM _batch WHERE raw <> '') b
         LEFT JOIN _parsed p ON p.line_no = b.line_no
         LEFT JOIN _structure_problems s ON s.structure = p.structure""")
+    con.execute(f"""
+        INSERT INTO quarantine
+        SELECT ?, v.line_no, ?, v.reason, left(b.raw, {RAW_PREVIEW_CHARS}), now()
+        FROM _verdict v JOIN _batch b USING (line_no) WHERE v.reason IS NOT NULL""",
+                [source_file, source_format])
+    return store_verdicts(con, source_file, source_format)
+
+
+def store_verdicts(con: duckdb.DuckDBPyConnection, source_file: str, source_format: str,
+                   parsed: str = "_parsed") -> BatchCounts:
+    """Store the traces `_verdict` (line_no, trace_id, reason) accepts, typed in `{parsed}.t`.
+
+    Rows with a reason are counted as quarantined; the caller stored them with their text.
+    """
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _keep AS
         SELECT line_no FROM _verdict
         WHERE reason IS NULL AND trace_id NOT IN (SELECT trace_id FROM raw_traces)
         QUALIFY row_number() OVER (PARTITION BY trace_id ORDER BY line_no) = 1""")
     params = [source_file, source_format]
-    con.execute(f"""
-        INSERT INTO quarantine
-        SELECT ?, v.line_no, ?, v.reason, left(b.raw, {RAW_PREVIEW_CHARS}), now()
-        FROM _verdict v JOIN _batch b USING (line_no) WHERE v.reason IS NOT NULL""", params)
     con.execute("""
         INSERT INTO trace_duplicates
         SELECT ?, v.line_no, v.trace_id, ?, now() FROM _verdict v
@@ -153,7 +167,7 @@ def _load_registered_batch(con: duckdb.DuckDBPyConnection, source_file: str,
           AND NOT EXISTS (SELECT 1 FROM raw_traces r  -- the same record, read again
                           WHERE r.trace_id = v.trace_id AND r.source_file = ? AND r.source_line = v.line_no)
         """, [*params, source_file])
-    new = "_parsed JOIN _keep USING (line_no)"
+    new = f"{parsed} JOIN _keep USING (line_no)"
     con.execute(f"""
         INSERT INTO raw_traces BY NAME
         SELECT {_trace_columns()}, ? AS source_format, ? AS source_file,

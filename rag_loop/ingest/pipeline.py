@@ -8,13 +8,15 @@ its `ingested_files` row, so a crash never leaves half a file behind.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 
+from rag_loop.ingest.direct import read_native_file, store_read_file
 from rag_loop.ingest.loader import BatchCounts, load_batch, quarantine_rejected
 from rag_loop.ingest.otlp import otlp_traces
 from rag_loop.ingest.reader import (
@@ -29,6 +31,8 @@ TRACE_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".jso
 DEFAULT_MAX_RECORD_BYTES = 1 << 20
 DEFAULT_BATCH_BYTES = 32 << 20
 DEFAULT_MEMORY_LIMIT = "1GB"  # DuckDB's, during ingestion: peak RSS ~3.3 GB at 1M traces
+# fastest first: one DuckDB read_json of the file, Arrow-split batches, Python line by line
+READERS = {"native": ("read_json", "batches", "lines"), "otlp": ("batches", "lines")}
 _UNREADABLE = (OSError, EOFError, zlib.error, pa.ArrowInvalid)
 
 
@@ -38,6 +42,8 @@ class FileReport:
     format: str
     counts: BatchCounts
     skipped: bool = False
+    reader: str = ""  # the reader that stored the file (see READERS)
+    fallbacks: list[str] = field(default_factory=list)  # readers that gave up, and why
 
 
 @dataclass
@@ -86,14 +92,25 @@ def ingest_directory(con: duckdb.DuckDBPyConnection, directory: Path,
     `batch_bytes` bounds the lines parsed at once and `memory_limit` DuckDB's buffers while
     ingesting (restored afterwards; None leaves the connection's setting): memory against speed.
     """
-    previous = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
+    settings = {"preserve_insertion_order": "true"}  # read_json's row ids are line numbers
     if memory_limit:
-        con.execute(f"SET memory_limit = '{memory_limit}'")
-    try:
+        settings["memory_limit"] = f"'{memory_limit}'"
+    with _settings(con, settings):
         return _ingest_directory(con, directory, max_record_bytes, log, batch_bytes)
+
+
+@contextmanager
+def _settings(con: duckdb.DuckDBPyConnection, settings: dict[str, str]) -> Iterator[None]:
+    """DuckDB settings (name -> SQL literal) for the duration of the block, restored after."""
+    previous = {name: con.execute(f"SELECT current_setting('{name}')").fetchall()[0][0]
+                for name in settings}
+    for name, value in settings.items():
+        con.execute(f"SET {name} = {value}")
+    try:
+        yield
     finally:
-        if memory_limit:
-            con.execute(f"SET memory_limit = '{previous}'")
+        for name, value in previous.items():
+            con.execute(f"SET {name} = '{value}'")
 
 
 def _ingest_directory(con: duckdb.DuckDBPyConnection, directory: Path, max_record_bytes: int,
@@ -120,31 +137,69 @@ def _ingest_directory(con: duckdb.DuckDBPyConnection, directory: Path, max_recor
              file_report.counts.duplicates, file_report.counts.quarantined])
         con.execute("COMMIT")
         report.files.append(file_report)
-        log(f"{relative}: {file_report.format}, {file_report.counts}")
+        log(f"{relative}: {file_report.format} by {file_report.reader}, {file_report.counts}"
+            + "".join(f"; {why}" for why in file_report.fallbacks))
     return report
 
 
 def _ingest_file(con: duckdb.DuckDBPyConnection, path: Path, relative: str,
                  max_record_bytes: int, batch_bytes: int) -> FileReport:
-    """Store one file inside a transaction that the caller commits."""
-    fmt = "unreadable"
-    for exact in (False, True):
-        con.execute("BEGIN")
-        _forget_earlier_read(con, relative)
+    """Store one file inside a transaction that the caller commits.
+
+    Readers are tried fastest first; one that cannot read the file exactly raises
+    `NeedsExactReader`, its work is rolled back and the next one reads the file.
+    """
+    fallbacks: list[str] = []
+    try:
+        fmt = detect_format(path)
+    except _UNREADABLE as error:
+        return _unreadable_file(con, relative, "unreadable", error, fallbacks)
+    for reader in READERS[fmt]:
         try:
-            fmt = detect_format(path)
-            load = _load_otlp if fmt == "otlp" else _load_native
-            return FileReport(relative, fmt, load(con, path, relative, max_record_bytes, exact,
-                                                  batch_bytes))
-        except NeedsExactReader:
-            con.execute("ROLLBACK")
+            counts = _load(con, fmt, reader, path, relative, max_record_bytes, batch_bytes)
+            return FileReport(relative, fmt, counts, reader=reader, fallbacks=fallbacks)
+        except NeedsExactReader as why:
+            _rollback(con)
+            fallbacks.append(f"{reader}: {why}")
         except _UNREADABLE as error:
-            con.execute("ROLLBACK")
-            con.execute("BEGIN")
-            _forget_earlier_read(con, relative)
-            rejected = [Rejected(0, f"unreadable_file: {error!r}"[:500], "")]
-            return FileReport(relative, fmt, quarantine_rejected(con, rejected, relative, fmt))
-    raise AssertionError("the exact reader never asks for itself")
+            _rollback(con)
+            return _unreadable_file(con, relative, fmt, error, fallbacks)
+    raise AssertionError("the line reader never asks for another")
+
+
+def _unreadable_file(con, relative: str, fmt: str, error: Exception,
+                     fallbacks: list[str]) -> FileReport:
+    """Quarantine the whole file (a corrupt gzip, an I/O error) as one record, line 0."""
+    _begin(con, relative)
+    rejected = [Rejected(0, f"unreadable_file: {error!r}"[:500], "")]
+    return FileReport(relative, fmt, quarantine_rejected(con, rejected, relative, fmt),
+                      reader="none", fallbacks=fallbacks)
+
+
+def _load(con, fmt: str, reader: str, path: Path, relative: str, max_record_bytes: int,
+          batch_bytes: int) -> BatchCounts:
+    """Read the file with `reader` and store it inside a transaction the caller ends."""
+    if reader == "read_json":
+        read_native_file(con, path, max_record_bytes)  # before BEGIN: see its docstring
+        _begin(con, relative)
+        return store_read_file(con, path, relative)
+    _begin(con, relative)
+    exact = reader == "lines"
+    if fmt == "otlp":
+        return _load_otlp(con, path, relative, max_record_bytes, exact, batch_bytes)
+    return _load_native(con, path, relative, max_record_bytes, exact, batch_bytes)
+
+
+def _begin(con: duckdb.DuckDBPyConnection, relative: str) -> None:
+    con.execute("BEGIN")
+    _forget_earlier_read(con, relative)
+
+
+def _rollback(con: duckdb.DuckDBPyConnection) -> None:
+    try:
+        con.execute("ROLLBACK")
+    except duckdb.TransactionException:
+        pass  # the reader gave up before it began a transaction
 
 
 def _forget_earlier_read(con: duckdb.DuckDBPyConnection, relative: str) -> None:
