@@ -18,6 +18,7 @@ from dagster import (
     sensor,
 )
 from dagster_duckdb import DuckDBResource
+import pandas as pd
 
 from assets.resources import RagLoopPaths
 from rag_loop.ingest.pipeline import (
@@ -61,6 +62,7 @@ def raw_traces(context: AssetExecutionContext, config: IngestConfig, duckdb: Duc
         "files_read": sum(not f.skipped for f in report.files),
         "files_skipped": sum(f.skipped for f in report.files),
         "files_ignored": MetadataValue.json(report.ignored),
+        "files": MetadataValue.md(_files_table(report)),
         "run_ingested": report.total().ingested, "run_duplicates": report.total().duplicates,
         "run_quarantined": report.total().quarantined,
         **{f"{fmt}_{name}": getattr(counts, name) for fmt, counts in report.by_format().items()
@@ -69,6 +71,14 @@ def raw_traces(context: AssetExecutionContext, config: IngestConfig, duckdb: Duc
         "preview": MetadataValue.md(preview.to_markdown(index=False)),
     }
     return MaterializeResult(metadata=metadata)
+
+def _files_table(report) -> str:
+    """The files read this run: format, the reader that stored each, and why faster ones gave up."""
+    rows = [{"file": f.path, "format": f.format, "reader": f.reader, "ingested": f.counts.ingested,
+             "duplicates": f.counts.duplicates, "quarantined": f.counts.quarantined,
+             "fallbacks": "; ".join(f.fallbacks)[:300]} for f in report.files if not f.skipped]
+    return pd.DataFrame(rows).to_markdown(index=False) if rows else "no new files"
+
 
 @asset_check(asset=raw_traces, description="Share of quarantined records: WARN above 1 %, "
                                            "ERROR above 10 %.")

@@ -1,13 +1,13 @@
-"""Ingestion speed against a bare DuckDB `read_json` of the same file, in the same process.
+"""Ingestion speed against a bare DuckDB `read_json` of the same file, in the same run.
 
     python bench/ingest.py [--traces 1000000] [--workdir bench/out]
 
 Writes N demo-shaped native traces to one JSONL file, then times (1) the bare scan:
 `CREATE TABLE AS SELECT * FROM read_json(file)` into a fresh DuckDB file, and (2) rag-loop's
 ingestion of the same file into another fresh DuckDB file (validation, quarantine, dedup,
-split into traces / chunks / spans / feedback). Prints both, the ratio (target <= 1.5) and
-the peak resident memory of the ingestion process (target < 4 GB); each phase runs in
-its own process.
+split into traces / chunks / spans / feedback; a clean file takes the `read_json` reader).
+Prints both, the ratio (target <= 1.5) and the peak resident memory of the ingestion
+process (target < 4 GB); each phase runs in its own process.
 """
 
 from __future__ import annotations
@@ -98,7 +98,8 @@ def _ingest(workdir: Path, traces_dir: Path, batch_mb: int, memory_limit: str, r
     start = time.perf_counter()
     with duckdb.connect(str(workdir / "ingest.duckdb")) as con:
         report = ingest_directory(con, traces_dir, batch_bytes=batch_mb << 20, memory_limit=memory_limit)
-    results.put((time.perf_counter() - start, str(report.total())))
+    readers = ", ".join(sorted({f.reader for f in report.files}))
+    results.put((time.perf_counter() - start, f"{report.total()} by {readers}"))
 
 
 def _bare(workdir: Path, source: Path, results) -> None:

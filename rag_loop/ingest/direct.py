@@ -1,11 +1,12 @@
 """Read a whole native JSONL file with one DuckDB `read_json`: the fast path for clean files.
 
 Every scalar of the trace model is read as JSON text, so a value of the wrong JSON type is
-seen instead of silently coerced (`read_json` turns 5 into "5" and 2.5 into 3), then cast in
+seen instead of silently coerced (`read_json` turns 5 into "5" and 2.5 into 2), then cast in
 SQL. A row that fails a type or field check is not judged here: its raw line is handed to
 the line-by-line loader, which gives it the same reason it would get in any file. Whatever
 `read_json` cannot read exactly (malformed JSON, invalid UTF-8, an oversized or non-object
-record, blank lines that would shift line numbers) raises `NeedsExactReader`.
+record, blank lines that would shift line numbers, a file too big for DuckDB's memory limit)
+raises `NeedsExactReader`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from rag_loop.ingest.reader import NeedsExactReader, is_gzip, open_binary
 from rag_loop.schema import Trace
 from rag_loop.storage import duckdb_type
 
-_READ_ERRORS = (duckdb.InvalidInputException, duckdb.ConversionException, duckdb.IOException)
+_READ_ERRORS = (duckdb.InvalidInputException, duckdb.ConversionException, duckdb.IOException,
+                duckdb.OutOfMemoryException)
 
 
 def _sql_type(expected: Any, leaf: str | None = None) -> str:
@@ -122,7 +124,7 @@ def lines_at(path: Path, wanted: Iterable[int]) -> pa.Table:
 def read_native_file(con: duckdb.DuckDBPyConnection, path: Path, max_record_bytes: int) -> None:
     """Parse the file into `_read`, or raise `NeedsExactReader` if that cannot be exact.
 
-    Call it outside a transaction: a table made inside one numbers its rows from 2**55,
+    Call it outside a transaction: a table made inside one numbers its rows from ~3.6e16,
     and the row ids are the line numbers (rows keep the file's order).
     """
     with ThreadPoolExecutor(max_workers=1) as pool:
