@@ -64,7 +64,7 @@ def _typed(expr: str, expected: Any, depth: int = 0) -> str:
 
 
 def _type_ok(expr: str, expected: Any, depth: int = 0) -> str:
-    """SQL true when every JSON value under `expr` has the type `loader.structure_problem` accepts."""
+    """SQL true when every JSON value under `expr` has a type `structure_problem` accepts."""
     if isinstance(expected, dict):
         return " AND ".join(_type_ok(_field(expr, k), v, depth) for k, v in expected.items())
     if isinstance(expected, list):
@@ -136,7 +136,8 @@ def read_native_file(con: duckdb.DuckDBPyConnection, path: Path, max_record_byte
             line_count.cancel()
             raise NeedsExactReader(str(error).splitlines()[0]) from error
         lines = line_count.result()
-    records, first, last = con.execute("SELECT count(*), min(rowid), max(rowid) FROM _read").fetchall()[0]
+    records, first, last = con.execute(
+        "SELECT count(*), min(rowid), max(rowid) FROM _read").fetchall()[0]
     problem = (f"{lines - records} blank lines" if records != lines else
                f"row ids {first}..{last} are not line numbers"
                if records and (first, last) != (0, records - 1) else None)
