@@ -51,11 +51,15 @@ def test_valid_trace_is_stored_with_chunks_spans_and_feedback(con, tmp_path):
     (trace_line("x", feedback="bad"), "wrong_type: feedback"),
     (trace_line("x", spans=[{"duration_ms": 1}]), "missing_field: spans[].name"),
 ])
-def test_each_kind_of_bad_record_is_quarantined_with_its_reason(con, tmp_path, line, reason):
-    (tmp_path / "t.jsonl").write_text(trace_line("good") + "\n" + line + "\n")
+@pytest.mark.parametrize("blank", ["", "\n"], ids=["as_is", "after_a_blank_line"])
+def test_each_kind_of_bad_record_is_quarantined_with_its_reason(con, tmp_path, line, reason, blank):
+    # a blank line: read_json cannot number the lines, so read_csv reads the file
+    (tmp_path / "t.jsonl").write_text(trace_line("good") + "\n" + blank + line + "\n")
     report = _ingest(con, tmp_path)
+    if blank:
+        assert report.files[0].reader == "read_csv"
     assert (report.total().ingested, report.total().quarantined) == (1, 1)
-    assert _reasons(con) == {2: reason}
+    assert _reasons(con) == {2 + len(blank): reason}
     raw = con.execute("SELECT raw FROM quarantine").fetchall()[0][0]
     assert raw == line[:2000]
 
@@ -99,30 +103,40 @@ def test_clean_files_take_one_read_json_and_keep_line_numbers_across_parallel_bl
     assert con.execute("SELECT current_setting('preserve_insertion_order')").fetchall() == [(False,)]
 
 
-@pytest.mark.parametrize("content, fallback", [
-    (trace_line("a") + "\n\n" + trace_line("b") + "\n", "read_json: 1 blank lines"),
-    (trace_line("a") + "\nnot json\n" + trace_line("b") + "\n", "read_json: Invalid Input Error"),
+@pytest.mark.parametrize("content, reader, fallbacks", [
+    (trace_line("a") + "\n\n" + trace_line("b") + "\n", "read_csv", ["read_json: 1 blank lines"]),
+    (trace_line("a") + "\nnot json\n" + trace_line("b") + "\n", "read_csv",
+     ["read_json: Invalid Input Error: Malformed JSON"]),
+    (trace_line("a") + "\n\x1f\n" + trace_line("b") + "\n", "lines",  # Arrow's delimiter too
+     ["read_json: Invalid Input Error", "read_csv: a 0x1f byte", "batches: "]),
+    (trace_line("a") + "\r\nnot json\n" + trace_line("b") + "\n", "batches",
+     ["read_json: Invalid Input Error", "read_csv: Invalid Input Error"]),
 ])
-def test_files_read_json_cannot_read_exactly_go_to_the_line_reader(con, tmp_path, content, fallback):
-    (tmp_path / "t.jsonl").write_text(content)
+def test_files_a_faster_reader_cannot_read_exactly_go_to_the_next(con, tmp_path, content, reader,
+                                                                   fallbacks):
+    (tmp_path / "t.jsonl").write_bytes(content.encode())
     report = _ingest(con, tmp_path)
     (file_report,) = report.files
-    assert file_report.reader == "batches"
-    assert file_report.fallbacks[0].startswith(fallback)
+    assert file_report.reader == reader
+    assert len(file_report.fallbacks) == len(fallbacks)
+    assert all(why.startswith(start) for why, start in zip(file_report.fallbacks, fallbacks))
     assert con.execute("SELECT trace_id, source_line FROM raw_traces ORDER BY 1").fetchall() == [
         ("a", 1), ("b", 3)]
 
 
-def test_wrongly_typed_strings_are_not_coerced_by_the_fast_reader(con, tmp_path):
+@pytest.mark.parametrize("reader", ["read_json", "read_csv"])
+def test_wrongly_typed_values_are_not_coerced_by_the_fast_readers(con, tmp_path, reader):
+    blank = "\n" if reader == "read_csv" else ""  # a blank last line sends the file to read_csv
     (tmp_path / "t.jsonl").write_text("\n".join([
         trace_line("a"), trace_line("b", answer=5), trace_line("c", citations=[{"id": 1}]),
         trace_line("d", turn_id=2.5), trace_line("e", is_fallback=1), trace_line("f", temperature="0.2"),
-        trace_line("g", turn_id=3, temperature=1, is_fallback=False, answer="ok \u00e9 \\ \"q\"")]) + "\n")
+        trace_line("g", turn_id=3, temperature=1, is_fallback=False, answer="ok \u00e9 \\ \"q\""),
+        trace_line("h", rewritten_query=["q"])]) + "\n" + blank)
     report = _ingest(con, tmp_path)
-    assert report.files[0].reader == "read_json"
+    assert report.files[0].reader == reader
     assert _reasons(con) == {2: "wrong_type: answer", 3: "wrong_type: citations[]",
                              4: "wrong_type: turn_id", 5: "wrong_type: is_fallback",
-                             6: "wrong_type: temperature"}
+                             6: "wrong_type: temperature", 8: "wrong_type: rewritten_query"}
     assert con.execute("SELECT turn_id, temperature, is_fallback, answer FROM raw_traces "
                        "WHERE trace_id = 'g'").fetchall() == [(3, 1.0, False, 'ok \u00e9 \\ "q"')]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from rag_loop.ingest.direct import read_native_file, store_read_file
+from rag_loop.ingest.direct import read_native_file, read_native_lines, store_read_file
 from rag_loop.ingest.loader import BatchCounts, load_batch, quarantine_rejected
 from rag_loop.ingest.otlp import otlp_traces
 from rag_loop.ingest.reader import (
@@ -33,8 +33,10 @@ DEFAULT_BATCH_BYTES = 32 << 20
 # DuckDB's, while ingesting. Peak RSS at 1M traces: 1.1 GB by read_json, 3.3 GB by batches;
 # 2GB makes read_json ~10 % faster but lets the batch readers pass 4 GB.
 DEFAULT_MEMORY_LIMIT = "1GB"
-# fastest first: one DuckDB read_json of the file, Arrow-split batches, Python line by line
-READERS = {"native": ("read_json", "batches", "lines"), "otlp": ("batches", "lines")}
+# fastest first: DuckDB's read_json of the whole file, DuckDB's read_csv lines parsed in SQL,
+# Arrow-split batches, Python line by line (see README "How a file is read")
+READERS = {"native": ("read_json", "read_csv", "batches", "lines"), "otlp": ("batches", "lines")}
+_SQL_READERS = {"read_json": read_native_file, "read_csv": read_native_lines}
 _UNREADABLE = (OSError, EOFError, zlib.error, pa.ArrowInvalid)
 
 
@@ -181,10 +183,10 @@ def _unreadable_file(con, relative: str, fmt: str, error: Exception,
 def _load(con, fmt: str, reader: str, path: Path, relative: str, max_record_bytes: int,
           batch_bytes: int) -> BatchCounts:
     """Read the file with `reader` and store it inside a transaction the caller ends."""
-    if reader == "read_json":
-        read_native_file(con, path, max_record_bytes)  # before BEGIN: see its docstring
+    if reader in _SQL_READERS:
+        parsed = _SQL_READERS[reader](con, path, max_record_bytes)  # before BEGIN: see direct.py
         _begin(con, relative)
-        return store_read_file(con, path, relative)
+        return store_read_file(con, parsed, relative)
     _begin(con, relative)
     exact = reader == "lines"
     if fmt == "otlp":

@@ -149,9 +149,13 @@ def _split_valid(line_no: pa.Array, raw: pa.Array, max_record_bytes: int) -> Lin
     return LineBatch(lines, rejected)
 
 
+def oversized_reason(size: int, max_record_bytes: int) -> str:
+    return f"oversized: {size} bytes > {max_record_bytes}"
+
+
 def _reject_reason(value: bytes, max_record_bytes: int) -> str | None:
     if len(value) > max_record_bytes:
-        return f"oversized: {len(value)} bytes > {max_record_bytes}"
+        return oversized_reason(len(value), max_record_bytes)
     try:
         value.decode("utf-8")
     except UnicodeDecodeError as error:
