@@ -7,7 +7,8 @@ Writes N demo-shaped native traces to one JSONL file, then times (1) the bare sc
 ingestion of the same file into another fresh DuckDB file (validation, quarantine, dedup,
 split into traces / chunks / spans / feedback; a clean file takes the `read_json` reader).
 Prints both, the ratio (target <= 1.5) and the peak resident memory of the ingestion
-process (target < 4 GB); each phase runs in its own process.
+process (target < 4 GB); each phase runs in its own process. `--malformed-line` also times a
+copy whose last line is cut off, which the fallback readers take.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import multiprocessing
 import random
 import resource
+import shutil
 import time
 from pathlib import Path
 
@@ -63,6 +65,8 @@ def main() -> None:
                         help="ingestion batch size in MB")
     parser.add_argument("--memory-limit", default=DEFAULT_MEMORY_LIMIT,
                         help="DuckDB memory_limit during the ingestion")
+    parser.add_argument("--malformed-line", action="store_true",
+                        help="also ingest a copy with one malformed last line (the fallback readers)")
     args = parser.parse_args()
     traces_dir = args.workdir / f"traces-{args.traces}"  # one file: nothing else to ingest
     traces_dir.mkdir(parents=True, exist_ok=True)
@@ -74,39 +78,56 @@ def main() -> None:
         (args.workdir / f"{name}.wal").unlink(missing_ok=True)
     print(f"file: {source} ({source.stat().st_size / 1e6:.0f} MB, {args.traces:,} traces)")
 
-    context = multiprocessing.get_context("fork")  # each phase in its own process: its own peak RSS
-    results = context.Queue()
-    ingest_run = context.Process(target=_ingest, args=(args.workdir, traces_dir, args.batch_mb,
-                                                               args.memory_limit, results))
-    ingest_run.start()
-    ingest_run.join()
-    ingest, total = results.get()
-    ingest_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1e6
-    bare_run = context.Process(target=_bare, args=(args.workdir, source, results))
-    bare_run.start()
-    bare_run.join()
-    bare = results.get()
-
+    ingest, total, ingest_peak = _in_process(_ingest, args.workdir, traces_dir, args.batch_mb,
+                                             args.memory_limit)
+    (bare,) = _in_process(_bare, args.workdir, source)
     print(f"bare read_json : {bare:7.2f} s  ({args.traces / bare:,.0f} traces/s)")
     print(f"rag-loop ingest: {ingest:7.2f} s  ({args.traces / ingest:,.0f} traces/s), {total} "
           f"(batches of {args.batch_mb} MB, DuckDB memory_limit {args.memory_limit})")
     print(f"ratio ingest/bare: {ingest / bare:.2f}  (target <= 1.5)")
     print(f"peak RSS of the ingestion process: {ingest_peak:.2f} GB  (target < 4)")
+    if args.malformed_line:
+        malformed_dir = args.workdir / f"malformed-{args.traces}"
+        malformed_dir.mkdir(exist_ok=True)
+        malformed = malformed_dir / source.name
+        if not malformed.exists():
+            shutil.copyfile(source, malformed)
+            with open(malformed, "a", encoding="utf-8") as handle:
+                handle.write('{"trace_id": "cut-off", "original_query": "how m\n')
+        seconds, total, peak = _in_process(_ingest, args.workdir, malformed_dir, args.batch_mb,
+                                           args.memory_limit)
+        print(f"with one malformed last line: {seconds:7.2f} s, ratio {seconds / bare:.2f}, "
+              f"peak RSS {peak:.2f} GB, {total}")
 
 
-def _ingest(workdir: Path, traces_dir: Path, batch_mb: int, memory_limit: str, results) -> None:
+def _in_process(phase, *args) -> tuple:
+    """Run one phase in its own forked process (its own peak RSS); return what it reports."""
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    process = context.Process(target=lambda: results.put(phase(*args)))
+    process.start()
+    figures = results.get()
+    process.join()
+    return figures
+
+
+def _ingest(workdir: Path, traces_dir: Path, batch_mb: int, memory_limit: str) -> tuple:
+    database = workdir / "ingest.duckdb"
+    for stale in (database, Path(f"{database}.wal")):
+        stale.unlink(missing_ok=True)
     start = time.perf_counter()
-    with duckdb.connect(str(workdir / "ingest.duckdb")) as con:
+    with duckdb.connect(str(database)) as con:
         report = ingest_directory(con, traces_dir, batch_bytes=batch_mb << 20, memory_limit=memory_limit)
     readers = ", ".join(sorted({f.reader for f in report.files}))
-    results.put((time.perf_counter() - start, f"{report.total()} by {readers}"))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+    return time.perf_counter() - start, f"{report.total()} by {readers}", peak
 
 
-def _bare(workdir: Path, source: Path, results) -> None:
+def _bare(workdir: Path, source: Path) -> tuple:
     start = time.perf_counter()
     with duckdb.connect(str(workdir / "bare.duckdb")) as con:
         con.execute(f"CREATE TABLE bare AS SELECT * FROM read_json('{source}')")
-    results.put(time.perf_counter() - start)
+    return (time.perf_counter() - start,)
 
 
 if __name__ == "__main__":

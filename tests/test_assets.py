@@ -39,8 +39,10 @@ def test_demo_ingestion_materializes_with_metadata_and_passing_check(tmp_path):
         [c.strip() for c in line.split("|")] for line in metadata["files"].value.splitlines()[2:])}
     assert files["native/2026-11-01.jsonl.gz"][:2] == ["native", "read_json"]
     assert files["otlp/2026-11-01.otlp.jsonl.gz"][:2] == ["otlp", "batches"]
-    malformed = files["malformed/bad-records.jsonl"]  # fell back from read_json to batches
-    assert malformed[1] == "batches" and "read_json: Invalid Input Error" in malformed[-1]
+    malformed = files["malformed/bad-records.jsonl"]  # invalid JSON, then invalid UTF-8
+    assert malformed[1] == "batches"
+    assert "read_json: Invalid Input Error" in malformed[-1]
+    assert "read_csv: Invalid Input Error" in malformed[-1]
     checks = result.get_asset_check_evaluations()
     assert [c.passed for c in checks] == [True]
     again = materialize([raw_traces], resources=resources)  # idempotent rerun
