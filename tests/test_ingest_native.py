@@ -45,6 +45,8 @@ def test_valid_trace_is_stored_with_chunks_spans_and_feedback(con, tmp_path):
     (trace_line("x", turn_id="three"), "wrong_type: turn_id"),
     (trace_line("x", latency_ms=[1]), "wrong_type: latency_ms"),
     (trace_line("x", chunks="c1"), "wrong_type: chunks"),
+    (trace_line("x", chunks=["c1"]), "wrong_type: chunks[]"),
+    (trace_line("x", spans=[{"name": "retrieval"}, 5]), "wrong_type: spans[]"),
     (trace_line("x", chunks=[{"doc_id": "d", "score": "high"}]), "wrong_type: chunks[].score"),
     (trace_line("x", chunks=[{"doc_id": "d", "score": 1}, {"doc_id": 5}]), "wrong_type: chunks[].doc_id"),
     (trace_line("x", chunks=[{"chunk_id": "c"}]), "missing_field: chunks[].doc_id"),
