@@ -4,6 +4,7 @@ import pytest
 from conftest import trace_line
 
 from rag_loop.ingest import ingest_directory
+from rag_loop.ingest.direct import line_stats
 from rag_loop.ingest.loader import structure_problem
 from rag_loop.schema import Trace
 from rag_loop.storage import duckdb_type
@@ -77,6 +78,16 @@ def test_invalid_utf8_and_oversized_lines_are_quarantined(con, tmp_path):
     assert len(con.execute("SELECT raw FROM quarantine WHERE line_no = 3").fetchall()[0][0]) == 2000
 
 
+def test_oversized_lines_in_a_utf8_file_are_quarantined_by_the_line_table_reader(con, tmp_path):
+    big = trace_line("big", answer="é" * 3000)  # 6,000+ bytes, 3,000+ characters
+    (tmp_path / "t.jsonl").write_text(trace_line("a") + "\n" + big + "\n" + trace_line("b") + "\n")
+    report = _ingest(con, tmp_path, max_record_bytes=1000)
+    assert report.files[0].reader == "read_csv"
+    assert (report.total().ingested, report.total().quarantined) == (2, 1)
+    assert _reasons(con) == {2: f"oversized: {len(big.encode())} bytes > 1000"}
+    assert con.execute("SELECT raw FROM quarantine").fetchall() == [(big[:2000],)]
+
+
 def test_exact_reader_takes_over_for_lines_arrow_cannot_split(con, tmp_path):
     # a raw 0x1f byte (Arrow's column delimiter here) and a blank line keep line numbers exact
     (tmp_path / "t.jsonl").write_bytes(
@@ -141,6 +152,17 @@ def test_wrongly_typed_values_are_not_coerced_by_the_fast_readers(con, tmp_path,
                              6: "wrong_type: temperature", 8: "wrong_type: rewritten_query"}
     assert con.execute("SELECT turn_id, temperature, is_fallback, answer FROM raw_traces "
                        "WHERE trace_id = 'g'").fetchall() == [(3, 1.0, False, 'ok \u00e9 \\ "q"')]
+
+
+@pytest.mark.parametrize("content, stats", [
+    (b"", (0, 0)), (b"ab\n", (1, 2)), (b"ab\n\nabcd", (3, 4)), (b"\n\n", (2, 0)),
+    (b"a" * 70_000 + b"\nb\n", (2, 70_000)),
+])
+def test_line_stats_count_lines_and_the_longest_across_blocks(tmp_path, content, stats):
+    (tmp_path / "t.jsonl").write_bytes(content)
+    (tmp_path / "t.jsonl.gz").write_bytes(gzip.compress(content))
+    assert line_stats(tmp_path / "t.jsonl", block=4096) == stats
+    assert line_stats(tmp_path / "t.jsonl.gz", block=4096) == stats
 
 
 def test_gzip_files_are_read_whatever_their_name(con, tmp_path):

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from rag_loop.ingest.loader import (
@@ -170,14 +171,23 @@ def _parse_lines_sql() -> str:
                           WHERE raw IS NOT NULL AND strlen(raw) <= $max_bytes)))"""
 
 
-def count_lines(path: Path, block: int = 16 << 20) -> int:
-    """Lines of the (maybe gzipped) file, a last line without a newline included."""
-    lines, last = 0, b"\n"
+def line_stats(path: Path, block: int = 16 << 20) -> tuple[int, int]:
+    """Lines of the (maybe gzipped) file, a last one without a newline included, and the
+    length in bytes of the longest."""
+    lines = longest = start = offset = 0  # start: where the current line begins
     with open_binary(path) as handle:
         while data := handle.read(block):
-            lines += data.count(b"\n")
-            last = data[-1:]
-    return lines + (last != b"\n")
+            ends = np.flatnonzero(np.frombuffer(data, np.uint8) == ord("\n")) + offset
+            if len(ends):
+                starts = np.concatenate(([start], ends[:-1] + 1))
+                longest = max(longest, int((ends - starts).max()))
+                start = int(ends[-1]) + 1
+                lines += len(ends)
+            offset += len(data)
+    if offset > start:
+        lines += 1
+        longest = max(longest, offset - start)
+    return lines, longest
 
 
 def _contains(path: Path, byte: bytes, block: int = 16 << 20) -> bool:
@@ -214,18 +224,20 @@ def read_native_file(con: duckdb.DuckDBPyConnection, path: Path,
                      max_record_bytes: int) -> ParsedFile:
     """Parse the file with one `read_json`; call it outside a transaction."""
     with ThreadPoolExecutor(max_workers=1) as pool:
-        line_count = pool.submit(count_lines, path)  # counts while DuckDB parses, GIL released
+        stats = pool.submit(line_stats, path)  # while DuckDB parses: it releases the GIL
         try:
             con.execute(_read_json_sql(), {"path": str(path), "max_bytes": max_record_bytes,
                                            "compression": _compression(path)})
         except _READ_ERRORS as error:
-            line_count.cancel()
+            stats.cancel()
             raise NeedsExactReader(str(error).splitlines()[0]) from error
-        lines = line_count.result()
+        lines, longest = stats.result()
     records = _check_row_ids(con, "_read")
-    if records != lines:
+    problem = (f"{lines - records} blank lines" if records != lines else
+               f"a line of {longest} bytes" if longest > max_record_bytes else None)
+    if problem:  # read_json does not enforce maximum_object_size on small records
         forget_read(con)
-        raise NeedsExactReader(f"{lines - records} blank lines")
+        raise NeedsExactReader(problem)
     con.execute("""CREATE OR REPLACE TEMP VIEW _read_numbered AS
                    SELECT rowid + 1 AS line_no, t, t.trace_id AS trace_id, clean FROM _read""")
     return ParsedFile(lambda numbers: lines_at(path, numbers))
@@ -239,13 +251,14 @@ def read_native_lines(con: duckdb.DuckDBPyConnection, path: Path,
     try:
         con.execute(_READ_LINES_SQL, {"path": str(path), "delimiter": _DELIMITER.decode(),
                                       "compression": _compression(path)})
+        _check_row_ids(con, "_lines")
+        oversized = con.execute(f"""
+            SELECT rowid + 1, strlen(raw), left(raw, {RAW_PREVIEW_CHARS}) FROM _lines
+            WHERE strlen(raw) > ?""", [max_record_bytes]).fetchall()
+        con.execute(_parse_lines_sql(), {"max_bytes": max_record_bytes})
     except _READ_ERRORS as error:
+        forget_read(con)
         raise NeedsExactReader(str(error).splitlines()[0]) from error
-    _check_row_ids(con, "_lines")
-    oversized = con.execute(f"""
-        SELECT rowid + 1, strlen(raw), left(raw, {RAW_PREVIEW_CHARS}) FROM _lines
-        WHERE strlen(raw) > ?""", [max_record_bytes]).fetchall()
-    con.execute(_parse_lines_sql(), {"max_bytes": max_record_bytes})
     con.execute("""CREATE OR REPLACE TEMP VIEW _read_numbered AS
                    SELECT line_no, t, t.trace_id AS trace_id, clean FROM _read""")
     rejected = [Rejected(n, oversized_reason(size, max_record_bytes), raw)
