@@ -23,6 +23,7 @@ import pandas as pd
 from assets.resources import RagLoopPaths
 from rag_loop.ingest.pipeline import (
     DEFAULT_MAX_RECORD_BYTES,
+    IngestReport,
     ingest_directory,
     trace_files,
     trace_table_summary,
@@ -72,7 +73,8 @@ def raw_traces(context: AssetExecutionContext, config: IngestConfig, duckdb: Duc
     }
     return MaterializeResult(metadata=metadata)
 
-def _files_table(report) -> str:
+
+def _files_table(report: IngestReport) -> str:
     """The files read this run: format, the reader that stored each, and why faster ones gave up."""
     rows = [{"file": f.path, "format": f.format, "reader": f.reader, "ingested": f.counts.ingested,
              "duplicates": f.counts.duplicates, "quarantined": f.counts.quarantined,

@@ -73,9 +73,6 @@ def main() -> None:
     source = traces_dir / f"bench-{args.traces}.jsonl"
     if not source.exists():
         write_traces(source, args.traces)
-    for name in ("bare.duckdb", "ingest.duckdb"):
-        (args.workdir / name).unlink(missing_ok=True)
-        (args.workdir / f"{name}.wal").unlink(missing_ok=True)
     print(f"file: {source} ({source.stat().st_size / 1e6:.0f} MB, {args.traces:,} traces)")
 
     ingest, total, ingest_peak = _in_process(_ingest, args.workdir, traces_dir, args.batch_mb,
@@ -100,6 +97,13 @@ def main() -> None:
               f"peak RSS {peak:.2f} GB, {total}")
 
 
+def _fresh_database(path: Path) -> duckdb.DuckDBPyConnection:
+    """A connection to a new, empty DuckDB file at `path`."""
+    for stale in (path, Path(f"{path}.wal")):
+        stale.unlink(missing_ok=True)
+    return duckdb.connect(str(path))
+
+
 def _in_process(phase, *args) -> tuple:
     """Run one phase in its own forked process (its own peak RSS); return what it reports."""
     context = multiprocessing.get_context("fork")
@@ -112,11 +116,8 @@ def _in_process(phase, *args) -> tuple:
 
 
 def _ingest(workdir: Path, traces_dir: Path, batch_mb: int, memory_limit: str) -> tuple:
-    database = workdir / "ingest.duckdb"
-    for stale in (database, Path(f"{database}.wal")):
-        stale.unlink(missing_ok=True)
     start = time.perf_counter()
-    with duckdb.connect(str(database)) as con:
+    with _fresh_database(workdir / "ingest.duckdb") as con:
         report = ingest_directory(con, traces_dir, batch_bytes=batch_mb << 20, memory_limit=memory_limit)
     readers = ", ".join(sorted({f.reader for f in report.files}))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
@@ -125,7 +126,7 @@ def _ingest(workdir: Path, traces_dir: Path, batch_mb: int, memory_limit: str) -
 
 def _bare(workdir: Path, source: Path) -> tuple:
     start = time.perf_counter()
-    with duckdb.connect(str(workdir / "bare.duckdb")) as con:
+    with _fresh_database(workdir / "bare.duckdb") as con:
         con.execute(f"CREATE TABLE bare AS SELECT * FROM read_json('{source}')")
     return (time.perf_counter() - start,)
 
