@@ -68,10 +68,21 @@ def raw_traces(context: AssetExecutionContext, config: IngestConfig, duckdb: Duc
         "run_quarantined": report.total().quarantined,
         **{f"{fmt}_{name}": getattr(counts, name) for fmt, counts in report.by_format().items()
            for name in ("ingested", "duplicates", "quarantined")},
+        **_otlp_figures(report),
         **summary,
         "preview": MetadataValue.md(preview.to_markdown(index=False)),
     }
     return MaterializeResult(metadata=metadata)
+
+
+def _otlp_figures(report: IngestReport) -> dict[str, int]:
+    """Spans read this run and what became of the trace ids that were ready or waiting."""
+    spans, assembly = report.spans(), report.assembly
+    return {"otlp_spans_stored": spans.ingested, "otlp_span_duplicates": spans.duplicates,
+            "otlp_spans_quarantined": spans.quarantined,
+            "otlp_traces_partial": assembly.partial, "otlp_traces_reassembled": assembly.reassembled,
+            "otlp_traces_not_a_request": assembly.not_a_request,
+            "otlp_traces_waiting": assembly.waiting}
 
 
 def _files_table(report: IngestReport) -> str:

@@ -48,6 +48,7 @@ def load_knowledge_base(con: duckdb.DuckDBPyConnection, directory: Path) -> Know
         [(c.chunk_id, d.doc_id, d.version, c.text) for d in documents for c in d.chunks])
     con.execute("DELETE FROM quarantine WHERE format = 'document'")  # the KB is reloaded whole
     if bad:
-        con.executemany("INSERT INTO quarantine VALUES (?, ?, ?, ?, ?, now())", bad)
+        con.executemany("INSERT INTO quarantine (source_file, line_no, format, reason, raw, "
+                        "quarantined_at) VALUES (?, ?, ?, ?, ?, now())", bad)
     con.execute("COMMIT")
     return KnowledgeReport(len(documents), sum(len(d.chunks) for d in documents), len(bad))

@@ -45,10 +45,21 @@ CREATE TABLE IF NOT EXISTS trace_feedback (
     trace_id VARCHAR NOT NULL, rating VARCHAR, category VARCHAR, comment VARCHAR);
 CREATE TABLE IF NOT EXISTS quarantine (
     source_file VARCHAR, line_no BIGINT, format VARCHAR, reason VARCHAR, raw VARCHAR,
-    quarantined_at TIMESTAMPTZ);
+    quarantined_at TIMESTAMPTZ, span_id VARCHAR);
+ALTER TABLE quarantine ADD COLUMN IF NOT EXISTS span_id VARCHAR;
 CREATE TABLE IF NOT EXISTS trace_duplicates (
     source_file VARCHAR, line_no BIGINT, trace_id VARCHAR, format VARCHAR,
-    seen_at TIMESTAMPTZ);
+    seen_at TIMESTAMPTZ, span_id VARCHAR);
+ALTER TABLE trace_duplicates ADD COLUMN IF NOT EXISTS span_id VARCHAR;
+-- OTLP: every span received (the unit of ingestion), and what became of each trace id
+CREATE TABLE IF NOT EXISTS otlp_spans (
+    trace_id VARCHAR NOT NULL, span_id VARCHAR NOT NULL, parent_span_id VARCHAR, name VARCHAR,
+    start_ns BIGINT, end_ns BIGINT, status_code VARCHAR, status_message VARCHAR,
+    attributes JSON, resource JSON, events JSON, source_file VARCHAR, source_line BIGINT,
+    received_at TIMESTAMPTZ);
+CREATE TABLE IF NOT EXISTS otlp_traces (
+    trace_id VARCHAR NOT NULL, state VARCHAR, complete BOOLEAN, spans BIGINT, reason VARCHAR,
+    source_file VARCHAR, source_line BIGINT, record_span_id VARCHAR, assembled_at TIMESTAMPTZ);
 CREATE TABLE IF NOT EXISTS ingested_files (
     path VARCHAR, size BIGINT, mtime_ns BIGINT, format VARCHAR, records BIGINT,
     ingested BIGINT, duplicates BIGINT, quarantined BIGINT, ingested_at TIMESTAMPTZ);

@@ -38,7 +38,9 @@ def test_demo_ingestion_materializes_with_metadata_and_passing_check(tmp_path):
     files = {cells[1]: cells[2:-1] for cells in (
         [c.strip() for c in line.split("|")] for line in metadata["files"].value.splitlines()[2:])}
     assert files["native/2026-11-01.jsonl.gz"][:2] == ["native", "read_json"]
-    assert files["otlp/2026-11-01.otlp.jsonl.gz"][:2] == ["otlp", "batches"]
+    assert files["otlp/2026-11-01.otlp.jsonl.gz"][:2] == ["otlp", "spans"]
+    assert metadata["otlp_traces_waiting"].value == 0
+    assert metadata["otlp_spans_stored"].value >= 4 * metadata["otlp_ingested"].value  # root + stages
     malformed = files["malformed/bad-records.jsonl"]  # invalid JSON, then invalid UTF-8
     assert malformed[1] == "batches"
     assert "read_json: Invalid Input Error" in malformed[-1]

@@ -10,7 +10,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from rag_loop.demo.otlp_export import to_otlp_line
 from rag_loop.ingest import ingest_directory
-from rag_loop.ingest.otlp import otlp_traces
 
 NATIVE = {
     "trace_id": "tr-1", "request_id": "req-1", "session_id": "s-1", "turn_id": 2,
@@ -55,18 +54,6 @@ def test_demo_export_round_trips_through_the_otlp_parser(con, tmp_path, conventi
     assert con.execute("SELECT rating, category FROM trace_feedback").fetchall() == [
         ("negative", "outdated_source")]
     assert con.execute("SELECT count(*) FROM trace_spans").fetchall() == [(4,)]
-
-
-def test_spans_split_over_lines_are_one_trace_and_bad_lines_are_rejected():
-    line = json.loads(to_otlp_line(NATIVE, "genai"))
-    spans = line["resourceSpans"][0]["scopeSpans"][0]["spans"]
-    first = {"resourceSpans": [{"resource": {}, "scopeSpans": [{"spans": spans[:2]}]}]}
-    second = {"resourceSpans": [{"resource": {}, "scopeSpans": [{"spans": spans[2:] + [
-        {**spans[0], "traceId": ""}]}]}]}
-    records, rejected = otlp_traces([(1, json.dumps(first)), (2, json.dumps(second)),
-                                     (3, "{oops"), (4, '{"resourceSpans": 5}')])
-    assert len(records) == 1 and records[0][0] == 1
-    assert [r.reason.split(":")[0] for r in rejected] == ["missing_trace_id", "invalid_json", "not_otlp"]
 
 
 def test_spans_from_the_real_opentelemetry_sdk(con, tmp_path):

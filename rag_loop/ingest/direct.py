@@ -290,8 +290,9 @@ def store_read_file(con: duckdb.DuckDBPyConnection, parsed: ParsedFile,
                     source_file: str) -> BatchCounts:
     """Store the clean traces of a parsed file; unclean lines go to the line loader."""
     counts = quarantine_rejected(con, parsed.rejected, source_file, "native")
-    con.execute("""CREATE OR REPLACE TEMP TABLE _verdict AS SELECT line_no, trace_id,
-                   NULL::VARCHAR AS reason FROM _read_numbered WHERE clean""")
+    con.execute("""CREATE OR REPLACE TEMP TABLE _verdict AS SELECT line_no, line_no AS source_line,
+                   NULL::VARCHAR AS span_id, trace_id, NULL::VARCHAR AS reason
+                   FROM _read_numbered WHERE clean""")
     counts += store_verdicts(con, source_file, "native", parsed="_read_numbered")
     unclean = [n for (n,) in con.execute(
         "SELECT line_no FROM _read_numbered WHERE NOT clean").fetchall()]

@@ -96,16 +96,25 @@ def _classify_structures(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def load_batch(con: duckdb.DuckDBPyConnection, lines: pa.Table, source_file: str,
-               source_format: str) -> BatchCounts:
+               source_format: str, set_aside_format: str | None = None) -> BatchCounts:
     """Store the valid, unseen traces of `lines` (line_no, raw); quarantine the invalid ones.
 
     Duplicates (a trace id already stored, or repeated in the batch) keep the first copy:
     the earliest ingested, then the lowest line number. Later copies are listed in
-    `trace_duplicates`, so every line read is accounted for.
+    `trace_duplicates`, so every line read is accounted for. `line_no` is the row key; an
+    optional `source_line` column gives the position stored instead (OTLP traces assembled
+    from spans: several traces may share their root span's line), an optional `span_id` the span
+    that placed it. Quarantine and duplicate rows are written with `set_aside_format` when
+    given (default `source_format`). `_verdict` and `_keep` stay for the caller to read.
     """
+    if "source_line" not in lines.column_names:
+        lines = lines.append_column("source_line", lines.column("line_no"))
+    if "span_id" not in lines.column_names:
+        lines = lines.append_column("span_id", pa.nulls(lines.num_rows, pa.string()))
     con.register("_batch", lines)
     try:
-        return _load_registered_batch(con, source_file, source_format)
+        return _load_registered_batch(con, source_file, source_format,
+                                      set_aside_format or source_format)
     finally:
         con.unregister("_batch")
 
@@ -124,7 +133,7 @@ def record_problem_sql(t: str) -> str:
 
 
 def _load_registered_batch(con: duckdb.DuckDBPyConnection, source_file: str,
-                           source_format: str) -> BatchCounts:
+                           source_format: str, set_aside_format: str) -> BatchCounts:
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _parsed AS
         SELECT line_no, structure, t, t.trace_id AS trace_id, {record_problem_sql('t')} AS problem
@@ -134,44 +143,45 @@ def _load_registered_batch(con: duckdb.DuckDBPyConnection, source_file: str,
     _classify_structures(con)
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _verdict AS
-        SELECT b.line_no, p.trace_id,
+        SELECT b.line_no, b.source_line, b.span_id, p.trace_id,
                CASE WHEN p.line_no IS NULL THEN 'invalid_json'
                     ELSE coalesce(s.problem, p.problem) END AS reason
-        FROM (SELECT line_no FROM _batch WHERE raw <> '') b
+        FROM (SELECT line_no, source_line, span_id FROM _batch WHERE raw <> '') b
         LEFT JOIN _parsed p ON p.line_no = b.line_no
         LEFT JOIN _structure_problems s ON s.structure = p.structure""")
     con.execute(f"""
         INSERT INTO quarantine
-        SELECT ?, v.line_no, ?, v.reason, left(b.raw, {RAW_PREVIEW_CHARS}), now()
+        SELECT ?, v.source_line, ?, v.reason, left(b.raw, {RAW_PREVIEW_CHARS}), now(), v.span_id
         FROM _verdict v JOIN _batch b USING (line_no) WHERE v.reason IS NOT NULL""",
-                [source_file, source_format])
-    return store_verdicts(con, source_file, source_format)
+                [source_file, set_aside_format])
+    return store_verdicts(con, source_file, source_format, set_aside_format=set_aside_format)
 
 
 def store_verdicts(con: duckdb.DuckDBPyConnection, source_file: str, source_format: str,
-                   parsed: str = "_parsed") -> BatchCounts:
-    """Store the traces `_verdict` (line_no, trace_id, reason) accepts, typed in `{parsed}.t`.
+                   parsed: str = "_parsed", set_aside_format: str | None = None) -> BatchCounts:
+    """Store the traces `_verdict` (line_no, source_line, span_id, trace_id, reason) accepts,
+    typed in `{parsed}.t` (joined on line_no).
 
     Rows with a reason are counted as quarantined; the caller stored them with their text.
     """
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _keep AS
-        SELECT line_no FROM _verdict
+        SELECT line_no, source_line FROM _verdict
         WHERE reason IS NULL AND trace_id NOT IN (SELECT trace_id FROM raw_traces)
         QUALIFY row_number() OVER (PARTITION BY trace_id ORDER BY line_no) = 1""")
-    params = [source_file, source_format]
+    params = [source_file, set_aside_format or source_format]
     con.execute("""
         INSERT INTO trace_duplicates
-        SELECT ?, v.line_no, v.trace_id, ?, now() FROM _verdict v
+        SELECT ?, v.source_line, v.trace_id, ?, now(), v.span_id FROM _verdict v
         WHERE v.reason IS NULL AND v.line_no NOT IN (SELECT line_no FROM _keep)
           AND NOT EXISTS (SELECT 1 FROM raw_traces r  -- the same record, read again
-                          WHERE r.trace_id = v.trace_id AND r.source_file = ? AND r.source_line = v.line_no)
+                          WHERE r.trace_id = v.trace_id AND r.source_file = ? AND r.source_line = v.source_line)
         """, [*params, source_file])
     new = f"{parsed} JOIN _keep USING (line_no)"
     con.execute(f"""
         INSERT INTO raw_traces BY NAME
         SELECT {_trace_columns()}, ? AS source_format, ? AS source_file,
-               line_no AS source_line, now() AS ingested_at
+               source_line, now() AS ingested_at
         FROM {new}""", [source_format, source_file])
     con.execute(f"""
         INSERT INTO trace_chunks BY NAME
@@ -195,6 +205,7 @@ def quarantine_rejected(con: duckdb.DuckDBPyConnection, rejected: list[Rejected]
     """Store records refused before parsing (not UTF-8, oversized, unreadable file)."""
     if rejected:
         con.executemany(
-            "INSERT INTO quarantine VALUES (?, ?, ?, ?, ?, now())",
-            [(source_file, r.line_no, source_format, r.reason, r.raw) for r in rejected])
+            "INSERT INTO quarantine (source_file, line_no, format, reason, raw, quarantined_at, "
+            "span_id) VALUES (?, ?, ?, ?, ?, now(), ?)",
+            [(source_file, r.line_no, source_format, r.reason, r.raw, r.span_id) for r in rejected])
     return BatchCounts(quarantined=len(rejected))

@@ -18,54 +18,13 @@ and from each document's metadata (`doc_id`, `chunk_id`, `doc_version`, `rerank_
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
-import re
-from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from rag_loop.ingest.reader import Rejected, preview
 from rag_loop.schema import NESTED_FIELDS, Trace
 
-_HEX_ID = re.compile(r"^[0-9a-fA-F]+$")
 _LLM_OPERATIONS = {"chat", "text_completion", "generate_content"}
-
-
-def attribute_value(value: dict[str, Any]) -> Any:
-    """Decode an OTLP `AnyValue`."""
-    if "stringValue" in value:
-        return value["stringValue"]
-    if "intValue" in value:
-        return int(value["intValue"])
-    if "doubleValue" in value:
-        return float(value["doubleValue"])
-    if "boolValue" in value:
-        return bool(value["boolValue"])
-    if "arrayValue" in value:
-        return [attribute_value(v) for v in value["arrayValue"].get("values", [])]
-    if "kvlistValue" in value:
-        return attributes(value["kvlistValue"].get("values", []))
-    if "bytesValue" in value:
-        return value["bytesValue"]
-    return None
-
-
-def attributes(items: list[dict[str, Any]] | None) -> dict[str, Any]:
-    return {item["key"]: attribute_value(item.get("value", {})) for item in items or []}
-
-
-def normalize_id(raw: str | None) -> str | None:
-    """Trace and span ids as lower-case hex: the collector writes hex, protobuf JSON base64."""
-    if not raw:
-        return None
-    if _HEX_ID.match(raw) and len(raw) in (16, 32):
-        return raw.lower()
-    try:
-        return base64.b64decode(raw, validate=True).hex()
-    except (binascii.Error, ValueError):
-        return raw
 
 
 def _iso(nanos: int) -> str:
@@ -188,35 +147,42 @@ def _rag_fields(attrs: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
+def is_request(spans: list[dict[str, Any]]) -> bool:
+    """A user request retrieves, calls an LLM or has a chain with input; indexing traces
+    (embedding the knowledge base) do none of these."""
+    return any(_span_kind(span["attrs"]) in ("RETRIEVER", "LLM", "RERANKER")
+               or (_span_kind(span["attrs"]) == "CHAIN" and "input.value" in span["attrs"])
+               or "rag.original_query" in span["attrs"] for span in spans)
+
+
 def assemble_trace(trace_id: str, spans: list[dict[str, Any]]) -> dict[str, Any]:
-    """Fold the spans of one trace (each with decoded `attrs` and `resource`) into a record."""
-    spans = sorted(spans, key=lambda s: int(s.get("startTimeUnixNano") or 0))
-    span_ids = {normalize_id(s.get("spanId")) for s in spans}
-    roots = [s for s in spans if normalize_id(s.get("parentSpanId")) not in span_ids]
+    """Fold the spans of one trace (rows of `otlp_spans`, attributes decoded) into a record."""
+    spans = sorted(spans, key=lambda s: s["start_ns"] or 0)
+    roots = [s for s in spans if not s["parent_span_id"]]
     ordered = roots[:1] + [s for s in spans if s is not roots[0]] if roots else spans
     record: dict[str, Any] = {"trace_id": trace_id}
     candidates: list[dict[str, Any]] = []
     reranked: list[dict[str, Any]] = []
-    starts = [int(s.get("startTimeUnixNano") or 0) for s in spans]
-    ends = [int(s.get("endTimeUnixNano") or 0) for s in spans]
-    record["timestamp"] = _iso(min(starts)) if any(starts) else None
-    record["latency_ms"] = (max(ends) - min(starts)) / 1e6 if any(ends) and any(starts) else None
+    starts = [s["start_ns"] for s in spans if s["start_ns"]]
+    ends = [s["end_ns"] for s in spans if s["end_ns"]]
+    record["timestamp"] = _iso(min(starts)) if starts else None
+    record["latency_ms"] = (max(ends) - min(starts)) / 1e6 if ends and starts else None
     record["spans"] = []
     for span in ordered:
         attrs, kind = span["attrs"], _span_kind(span["attrs"])
-        start, end = int(span.get("startTimeUnixNano") or 0), int(span.get("endTimeUnixNano") or 0)
-        status = span.get("status", {}).get("code")
+        start, end = span["start_ns"], span["end_ns"]
+        failed = span["status_code"] == "error"
         record["spans"].append({
-            "name": span.get("name"), "span_id": normalize_id(span.get("spanId")),
-            "parent_span_id": normalize_id(span.get("parentSpanId")),
+            "name": span["name"] or kind or "span", "span_id": span["span_id"],
+            "parent_span_id": span["parent_span_id"],
             "kind": kind or attrs.get("gen_ai.operation.name"),
             "start_time": _iso(start) if start else None,
             "duration_ms": (end - start) / 1e6 if start and end else None,
-            "status": "error" if status in (2, "STATUS_CODE_ERROR") else "ok",
+            "status": "error" if failed else "ok",
         })
-        if status in (2, "STATUS_CODE_ERROR"):
+        if failed:
             record.setdefault("status", "error")
-            record.setdefault("error", span.get("status", {}).get("message"))
+            record.setdefault("error", span["status_message"])
         if kind == "RETRIEVER":
             candidates = _documents(attrs, kind) or candidates
             query = attrs.get("gen_ai.retrieval.query.text", attrs.get("input.value"))
@@ -247,52 +213,3 @@ def assemble_trace(trace_id: str, spans: list[dict[str, Any]]) -> dict[str, Any]
             candidate["selected"] = candidate["chunk_id"] in selected
     record["chunks"] = candidates
     return record
-
-
-def _spans_of(payload: Any) -> list[dict[str, Any]]:
-    """Every span of one OTLP line with decoded `attrs` and `resource` attributes."""
-    spans = []
-    for resource_span in payload["resourceSpans"]:
-        resource = attributes(resource_span.get("resource", {}).get("attributes"))
-        for scope_span in resource_span.get("scopeSpans", []):
-            for span in scope_span.get("spans", []):
-                spans.append({**span, "attrs": attributes(span.get("attributes")),
-                              "resource": resource})
-    return spans
-
-
-def otlp_traces(lines: Iterable[tuple[int, str]]) -> tuple[list[tuple[int, str]], list[Rejected]]:
-    """Parse OTLP JSON lines into native trace records (line of their first span, JSON text).
-
-    Lines that are not OTLP and spans without a trace id are returned as rejected.
-    """
-    grouped: dict[str, list[dict[str, Any]]] = {}
-    first_line: dict[str, int] = {}
-    rejected: list[Rejected] = []
-    for line_no, text in lines:
-        if not text.strip():
-            continue
-        try:
-            spans = _spans_of(json.loads(text))
-        except json.JSONDecodeError as error:
-            rejected.append(Rejected(line_no, f"invalid_json: {error}", preview(text)))
-            continue
-        except (KeyError, TypeError, ValueError, AttributeError) as error:
-            rejected.append(Rejected(line_no, f"not_otlp: {error!r}", preview(text)))
-            continue
-        for span in spans:
-            trace_id = normalize_id(span.get("traceId"))
-            if not trace_id:
-                rejected.append(Rejected(line_no, "missing_trace_id: span without traceId",
-                                         preview(json.dumps(span, default=str))))
-                continue
-            grouped.setdefault(trace_id, []).append(span)
-            first_line.setdefault(trace_id, line_no)
-    records = []
-    for trace_id, spans in grouped.items():
-        try:
-            records.append((first_line[trace_id], json.dumps(assemble_trace(trace_id, spans))))
-        except (TypeError, ValueError, KeyError, AttributeError) as error:
-            rejected.append(Rejected(first_line[trace_id], f"bad_otlp_trace: {error!r}",
-                                     preview(json.dumps(spans, default=str))))
-    return records, rejected

@@ -7,18 +7,28 @@ its `ingested_files` row, so a crash never leaves half a file behind.
 
 from __future__ import annotations
 
+import time
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 
+from rag_loop.ingest.assembly import (
+    DEFAULT_GRACE,
+    TRACE_FORMAT,
+    AssemblyCounts,
+    SpanCounts,
+    assemble_ready,
+    stage_spans,
+)
 from rag_loop.ingest.direct import read_native_file, read_native_lines, store_read_file
 from rag_loop.ingest.loader import BatchCounts, load_batch, quarantine_rejected
-from rag_loop.ingest.otlp import otlp_traces
+from rag_loop.ingest.spans import read_spans
 from rag_loop.ingest.reader import (
     NeedsExactReader,
     Rejected,
@@ -34,8 +44,9 @@ DEFAULT_BATCH_BYTES = 32 << 20
 # 2GB makes read_json ~10 % faster but lets the batch readers pass 4 GB.
 DEFAULT_MEMORY_LIMIT = "1GB"
 # fastest first: DuckDB's read_json of the whole file, DuckDB's read_csv lines parsed in SQL,
-# Arrow-split batches, Python line by line (see README "How a file is read")
-READERS = {"native": ("read_json", "read_csv", "batches", "lines"), "otlp": ("batches", "lines")}
+# Arrow-split batches, Python line by line (see README "How a file is read"); OTLP is read
+# span by span and assembled into traces after every file is staged
+READERS = {"native": ("read_json", "read_csv", "batches", "lines"), "otlp": ("spans",)}
 _SQL_READERS = {"read_json": read_native_file, "read_csv": read_native_lines}
 _UNREADABLE = (OSError, EOFError, zlib.error, pa.ArrowInvalid)
 
@@ -44,7 +55,7 @@ _UNREADABLE = (OSError, EOFError, zlib.error, pa.ArrowInvalid)
 class FileReport:
     path: str
     format: str
-    counts: BatchCounts
+    counts: BatchCounts  # OTLP: spans stored, repeated, quarantined (traces are assembled later)
     skipped: bool = False
     reader: str = ""  # the reader that stored the file (see READERS)
     fallbacks: list[str] = field(default_factory=list)  # readers that gave up, and why
@@ -54,13 +65,26 @@ class FileReport:
 class IngestReport:
     files: list[FileReport] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)  # files whose name is not a trace file
+    assembly: AssemblyCounts = field(default_factory=AssemblyCounts)  # OTLP traces this run
+
+    def spans(self) -> BatchCounts:
+        """OTLP spans read this run: stored, repeated (exporter retries), quarantined."""
+        total = BatchCounts()
+        for report in self.files:
+            if not report.skipped and report.format == "otlp":
+                total += report.counts
+        return total
 
     def by_format(self) -> dict[str, BatchCounts]:
+        """Records per format: native lines; OTLP traces assembled plus spans quarantined."""
         totals: dict[str, BatchCounts] = {}
         for report in self.files:
-            if not report.skipped:
+            if not report.skipped and report.format != "otlp":
                 totals.setdefault(report.format, BatchCounts())
                 totals[report.format] += report.counts
+        if any(not r.skipped and r.format == "otlp" for r in self.files) or self.assembly.ingested:
+            totals["otlp"] = self.assembly.as_batch_counts()
+            totals["otlp"].quarantined += self.spans().quarantined
         return totals
 
     def total(self) -> BatchCounts:
@@ -90,8 +114,11 @@ def ingest_directory(con: duckdb.DuckDBPyConnection, directory: Path,
                      max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
                      log: Callable[[str], None] = lambda _: None,
                      batch_bytes: int = DEFAULT_BATCH_BYTES,
-                     memory_limit: str | None = DEFAULT_MEMORY_LIMIT) -> IngestReport:
-    """Ingest the files of `directory` not ingested before, in path order.
+                     memory_limit: str | None = DEFAULT_MEMORY_LIMIT,
+                     grace: timedelta = DEFAULT_GRACE, now: datetime | None = None) -> IngestReport:
+    """Ingest the files of `directory` not ingested before, in path order, then assemble the
+    OTLP traces that are ready (root span arrived, or `grace` passed since their newest span
+    ended, by `now`: the wall clock unless given).
 
     `batch_bytes` bounds the lines parsed at once and `memory_limit` DuckDB's buffers while
     ingesting (restored afterwards; None leaves the connection's setting): memory against speed.
@@ -99,8 +126,18 @@ def ingest_directory(con: duckdb.DuckDBPyConnection, directory: Path,
     settings = {"preserve_insertion_order": "true"}  # read_json's row ids are line numbers
     if memory_limit:
         settings["memory_limit"] = f"'{memory_limit}'"
+    now_ns = int(now.timestamp() * 1e9) if now else time.time_ns()
     with _settings(con, settings):
-        return _ingest_directory(con, directory, max_record_bytes, log, batch_bytes)
+        try:
+            report = _ingest_directory(con, directory, max_record_bytes, log, batch_bytes)
+            con.execute("BEGIN")
+            report.assembly = assemble_ready(con, now_ns, grace, max_record_bytes)
+            con.execute("COMMIT")
+        except BaseException:
+            _rollback(con)  # the error is the statement's own, not a later one on an aborted transaction
+            raise
+    log(f"OTLP traces: {report.assembly}")
+    return report
 
 
 @contextmanager
@@ -183,14 +220,15 @@ def _unreadable_file(con, relative: str, fmt: str, error: Exception,
 def _load(con, fmt: str, reader: str, path: Path, relative: str, max_record_bytes: int,
           batch_bytes: int) -> BatchCounts:
     """Read the file with `reader` and store it inside a transaction the caller ends."""
+    if fmt == "otlp":
+        _begin(con, relative)
+        return _stage_otlp(con, path, relative, max_record_bytes)
     if reader in _SQL_READERS:
         parsed = _SQL_READERS[reader](con, path, max_record_bytes)  # before BEGIN: see direct.py
         _begin(con, relative)
         return store_read_file(con, parsed, relative)
     _begin(con, relative)
     exact = reader == "lines"
-    if fmt == "otlp":
-        return _load_otlp(con, path, relative, max_record_bytes, exact, batch_bytes)
     return _load_native(con, path, relative, max_record_bytes, exact, batch_bytes)
 
 
@@ -207,9 +245,11 @@ def _rollback(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _forget_earlier_read(con: duckdb.DuckDBPyConnection, relative: str) -> None:
-    """A changed file is read again whole: what an earlier read of it set aside is re-derived."""
+    """A changed file is read again whole: what an earlier read of it set aside is re-derived
+    (but not what the assembly of OTLP traces placed on its lines)."""
     for table in ("quarantine", "trace_duplicates"):
-        con.execute(f"DELETE FROM {table} WHERE source_file = ?", [relative])
+        con.execute(f"DELETE FROM {table} WHERE source_file = ? AND format <> ?",
+                    [relative, TRACE_FORMAT])
 
 
 def _load_native(con, path: Path, relative: str, max_record_bytes: int, exact: bool,
@@ -221,23 +261,13 @@ def _load_native(con, path: Path, relative: str, max_record_bytes: int, exact: b
     return counts
 
 
-def _load_otlp(con, path: Path, relative: str, max_record_bytes: int, exact: bool,
-               batch_bytes: int, batch_rows: int = 50_000) -> BatchCounts:
-    """OTLP files are assembled whole, since a trace's spans may sit on many lines."""
-    counts = BatchCounts()
-    lines: list[tuple[int, str]] = []
-    for batch in iter_line_batches(path, max_record_bytes, exact=exact, batch_bytes=batch_bytes):
-        counts += quarantine_rejected(con, batch.rejected, relative, "otlp")
-        lines.extend(zip(batch.lines.column("line_no").to_pylist(),
-                         batch.lines.column("raw").to_pylist()))
-    records, rejected = otlp_traces(lines)
-    counts += quarantine_rejected(con, rejected, relative, "otlp")
-    for start in range(0, len(records), batch_rows):
-        chunk = records[start:start + batch_rows]
-        table = pa.table({"line_no": pa.array([n for n, _ in chunk], pa.int64()),
-                          "raw": pa.array([r for _, r in chunk], pa.string())})
-        counts += load_batch(con, table, relative, "otlp")
-    return counts
+def _stage_otlp(con, path: Path, relative: str, max_record_bytes: int) -> BatchCounts:
+    """Stage every span of an OTLP file; its traces are assembled once every file is read."""
+    counts = SpanCounts()
+    for batch in read_spans(path, max_record_bytes):
+        counts += stage_spans(con, batch, relative)
+    return BatchCounts(ingested=counts.stored, duplicates=counts.duplicates,
+                       quarantined=counts.quarantined)
 
 
 def trace_table_summary(con: duckdb.DuckDBPyConnection) -> dict[str, object]:

@@ -29,6 +29,7 @@ class Rejected:
     line_no: int
     reason: str
     raw: str
+    span_id: str | None = None  # OTLP: the span refused, its neighbours on the line are kept
 
 
 @dataclass
