@@ -11,7 +11,7 @@ export TRANSFORMERS_OFFLINE := 1
 
 DRIFT_ASSETS := query_mix,freshness_lag,retrieval_scores,quality_slis
 
-.PHONY: install demo test ui demo-data bench clean
+.PHONY: install demo run test ui demo-data bench clean
 
 install: $(STAMP)
 
@@ -39,6 +39,13 @@ demo: install $(DAGSTER_HOME)/dagster.yaml
 		> $(DAGSTER_HOME)/candidate-eval.log 2>&1
 	$(BIN)/python -m rag_loop.summary
 	@echo "Open the UI with: make ui  (then http://127.0.0.1:3000)"
+
+# the loop on your own traces: RAG_LOOP_TRACES_DIR (required), RAG_LOOP_DB, RAG_LOOP_KB_DIR (optional)
+run: install $(DAGSTER_HOME)/dagster.yaml
+	@test -n "$$RAG_LOOP_TRACES_DIR" || { echo "make run: set RAG_LOOP_TRACES_DIR to the folder of your trace files"\
+		"(and RAG_LOOP_DB; RAG_LOOP_KB_DIR is optional)"; exit 2; }
+	RAG_LOOP_KB_DIR="$${RAG_LOOP_KB_DIR-}" $(BIN)/dagster job execute -f definitions.py -j rag_loop_job
+	$(BIN)/python -m rag_loop.summary --next-steps
 
 test: install
 	$(BIN)/python -m pytest

@@ -61,7 +61,7 @@ class EvalConfig(Config):
         thresholds = {**self.thresholds, **dict.fromkeys(self.monitoring_only)}
         gates = [Gate(**{**values, "slices": tuple(values.get("slices", ("all",)))})
                  for values in map(_as_dict, self.gates)]
-        return EvalSettings(self.release, self.mode, rag_app.import_path, dict(rag_app.config),
+        return EvalSettings(self.release, self.mode, rag_app.target(), dict(rag_app.config),
                             thresholds, gates, self.baseline_run or None, self.concurrency,
                             self.max_error_rate)
 
@@ -81,7 +81,8 @@ def regression_eval(context: AssetExecutionContext, config: EvalConfig, duckdb: 
     try:
         with duckdb.get_connection() as con:
             report = run_regression(con, Path(paths.goldens_dir), judge.settings(), settings,
-                                    log=context.log.info)
+                                    log=context.log.info,
+                                    app=rag_app.app() if settings.mode == "live" else None)
             page = eval_report(con, report.run_id, Path(paths.reports_dir))
             results = con.execute("SELECT * FROM eval_results WHERE run_id = ?", [report.run_id]).df()
             before = con.execute("SELECT * FROM eval_results WHERE run_id = ?",

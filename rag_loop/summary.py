@@ -1,4 +1,4 @@
-"""Print what the pipeline stored: `python -m rag_loop.summary [database]`."""
+"""Print what the pipeline stored: `python -m rag_loop.summary [database] [--next-steps]`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ DEFAULT_DB = Path(__file__).resolve().parent.parent / "data" / "rag_loop.duckdb"
 
 
 def main() -> None:
-    path = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("RAG_LOOP_DB", str(DEFAULT_DB))
+    args = [a for a in sys.argv[1:] if a != "--next-steps"]
+    path = args[0] if args else os.environ.get("RAG_LOOP_DB", str(DEFAULT_DB))
     with duckdb.connect(path, read_only=True) as con:
         tables = [t for (t,) in con.execute("SELECT table_name FROM information_schema.tables "
                                             "WHERE table_schema = 'main' ORDER BY 1").fetchall()]
@@ -55,6 +56,28 @@ def main() -> None:
                       GROUP BY day) AS q(day, empty_retrieval, fallback, no_citation, stale, timeout)
                   ON q.day = r.day
                 WHERE r.slice = 'all' ORDER BY r.day""").df().to_string(index=False))
+        if "otlp_traces" in tables:
+            print("OTLP trace ids by state (waiting = spans staged, root not yet arrived):")
+            print(con.sql("""SELECT state, count(*) FILTER (complete IS NOT false) AS complete,
+                                    count(*) FILTER (complete = false) AS without_root
+                             FROM otlp_traces GROUP BY 1 UNION ALL
+                             SELECT 'waiting', count(DISTINCT trace_id), NULL FROM otlp_spans
+                             WHERE trace_id NOT IN (SELECT trace_id FROM otlp_traces) ORDER BY 1"""))
+    if "--next-steps" in sys.argv:
+        print(NEXT_STEPS.format(db=path))
+
+
+NEXT_STEPS = """
+Next steps
+  1. Label the curation queue (one row per intent, newest export first):
+       .venv/bin/rag-loop label --db {db}
+     or fill the exported CSV/JSONL and drop it in data/curation/labels/ (RAG_LOOP_CURATION_DIR).
+  2. Release the labelled goldens (immutable, hashed vNNNN under data/goldens/):
+       .venv/bin/dagster job execute -f definitions.py -j release_goldens
+  3. Evaluate your RAG service on the release (HTTP: see README "Your own RAG service"):
+       RAG_LOOP_RAG_APP_URL=http://127.0.0.1:8000/answer \
+         .venv/bin/dagster job execute -f definitions.py -j regression_eval_job
+"""
 
 
 def _print_eval_runs(con: duckdb.DuckDBPyConnection) -> None:

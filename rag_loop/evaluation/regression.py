@@ -97,14 +97,20 @@ class RegressionReport:
 
 def run_regression(con: duckdb.DuckDBPyConnection, goldens_dir: Path, judge_settings: JudgeSettings,
                    settings: EvalSettings, log: Callable[[str], None] = lambda _: None,
-                   evidence: Evidence | None = None) -> RegressionReport:
+                   evidence: Evidence | None = None,
+                   app: Callable[..., Mapping[str, Any]] | None = None) -> RegressionReport:
     """Score the release, store the run, compare with the baseline, evaluate the gates.
+
+    In live mode `app` answers each golden (default: the function `settings.rag_app` names).
 
     Raises EvalError (after storing everything) when more than `max_error_rate` of the
     case × metric results errored.
     """
     release, goldens, sha256 = release_of(goldens_dir, settings.release)
-    app = load_app(settings.rag_app) if settings.mode == "live" else None
+    if settings.mode == "live":
+        app = app or load_app(settings.rag_app)
+    else:
+        app = None
     cases = build_cases(goldens, settings.mode, app, settings.rag_config, con)
     log(f"{release}: {len(cases)} cases, mode {settings.mode}, judge {judge_settings.kind}")
     judge = None
