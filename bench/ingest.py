@@ -9,6 +9,10 @@ split into traces / chunks / spans / feedback; a clean file takes the `read_json
 Prints both, the ratio (target <= 1.5) and the peak resident memory of the ingestion
 process (target < 4 GB); each phase runs in its own process. `--malformed-line` also times a
 copy whose last line is cut off, which the fallback readers take.
+
+`--otlp [--spans 1000000]` does the same for a Collector-style OTLP JSON file: export batches
+of 512 spans per line, each trace's root span a few traces later than its children (as a
+BatchSpanProcessor exports them), so traces are split across lines. Target ratio <= 3.
 """
 
 from __future__ import annotations
@@ -57,6 +61,84 @@ def write_traces(path: Path, count: int, seed: int = 1) -> None:
             handle.write(json.dumps(record) + "\n")
 
 
+def _attr(key: str, value) -> dict:
+    if isinstance(value, bool):
+        return {"key": key, "value": {"boolValue": value}}
+    if isinstance(value, int):
+        return {"key": key, "value": {"intValue": str(value)}}
+    if isinstance(value, float):
+        return {"key": key, "value": {"doubleValue": value}}
+    return {"key": key, "value": {"stringValue": value}}
+
+
+def _otlp_trace(i: int, rng: random.Random) -> list[dict]:
+    """One OpenInference request: root CHAIN, RETRIEVER (5 documents), RERANKER, LLM."""
+    trace_id = f"{i:032x}"
+    start = 1_793_500_000_000_000_000 + i * 1_000_000_000
+    query = "How many days of annual leave do I get?"
+
+    def span(n: int, name: str, kind: str, attrs: dict, offset_ms: int, duration_ms: int) -> dict:
+        return {"traceId": trace_id, "spanId": f"{i:012x}{n:04x}",
+                "parentSpanId": "" if n == 0 else f"{i:012x}{0:04x}", "name": name, "kind": 1,
+                "startTimeUnixNano": str(start + offset_ms * 1_000_000),
+                "endTimeUnixNano": str(start + (offset_ms + duration_ms) * 1_000_000),
+                "attributes": [_attr("openinference.span.kind", kind)]
+                + [_attr(k, v) for k, v in attrs.items()], "status": {"code": 0}}
+
+    documents = {}
+    for r in range(5):
+        prefix = f"retrieval.documents.{r}.document"
+        documents.update({f"{prefix}.id": f"node-{rng.randrange(10**9)}",
+                          f"{prefix}.score": round(rng.random(), 4),
+                          f"{prefix}.content": "Full-time employees get 15 days of paid leave.",
+                          f"{prefix}.metadata": json.dumps({"doc_id": f"doc-{rng.randrange(40)}",
+                                                            "doc_version": "2026"})})
+    reranked = {k.replace("retrieval.documents", "reranker.output_documents"): v
+                for k, v in documents.items() if k.split(".")[2] in ("0", "1")}
+    children = [
+        span(1, "retrieve", "RETRIEVER", {"input.value": query, **documents}, 10, 90),
+        span(2, "rerank", "RERANKER", reranked, 100, 40),
+        span(3, "llm", "LLM", {"llm.model_name": "gpt-4o-mini", "llm.token_count.prompt": 220,
+                               "llm.token_count.completion": 30,
+                               "llm.output_messages.0.message.role": "assistant",
+                               "llm.output_messages.0.message.content": "15 days."}, 150, 700)]
+    root = span(0, "chat", "CHAIN", {"input.value": json.dumps({"message": query}),
+                                     "output.value": "15 days.", "session.id": f"s-{i // 2}"},
+                0, 900)
+    return children + [root]
+
+
+def write_otlp(path: Path, spans: int, per_line: int = 512, root_delay: int = 7, seed: int = 1) -> None:
+    """About `spans` spans as Collector file-exporter lines of `per_line` spans."""
+    rng = random.Random(seed)
+    roots: list[dict] = []
+    batch: list[dict] = []
+    with open(path, "w", encoding="utf-8") as handle:
+        def emit(span: dict) -> None:
+            batch.append(span)
+            if len(batch) == per_line:
+                _write_export(handle, batch)
+                batch.clear()
+        for i in range(spans // 4):
+            *children, root = _otlp_trace(i, rng)
+            for span in children:
+                emit(span)
+            roots.append(root)
+            if len(roots) > root_delay:
+                emit(roots.pop(0))
+        for root in roots:
+            emit(root)
+        if batch:
+            _write_export(handle, batch)
+
+
+def _write_export(handle, spans: list[dict]) -> None:
+    resource = {"attributes": [_attr("service.name", "rag-app"),
+                               _attr("deployment.environment.name", "production")]}
+    handle.write(json.dumps({"resourceSpans": [{"resource": resource, "scopeSpans": [
+        {"scope": {"name": "openinference.instrumentation.llama_index"}, "spans": spans}]}]}) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", type=int, default=1_000_000)
@@ -67,7 +149,11 @@ def main() -> None:
                         help="DuckDB memory_limit during the ingestion")
     parser.add_argument("--malformed-line", action="store_true",
                         help="also ingest a copy with one malformed last line (the fallback readers)")
+    parser.add_argument("--otlp", action="store_true", help="an OTLP file of --spans spans instead")
+    parser.add_argument("--spans", type=int, default=1_000_000)
     args = parser.parse_args()
+    if args.otlp:
+        return _main_otlp(args)
     traces_dir = args.workdir / f"traces-{args.traces}"  # one file: nothing else to ingest
     traces_dir.mkdir(parents=True, exist_ok=True)
     source = traces_dir / f"bench-{args.traces}.jsonl"
@@ -95,6 +181,23 @@ def main() -> None:
                                            args.memory_limit)
         print(f"with one malformed last line: {seconds:7.2f} s, ratio {seconds / bare:.2f}, "
               f"peak RSS {peak:.2f} GB, {total}")
+
+
+def _main_otlp(args: argparse.Namespace) -> None:
+    traces_dir = args.workdir / f"otlp-{args.spans}"
+    traces_dir.mkdir(parents=True, exist_ok=True)
+    source = traces_dir / f"spans-{args.spans}.otlp.jsonl"
+    if not source.exists():
+        write_otlp(source, args.spans)
+    print(f"file: {source} ({source.stat().st_size / 1e6:.0f} MB, {args.spans:,} spans, "
+          f"{args.spans // 4:,} traces, 512 spans per line)")
+    ingest, total, ingest_peak = _in_process(_ingest, args.workdir, traces_dir, args.batch_mb,
+                                             args.memory_limit)
+    (bare,) = _in_process(_bare, args.workdir, source)
+    print(f"bare read_json : {bare:7.2f} s  ({args.spans / bare:,.0f} spans/s)")
+    print(f"rag-loop ingest: {ingest:7.2f} s  ({args.spans / ingest:,.0f} spans/s), {total}")
+    print(f"ratio ingest/bare: {ingest / bare:.2f}  (target <= 3)")
+    print(f"peak RSS of the ingestion process: {ingest_peak:.2f} GB  (target < 4)")
 
 
 def _fresh_database(path: Path) -> duckdb.DuckDBPyConnection:
@@ -127,7 +230,8 @@ def _ingest(workdir: Path, traces_dir: Path, batch_mb: int, memory_limit: str) -
 def _bare(workdir: Path, source: Path) -> tuple:
     start = time.perf_counter()
     with _fresh_database(workdir / "bare.duckdb") as con:
-        con.execute(f"CREATE TABLE bare AS SELECT * FROM read_json('{source}')")
+        con.execute(f"CREATE TABLE bare AS SELECT * FROM read_json('{source}', "
+                    "maximum_object_size = 268435456)")
     return (time.perf_counter() - start,)
 
 

@@ -149,28 +149,28 @@ def _forget_assembled(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _ready_traces(con: duckdb.DuckDBPyConnection, batch_traces: int) -> Iterator[list[tuple]]:
-    """The ready traces' spans, grouped by trace id, `batch_traces` traces at a time."""
-    reader = con.sql("""
-        SELECT s.trace_id, r.has_root, r.spans, s.span_id, s.parent_span_id, s.name, s.start_ns,
-               s.end_ns, s.status_code, s.status_message, s.attributes, s.resource, s.events,
-               s.source_file, s.source_line
-        FROM otlp_spans s JOIN _ready r USING (trace_id)
-        ORDER BY s.trace_id, s.start_ns NULLS FIRST, s.span_id""").to_arrow_reader(65_536)
-    traces: list[tuple] = []
-    current: list[dict[str, Any]] = []
-    for record_batch in reader:
-        for row in record_batch.to_pylist():
-            if current and row["trace_id"] != current[0]["trace_id"]:
-                traces.append(_trace_of(current))
-                current = []
-                if len(traces) >= batch_traces:
-                    yield traces
-                    traces = []
-            current.append(row)
-    if current:
-        traces.append(_trace_of(current))
-    if traces:
+    """The ready traces' spans, grouped by trace id, `batch_traces` traces at a time (each
+    batch fetched whole: the caller writes between batches)."""
+    con.execute("""CREATE OR REPLACE TEMP TABLE _ready_batches AS
+                   SELECT trace_id, (row_number() OVER (ORDER BY trace_id) - 1) // ? AS batch
+                   FROM _ready""", [batch_traces])
+    batches = con.execute("SELECT count(DISTINCT batch) FROM _ready_batches").fetchall()[0][0]
+    for batch in range(batches):
+        rows = con.execute("""
+            SELECT s.trace_id, r.has_root, r.spans, s.span_id, s.parent_span_id, s.name, s.start_ns,
+                   s.end_ns, s.status_code, s.status_message, s.attributes, s.resource, s.events,
+                   s.source_file, s.source_line
+            FROM otlp_spans s JOIN _ready r USING (trace_id)
+            JOIN _ready_batches b USING (trace_id) WHERE b.batch = ?
+            ORDER BY s.trace_id, s.start_ns NULLS FIRST, s.span_id""", [batch]).to_arrow_table().to_pylist()
+        traces: list[tuple] = []
+        start = 0
+        for end in range(1, len(rows) + 1):
+            if end == len(rows) or rows[end]["trace_id"] != rows[start]["trace_id"]:
+                traces.append(_trace_of(rows[start:end]))
+                start = end
         yield traces
+    con.execute("DROP TABLE IF EXISTS _ready_batches")
 
 
 def _trace_of(rows: list[dict[str, Any]]) -> tuple:
