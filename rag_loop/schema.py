@@ -73,6 +73,7 @@ class RetrievedChunk(_Record):
     """One retrieval candidate, followed through rerank into the final context."""
 
     doc_id: str
+    doc_id_from: str | None = None  # OTLP: which document key gave doc_id (see ingest.otlp)
     chunk_id: str | None = None
     doc_version: str | None = None
     score: float | None = None  # retriever score
@@ -132,8 +133,11 @@ class Trace(_Record):
     answer: str | None = None
     citations: list[str] | None = None  # chunk ids the answer cites
     temperature: float | None = None
-    input_tokens: int | None = None
+    input_tokens: int | None = None  # summed over the request's LLM calls
     output_tokens: int | None = None
+    llm_calls: int | None = None  # LLM calls made (a condense call plus an answer call: 2)
+    final_input_tokens: int | None = None  # of the last LLM call
+    final_output_tokens: int | None = None
     finish_reason: str | None = None
     status: str | None = None  # TraceStatus value
     error: str | None = None

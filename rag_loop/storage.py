@@ -26,7 +26,8 @@ TRACE_COLUMNS = """
     chunking_version VARCHAR, retrieval_config_version VARCHAR,
     original_query VARCHAR NOT NULL, rewritten_query VARCHAR, filters JSON,
     answer VARCHAR, citations VARCHAR[], temperature DOUBLE, input_tokens BIGINT,
-    output_tokens BIGINT, finish_reason VARCHAR, status VARCHAR, error VARCHAR,
+    output_tokens BIGINT, llm_calls BIGINT, final_input_tokens BIGINT, final_output_tokens BIGINT,
+    finish_reason VARCHAR, status VARCHAR, error VARCHAR,
     is_fallback BOOLEAN, latency_ms DOUBLE, cost_usd DOUBLE,
     language VARCHAR, tenant VARCHAR, query_type VARCHAR, risk_level VARCHAR,
     source_format VARCHAR, source_file VARCHAR, source_line BIGINT, ingested_at TIMESTAMPTZ
@@ -37,7 +38,12 @@ CREATE TABLE IF NOT EXISTS raw_traces ({TRACE_COLUMNS});
 CREATE TABLE IF NOT EXISTS trace_chunks (
     trace_id VARCHAR NOT NULL, doc_id VARCHAR, chunk_id VARCHAR, doc_version VARCHAR,
     score DOUBLE, rank BIGINT, rerank_score DOUBLE, rerank_rank BIGINT, selected BOOLEAN,
-    text VARCHAR);
+    text VARCHAR, doc_id_from VARCHAR);
+-- columns added after the first release: databases made before get them here
+ALTER TABLE trace_chunks ADD COLUMN IF NOT EXISTS doc_id_from VARCHAR;
+ALTER TABLE raw_traces ADD COLUMN IF NOT EXISTS llm_calls BIGINT;
+ALTER TABLE raw_traces ADD COLUMN IF NOT EXISTS final_input_tokens BIGINT;
+ALTER TABLE raw_traces ADD COLUMN IF NOT EXISTS final_output_tokens BIGINT;
 CREATE TABLE IF NOT EXISTS trace_spans (
     trace_id VARCHAR NOT NULL, span_id VARCHAR, parent_span_id VARCHAR, name VARCHAR,
     kind VARCHAR, start_time TIMESTAMPTZ, duration_ms DOUBLE, status VARCHAR);

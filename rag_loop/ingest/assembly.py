@@ -156,13 +156,13 @@ def _ready_traces(con: duckdb.DuckDBPyConnection, batch_traces: int) -> Iterator
                    FROM _ready""", [batch_traces])
     batches = con.execute("SELECT count(DISTINCT batch) FROM _ready_batches").fetchall()[0][0]
     for batch in range(batches):
-        rows = con.execute("""
+        rows = con.sql("""
             SELECT s.trace_id, r.has_root, r.spans, s.span_id, s.parent_span_id, s.name, s.start_ns,
                    s.end_ns, s.status_code, s.status_message, s.attributes, s.resource, s.events,
                    s.source_file, s.source_line
             FROM otlp_spans s JOIN _ready r USING (trace_id)
             JOIN _ready_batches b USING (trace_id) WHERE b.batch = ?
-            ORDER BY s.trace_id, s.start_ns NULLS FIRST, s.span_id""", [batch]).to_arrow_table().to_pylist()
+            ORDER BY s.trace_id, s.start_ns NULLS FIRST, s.span_id""", params=[batch]).to_arrow_table().to_pylist()
         traces: list[tuple] = []
         start = 0
         for end in range(1, len(rows) + 1):

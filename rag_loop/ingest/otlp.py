@@ -1,30 +1,50 @@
-"""OTLP JSON (the collector's file exporter: one `resourceSpans` object per line) to traces.
+"""The spans of one trace (OpenInference or OpenTelemetry GenAI) folded into a native record.
 
-Spans are grouped by trace id and folded into one native trace record. Two conventions are
-understood, span by span:
+What each instrumentation emits was measured on files written by the real libraries
+(`tests/fixtures/otlp/EMITTED.md`); the README has the mapping as a table per framework.
+In short:
 
-- OpenTelemetry GenAI: `gen_ai.operation.name` (`retrieval`, `chat`, ...), `gen_ai.request.model`,
-  `gen_ai.response.model`, `gen_ai.usage.*_tokens`, `gen_ai.conversation.id`,
-  `gen_ai.retrieval.query.text`, `gen_ai.retrieval.documents` (JSON list of {id, score, ...});
-- OpenInference: `openinference.span.kind` (RETRIEVER, RERANKER, LLM, CHAIN), `input.value`,
-  `output.value`, `retrieval.documents.N.document.*`, `reranker.output_documents.N.document.*`,
-  `llm.model_name`, `llm.token_count.*`, `session.id`.
+- span kind: `openinference.span.kind`, or `gen_ai.operation.name` (retrieval, rerank, chat,
+  invoke_workflow, embeddings);
+- the user's query: the root span's input (`gen_ai.input.messages`' last user text, or
+  `input.value`, plain or a JSON object such as LangChain's `{"input", "chat_history"}` or
+  LlamaIndex's `{"message"}`); the retrieval query (`gen_ai.retrieval.query.text` or the
+  RETRIEVER's `input.value`) is the rewritten query when it differs;
+- the answer: the final LLM call's output (`llm.output_messages`, `gen_ai.output.messages`),
+  and only when no LLM was called the root's output (LlamaIndex's "Empty Response");
+- documents: the RETRIEVER's documents; ids by `DOC_ID_KEYS` (a text hash when none);
+  a RERANKER's output documents are the context actually used;
+- models and tokens: per LLM call (an LLM span with no LLM span below it), summed over the
+  trace, the final call's kept too.
 
-What neither standard has comes from `rag.<field>` attributes named after the native trace
-fields (`rag.prompt_version`, `rag.index_version`, `rag.tenant`, `rag.feedback.rating`, ...)
-and from each document's metadata (`doc_id`, `chunk_id`, `doc_version`, `rerank_score`,
-`selected`). The README's mapping table lists them.
+What neither convention has comes from `rag.<field>` attributes named after native trace
+fields (`rag.prompt_version`, `rag.tenant`, `rag.feedback.rating`, `rag.context_chunk_ids`...).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import UTC, datetime
 from typing import Any
 
 from rag_loop.schema import NESTED_FIELDS, Trace
 
-_LLM_OPERATIONS = {"chat", "text_completion", "generate_content"}
+_KINDS = {"retrieval": "RETRIEVER", "rerank": "RERANKER", "chat": "LLM", "text_completion": "LLM",
+          "generate_content": "LLM", "invoke_workflow": "CHAIN", "invoke_agent": "CHAIN",
+          "embeddings": "EMBEDDING"}
+# keys of a framework's input object that hold what the user typed, in this order
+QUERY_KEYS = ("input", "question", "query", "message", "query_str", "user_input", "content")
+# where a document's id comes from, in this order (metadata keys, then the document's own id);
+# a document with none of them gets `text:<hash of its text>`
+DOC_ID_KEYS = ("doc_id", "document_id", "ref_doc_id", "source", "file_path", "file_name", "url")
+Span = dict[str, Any]
+
+
+def span_kind(attrs: dict[str, Any]) -> str | None:
+    if "openinference.span.kind" in attrs:
+        return str(attrs["openinference.span.kind"]).upper()
+    return _KINDS.get(attrs.get("gen_ai.operation.name"))
 
 
 def _iso(nanos: int) -> str:
@@ -36,9 +56,61 @@ def _json_value(value: Any) -> Any:
     if isinstance(value, str):
         try:
             return json.loads(value)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return None
     return value
+
+
+def _text(value: Any) -> str | None:
+    return value.strip() or None if isinstance(value, str) else None
+
+
+def _message_text(messages: Any, role: str | None = None) -> str | None:
+    """Text of the last (`role`) message of a GenAI messages list (JSON string or list)."""
+    messages = _json_value(messages)
+    if not isinstance(messages, list):
+        return None
+    for message in reversed(messages):
+        if isinstance(message, dict) and (role is None or message.get("role") == role):
+            parts = message.get("parts") or []
+            texts = [p.get("content") for p in parts if isinstance(p, dict) and p.get("type") == "text"
+                     and isinstance(p.get("content"), str)]
+            if texts:
+                return "".join(texts)
+    return None
+
+
+def _input_text(value: Any, keys: tuple[str, ...] = QUERY_KEYS) -> str | None:
+    """What a span's `input.value` says the user asked: plain text, or a known key of a JSON
+    object (LangChain `{"input"}`, LlamaIndex `{"message"}`, `{"query_bundle": {"query_str"}}`)."""
+    if not isinstance(value, str):
+        return None
+    parsed = _json_value(value) if value.lstrip()[:1] in ("{", "[", '"') else None
+    if parsed is None:
+        return _text(value)
+    if isinstance(parsed, str):
+        return _text(parsed)
+    if isinstance(parsed, dict):
+        for key in keys:
+            if isinstance(parsed.get(key), str):
+                return _text(parsed[key])
+        bundle = parsed.get("query_bundle")
+        if isinstance(bundle, dict):
+            return _text(bundle.get("query_str"))
+    return None
+
+
+def user_query(span: Span) -> str | None:
+    """What the user typed, as the root span carries it."""
+    attrs = span["attrs"]
+    return (_text(attrs.get("rag.original_query"))
+            or _message_text(attrs.get("gen_ai.input.messages"), "user")
+            or _input_text(attrs.get("input.value")))
+
+
+def _retrieval_query(span: Span) -> str | None:
+    attrs = span["attrs"]
+    return _text(attrs.get("gen_ai.retrieval.query.text")) or _input_text(attrs.get("input.value"))
 
 
 def _indexed_documents(attrs: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
@@ -52,57 +124,68 @@ def _indexed_documents(attrs: dict[str, Any], prefix: str) -> list[dict[str, Any
     return [found[i] for i in sorted(found)]
 
 
-def _candidate(document: dict[str, Any], position: int) -> dict[str, Any]:
-    """A retrieved document (any convention) as a native chunk record."""
-    metadata = _json_value(document.get("metadata")) or {}
+def _output_documents(attrs: dict[str, Any]) -> list[dict[str, Any]]:
+    """LangChain's retriever output `{"documents": [{"id", "metadata", "page_content"}]}`."""
+    output = _json_value(attrs.get("output.value"))
+    documents = output.get("documents") if isinstance(output, dict) else None
+    return [d for d in documents if isinstance(d, dict)] if isinstance(documents, list) else []
+
+
+def candidate(document: dict[str, Any], position: int, fallback_id: Any = None) -> dict[str, Any]:
+    """A retrieved document (any convention) as a native chunk record, ids by `DOC_ID_KEYS`."""
+    metadata = _json_value(document.get("metadata"))
     metadata = metadata if isinstance(metadata, dict) else {}
-    merged = {**metadata, **{k: v for k, v in document.items() if k != "metadata"}}
-    ident = merged.get("id")
+    merged = {**metadata, **{k: v for k, v in document.items() if k != "metadata" and v is not None}}
+    text = merged.get("content", merged.get("text", merged.get("page_content")))
+    text = text if isinstance(text, str) else None
+    own_id = merged.get("id") if merged.get("id") is not None else fallback_id
+    doc_id, doc_id_from = next(((str(merged[k]), k) for k in DOC_ID_KEYS if merged.get(k)),
+                               (None, None))
+    if doc_id is None and own_id is not None:
+        doc_id, doc_id_from = str(own_id), "id"
+    chunk_id = merged.get("chunk_id") or own_id
+    if doc_id is None or chunk_id is None:
+        digest = f"text:{hashlib.sha256((text or '').encode()).hexdigest()[:16]}"
+        doc_id_from = doc_id_from or "text_hash"
+        doc_id, chunk_id = doc_id or digest, chunk_id or digest
     return {
-        "doc_id": merged.get("doc_id", ident),
-        "chunk_id": merged.get("chunk_id", ident),
-        "doc_version": merged.get("doc_version", merged.get("version")),
-        "score": merged.get("score"),
-        "rank": merged.get("rank", position + 1),
-        "rerank_score": merged.get("rerank_score"),
-        "rerank_rank": merged.get("rerank_rank"),
-        "selected": merged.get("selected"),
-        "text": merged.get("content", merged.get("text")),
+        "doc_id": doc_id, "doc_id_from": doc_id_from, "chunk_id": str(chunk_id),
+        "doc_version": _str_or_none(merged.get("doc_version", merged.get("version"))),
+        "score": _number(merged.get("score")), "rank": position + 1,
+        "rerank_score": _number(merged.get("rerank_score")), "rerank_rank": None,
+        "selected": merged.get("selected") if isinstance(merged.get("selected"), bool) else None,
+        "text": text,
     }
 
 
-def _documents(attrs: dict[str, Any], kind: str | None) -> list[dict[str, Any]]:
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _retrieved(span: Span) -> list[dict[str, Any]]:
+    attrs = span["attrs"]
     if "gen_ai.retrieval.documents" in attrs:
-        raw = _json_value(attrs["gen_ai.retrieval.documents"]) or []
-    elif kind == "RERANKER":
-        raw = _indexed_documents(attrs, "reranker.output_documents")
+        raw = _json_value(attrs["gen_ai.retrieval.documents"])
+        raw = raw if isinstance(raw, list) else []
     else:
         raw = _indexed_documents(attrs, "retrieval.documents")
-    return [_candidate(d, i) for i, d in enumerate(raw) if isinstance(d, dict)]
+    own_ids = [d.get("id") for d in _output_documents(attrs)]
+    own_ids = own_ids if len(own_ids) == len(raw) else [None] * len(raw)
+    return [candidate(d, i, own_ids[i]) for i, d in enumerate(raw) if isinstance(d, dict)]
 
 
-def _answer(attrs: dict[str, Any]) -> str | None:
-    if "output.value" in attrs:
-        return attrs["output.value"]
-    if "llm.output_messages.0.message.content" in attrs:
-        return attrs["llm.output_messages.0.message.content"]
-    messages = _json_value(attrs.get("gen_ai.output.messages")) or []
-    texts = [part.get("content", "") for message in messages if isinstance(message, dict)
-             for part in message.get("parts", []) if part.get("type") == "text"]
-    return "".join(texts) if texts else None
-
-
-def _span_kind(attrs: dict[str, Any]) -> str | None:
-    if "openinference.span.kind" in attrs:
-        return str(attrs["openinference.span.kind"]).upper()
-    operation = attrs.get("gen_ai.operation.name")
-    if operation == "retrieval":
-        return "RETRIEVER"
-    if operation == "rerank":
-        return "RERANKER"
-    if operation in _LLM_OPERATIONS:
-        return "LLM"
-    return None
+def _reranked(span: Span) -> list[dict[str, Any]]:
+    attrs = span["attrs"]
+    if "gen_ai.retrieval.documents" in attrs:
+        raw = _json_value(attrs["gen_ai.retrieval.documents"])
+        raw = raw if isinstance(raw, list) else []
+    else:
+        raw = _indexed_documents(attrs, "reranker.output_documents")
+    return [candidate(d, i) for i, d in enumerate(raw) if isinstance(d, dict)]
 
 
 def _merge_rerank(candidates: list[dict[str, Any]], reranked: list[dict[str, Any]]) -> None:
@@ -117,22 +200,46 @@ def _merge_rerank(candidates: list[dict[str, Any]], reranked: list[dict[str, Any
         target["rerank_rank"] = position + 1
 
 
-def _llm_fields(attrs: dict[str, Any]) -> dict[str, Any]:
-    params = _json_value(attrs.get("llm.invocation_parameters")) or {}
-    reasons = attrs.get("gen_ai.response.finish_reasons") or []
+def _llm_call(span: Span) -> dict[str, Any]:
+    """Model, tokens and output of one LLM call."""
+    attrs = span["attrs"]
+    params = _json_value(attrs.get("llm.invocation_parameters"))
+    params = params if isinstance(params, dict) else {}
+    named = _str_or_none(attrs.get("llm.model_name"))
+    requested = _str_or_none(attrs.get("gen_ai.request.model") or params.get("model")
+                             or params.get("model_name")) or named
+    responded = _str_or_none(attrs.get("gen_ai.response.model"))
+    if responded is None and named != requested:  # LangChain: llm.model_name is the response's
+        responded = named
+    reasons = attrs.get("gen_ai.response.finish_reasons")
+    output = (_text(attrs.get("llm.output_messages.0.message.content"))
+              or _message_text(attrs.get("gen_ai.output.messages"), "assistant"))
+    if output is None and attrs.get("output.mime_type") != "application/json":
+        output = _text(attrs.get("output.value"))
+    temperature = attrs.get("gen_ai.request.temperature", params.get("temperature"))
     return {
-        "model_name": attrs.get("gen_ai.request.model", attrs.get("llm.model_name")),
-        "response_model": attrs.get("gen_ai.response.model"),
-        "provider": attrs.get("gen_ai.provider.name", attrs.get("gen_ai.system",
-                              attrs.get("llm.provider"))),
-        "input_tokens": attrs.get("gen_ai.usage.input_tokens", attrs.get("llm.token_count.prompt")),
-        "output_tokens": attrs.get("gen_ai.usage.output_tokens",
-                                   attrs.get("llm.token_count.completion")),
-        "temperature": attrs.get("gen_ai.request.temperature",
-                                 params.get("temperature") if isinstance(params, dict) else None),
-        "finish_reason": reasons[0] if isinstance(reasons, list) and reasons else None,
-        "answer": _answer(attrs),
+        "model_name": requested, "response_model": responded,
+        "provider": _str_or_none(attrs.get("gen_ai.provider.name") or attrs.get("gen_ai.system")
+                                 or attrs.get("llm.provider")),
+        "input_tokens": _count(attrs.get("gen_ai.usage.input_tokens", attrs.get("llm.token_count.prompt"))),
+        "output_tokens": _count(attrs.get("gen_ai.usage.output_tokens",
+                                          attrs.get("llm.token_count.completion"))),
+        "temperature": _number(temperature),
+        "finish_reason": reasons[0] if isinstance(reasons, list) and reasons
+        else _str_or_none(attrs.get("llm.finish_reason")),
+        "answer": output,
     }
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _llm_calls(spans: list[Span]) -> list[Span]:
+    """LLM spans with no LLM span below them (LlamaIndex wraps each HTTP call in `predict`)."""
+    llm = [s for s in spans if span_kind(s["attrs"]) == "LLM"]
+    parents = {s["parent_span_id"] for s in llm}
+    return [s for s in llm if s["span_id"] not in parents]
 
 
 def _rag_fields(attrs: dict[str, Any]) -> dict[str, Any]:
@@ -147,69 +254,122 @@ def _rag_fields(attrs: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
-def is_request(spans: list[dict[str, Any]]) -> bool:
-    """A user request retrieves, calls an LLM or has a chain with input; indexing traces
-    (embedding the knowledge base) do none of these."""
-    return any(_span_kind(span["attrs"]) in ("RETRIEVER", "LLM", "RERANKER")
-               or (_span_kind(span["attrs"]) == "CHAIN" and "input.value" in span["attrs"])
-               or "rag.original_query" in span["attrs"] for span in spans)
+def _root(spans: list[Span]) -> Span | None:
+    return next((s for s in spans if not s["parent_span_id"]), None)
 
 
-def assemble_trace(trace_id: str, spans: list[dict[str, Any]]) -> dict[str, Any]:
+def is_request(spans: list[Span]) -> bool:
+    """A user request retrieves, calls an LLM, or its root carries a query; indexing traces
+    (splitting and embedding the knowledge base) do none of these."""
+    if any(span_kind(s["attrs"]) in ("RETRIEVER", "LLM", "RERANKER") for s in spans):
+        return True
+    root = _root(spans)
+    return root is not None and user_query(root) is not None
+
+
+def _answer_without_llm(root: Span | None) -> str | None:
+    """A turn answered with no LLM call (LlamaIndex "Empty Response"): the root's output."""
+    if root is None:
+        return None
+    attrs = root["attrs"]
+    return (_message_text(attrs.get("gen_ai.output.messages"), "assistant")
+            or _input_text(attrs.get("output.value"), ("answer", "response", "output")))
+
+
+def _error(spans: list[Span]) -> str | None:
+    """The first line of the innermost failed span's message (tracebacks are left out)."""
+    failed = [s for s in spans if s["status_code"] == "error"]
+    if not failed:
+        return None
+    parents = {s["parent_span_id"] for s in failed}
+    innermost = next((s for s in failed if s["span_id"] not in parents), failed[0])
+    message = innermost["status_message"] or innermost["attrs"].get("error.type") or "error"
+    return str(message).strip().splitlines()[0][:500]
+
+
+def assemble_trace(trace_id: str, spans: list[Span]) -> dict[str, Any]:
     """Fold the spans of one trace (rows of `otlp_spans`, attributes decoded) into a record."""
-    spans = sorted(spans, key=lambda s: s["start_ns"] or 0)
-    roots = [s for s in spans if not s["parent_span_id"]]
-    ordered = roots[:1] + [s for s in spans if s is not roots[0]] if roots else spans
-    record: dict[str, Any] = {"trace_id": trace_id}
-    candidates: list[dict[str, Any]] = []
-    reranked: list[dict[str, Any]] = []
+    spans = sorted(spans, key=lambda s: (s["start_ns"] or 0, s["span_id"]))
+    root = _root(spans)
     starts = [s["start_ns"] for s in spans if s["start_ns"]]
     ends = [s["end_ns"] for s in spans if s["end_ns"]]
-    record["timestamp"] = _iso(min(starts)) if starts else None
-    record["latency_ms"] = (max(ends) - min(starts)) / 1e6 if ends and starts else None
-    record["spans"] = []
-    for span in ordered:
-        attrs, kind = span["attrs"], _span_kind(span["attrs"])
-        start, end = span["start_ns"], span["end_ns"]
-        failed = span["status_code"] == "error"
-        record["spans"].append({
-            "name": span["name"] or kind or "span", "span_id": span["span_id"],
-            "parent_span_id": span["parent_span_id"],
-            "kind": kind or attrs.get("gen_ai.operation.name"),
-            "start_time": _iso(start) if start else None,
-            "duration_ms": (end - start) / 1e6 if start and end else None,
-            "status": "error" if failed else "ok",
-        })
-        if failed:
-            record.setdefault("status", "error")
-            record.setdefault("error", span["status_message"])
-        if kind == "RETRIEVER":
-            candidates = _documents(attrs, kind) or candidates
-            query = attrs.get("gen_ai.retrieval.query.text", attrs.get("input.value"))
-            record.setdefault("original_query", query)
-        elif kind == "RERANKER":
-            reranked = _documents(attrs, kind)
-            record.setdefault("reranker_model", attrs.get("reranker.model_name"))
-        elif kind == "LLM":
-            record.update({k: v for k, v in _llm_fields(attrs).items() if v is not None})
+    record: dict[str, Any] = {"trace_id": trace_id,
+                              "timestamp": _iso(min(starts)) if starts else None,
+                              "latency_ms": (max(ends) - min(starts)) / 1e6 if ends and starts else None}
+    for span in spans:
+        attrs = span["attrs"]
         session = attrs.get("session.id", attrs.get("gen_ai.conversation.id"))
         if session is not None:
-            record.setdefault("session_id", session)
+            record.setdefault("session_id", str(session))
         if "gen_ai.conversation.id" in attrs:
-            record.setdefault("conversation_id", attrs["gen_ai.conversation.id"])
-        if kind == "CHAIN" and "input.value" in attrs:
-            record.setdefault("original_query", attrs["input.value"])
+            record.setdefault("conversation_id", str(attrs["gen_ai.conversation.id"]))
         environment = span["resource"].get("deployment.environment.name",
                                            span["resource"].get("deployment.environment"))
         if environment is not None:
-            record.setdefault("environment", environment)
-    selected = None
-    for span in reversed(ordered):  # rag.* on the root wins over the same attribute on children
-        record.update(_rag_fields(span["attrs"]))
-        selected = span["attrs"].get("rag.context_chunk_ids", selected)
-    _merge_rerank(candidates, reranked)
-    if isinstance(selected, list):
-        for candidate in candidates:
-            candidate["selected"] = candidate["chunk_id"] in selected
-    record["chunks"] = candidates
+            record.setdefault("environment", str(environment))
+    record.update(_generation(spans, root))
+    record.update(_retrieval(spans, root, record.get("original_query")))
+    error = _error(spans)
+    if error:
+        record["status"], record["error"] = "error", error
+    record["spans"] = [_span_record(s) for s in spans]
+    for span in [s for s in spans if s is not root] + ([root] if root else []):
+        record.update(_rag_fields(span["attrs"]))  # rag.* on the root wins: applied last
+    if record.get("rewritten_query") == record.get("original_query"):
+        record["rewritten_query"] = None
     return record
+
+
+def _generation(spans: list[Span], root: Span | None) -> dict[str, Any]:
+    """The user's query, the answer, models and tokens (summed over the trace's LLM calls)."""
+    calls = [_llm_call(s) for s in _llm_calls(spans)]
+    final = calls[-1] if calls else {}
+    fields: dict[str, Any] = {k: final.get(k) for k in ("model_name", "response_model", "provider",
+                                                          "temperature", "finish_reason")}
+    fields["answer"] = final.get("answer") if calls else _answer_without_llm(root)
+    fields["llm_calls"] = len(calls)
+    for side in ("input", "output"):
+        counted = [c[f"{side}_tokens"] for c in calls if c[f"{side}_tokens"] is not None]
+        fields[f"{side}_tokens"] = sum(counted) if counted else None
+        fields[f"final_{side}_tokens"] = final.get(f"{side}_tokens")
+    fields["original_query"] = user_query(root) if root else None
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def _retrieval(spans: list[Span], root: Span | None, typed: str | None) -> dict[str, Any]:
+    """Candidates of the first retriever that returned documents, rerank, the context used."""
+    retrievers = [s for s in spans if span_kind(s["attrs"]) == "RETRIEVER"]
+    with_documents = [s for s in retrievers if _retrieved(s)]
+    retriever = (with_documents or retrievers or [None])[0]
+    candidates = _retrieved(retriever) if retriever else []
+    query = _retrieval_query(retriever) if retriever else None
+    rerankers = [s for s in spans if span_kind(s["attrs"]) == "RERANKER"]
+    fields: dict[str, Any] = {"original_query": typed or query}
+    if query and typed and query != typed:
+        fields["rewritten_query"] = query
+    if rerankers:
+        reranked = _reranked(rerankers[-1])
+        _merge_rerank(candidates, reranked)
+        kept = {d["chunk_id"] for d in reranked}
+        for chunk in candidates:
+            chunk["selected"] = chunk["chunk_id"] in kept
+        model = rerankers[-1]["attrs"].get("reranker.model_name")
+        if model:
+            fields["reranker_model"] = str(model)
+    chosen = next((s["attrs"]["rag.context_chunk_ids"] for s in ([root] if root else []) + spans
+                   if "rag.context_chunk_ids" in s["attrs"]), None)
+    if isinstance(chosen, list):
+        for chunk in candidates:
+            chunk["selected"] = chunk["chunk_id"] in chosen
+    fields["chunks"] = candidates
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def _span_record(span: Span) -> dict[str, Any]:
+    start, end = span["start_ns"], span["end_ns"]
+    return {"name": span["name"] or "span", "span_id": span["span_id"],
+            "parent_span_id": span["parent_span_id"],
+            "kind": span_kind(span["attrs"]) or span["attrs"].get("gen_ai.operation.name"),
+            "start_time": _iso(start) if start else None,
+            "duration_ms": (end - start) / 1e6 if start and end else None,
+            "status": "error" if span["status_code"] == "error" else "ok"}
