@@ -1,54 +1,11 @@
 """The regression eval's `http` rag_app: a user's RAG service over HTTP, on a loopback stand-in."""
 
-import json
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 
 from assets.resources import RagAppResource
 from rag_loop.evaluation.http_app import HttpFields, HttpRagApp, RagAppError
 from rag_loop.evaluation.runner import build_cases
-
-
-class RagService:
-    """Answers POSTs by path: /ok, /nested, /error (500), /slow (hangs), /text, /empty."""
-
-    def __init__(self):
-        self.requests: list[dict] = []
-        service = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                service.requests.append({"path": self.path, "body": body,
-                                         "auth": self.headers.get("Authorization")})
-                replies = {
-                    "/ok": {"answer": f"echo {body.get('query')}",
-                            "retrieval_context": ["plain text", {"chunk_id": "c1", "text": "object"}]},
-                    "/nested": {"data": {"output": {"text": "nested"}, "sources": [{"content": "s"}]}},
-                    "/empty": {"contexts": []},
-                }
-                if self.path == "/slow":
-                    time.sleep(2)
-                status = 500 if self.path == "/error" else 200
-                payload = b"not json" if self.path == "/text" else json.dumps(
-                    replies.get(self.path, {})).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.end_headers()
-                self.wfile.write(payload)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
+from standin_rag import RagService
 
 
 @pytest.fixture
