@@ -1,6 +1,7 @@
 """Stage 1: the knowledge base and production traces into DuckDB."""
 
 import hashlib
+from datetime import timedelta
 from pathlib import Path
 
 from dagster import (
@@ -19,8 +20,10 @@ from dagster import (
 )
 from dagster_duckdb import DuckDBResource
 import pandas as pd
+from pydantic import Field
 
 from assets.resources import RagLoopPaths
+from rag_loop.ingest.assembly import DEFAULT_GRACE
 from rag_loop.ingest.pipeline import (
     DEFAULT_MAX_RECORD_BYTES,
     IngestReport,
@@ -54,6 +57,10 @@ def knowledge_base(context: AssetExecutionContext, duckdb: DuckDBResource,
 
 class IngestConfig(Config):
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    otlp_grace_minutes: float = Field(
+        DEFAULT_GRACE.total_seconds() / 60,
+        description="An OTLP trace whose root span has not arrived is assembled anyway this long "
+                    "after its newest span ended.")
 
 @asset(group_name="ingestion", deps=[knowledge_base],
        description="Production traces (native JSONL, OTLP JSON, gzip) with chunks, spans, "
@@ -62,7 +69,8 @@ def raw_traces(context: AssetExecutionContext, config: IngestConfig, duckdb: Duc
                paths: RagLoopPaths) -> MaterializeResult:
     with duckdb.get_connection() as con:
         report = ingest_directory(con, Path(paths.traces_dir), config.max_record_bytes,
-                                  log=context.log.info)
+                                  log=context.log.info,
+                                  grace=timedelta(minutes=config.otlp_grace_minutes))
         summary = trace_table_summary(con)
         preview = con.sql('SELECT trace_id, "timestamp", language, tenant, original_query, '
                           'status FROM raw_traces ORDER BY "timestamp" DESC LIMIT 10').df()

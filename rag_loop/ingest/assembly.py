@@ -233,8 +233,14 @@ def _store_traces(con: duckdb.DuckDBPyConnection, traces: list[tuple], max_recor
                       "quarantined": "quarantined", "not_a_request": "not_a_request"}[trace.state]
         setattr(counts, field_name, getattr(counts, field_name) + 1)
         counts.partial += trace.state == "ingested" and not trace.complete
-    con.executemany("INSERT INTO otlp_traces VALUES (?, ?, ?, ?, ?, ?, ?, ?, now())",
-                    [t.row() for t in done])
+    columns = ("trace_id", "state", "complete", "spans", "reason", "source_file", "source_line",
+               "record_span_id")
+    states = pa.Table.from_pylist([dict(zip(columns, t.row())) for t in done])
+    con.register("_trace_states", states)
+    try:
+        con.execute("INSERT INTO otlp_traces BY NAME SELECT *, now() AS assembled_at FROM _trace_states")
+    finally:
+        con.unregister("_trace_states")
 
 
 def _load_records(con: duckdb.DuckDBPyConnection, source_file: str,

@@ -85,7 +85,11 @@ def _classify_structures(con: duckdb.DuckDBPyConnection) -> None:
     rows = con.execute("SELECT DISTINCT structure FROM _parsed WHERE structure IS NOT NULL").fetchall()
     problems = []
     for (structure,) in rows:
-        found = json.loads(structure)
+        try:
+            found = json.loads(structure)
+        except RecursionError:
+            problems.append((structure, "wrong_type: nested too deeply"))
+            continue
         if not isinstance(found, dict):
             problems.append((structure, "not_an_object"))
         elif problem := structure_problem(found, expected):

@@ -338,10 +338,9 @@ def _generation(spans: list[Span], root: Span | None) -> dict[str, Any]:
 
 def _retrieval(spans: list[Span], root: Span | None, typed: str | None) -> dict[str, Any]:
     """Candidates of the first retriever that returned documents, rerank, the context used."""
-    retrievers = [s for s in spans if span_kind(s["attrs"]) == "RETRIEVER"]
-    with_documents = [s for s in retrievers if _retrieved(s)]
-    retriever = (with_documents or retrievers or [None])[0]
-    candidates = _retrieved(retriever) if retriever else []
+    retrievers = [(s, _retrieved(s)) for s in spans if span_kind(s["attrs"]) == "RETRIEVER"]
+    retriever, candidates = next((r for r in retrievers if r[1]), retrievers[0] if retrievers
+                                 else (None, []))
     query = _retrieval_query(retriever) if retriever else None
     rerankers = [s for s in spans if span_kind(s["attrs"]) == "RERANKER"]
     fields: dict[str, Any] = {"original_query": typed or query}

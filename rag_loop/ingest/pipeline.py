@@ -32,7 +32,7 @@ from rag_loop.ingest.spans import read_spans
 from rag_loop.ingest.reader import (
     NeedsExactReader,
     Rejected,
-    first_line,
+    first_lines,
     iter_line_batches,
 )
 from rag_loop.storage import create_tables
@@ -94,9 +94,10 @@ class IngestReport:
         return total
 
 
-def detect_format(path: Path) -> str:
-    """`otlp` when the first record is an OTLP export, else `native`."""
-    return "otlp" if b'"resourceSpans"' in first_line(path) else "native"
+def detect_format(path: Path, lines: int = 10) -> str:
+    """`otlp` when one of the first non-blank lines is an OTLP export (a Collector file may
+    start with a cut-off line), else `native`."""
+    return "otlp" if any(b'"resourceSpans"' in line for line in first_lines(path, lines)) else "native"
 
 
 def trace_files(directory: Path) -> tuple[list[Path], list[str]]:

@@ -57,13 +57,16 @@ def open_binary(path: Path):
     return gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")
 
 
-def first_line(path: Path, limit: int = 1 << 16) -> bytes:
-    """The first non-blank line (its first `limit` bytes), for sniffing the format."""
+def first_lines(path: Path, count: int, limit: int = 1 << 16) -> list[bytes]:
+    """The first `count` non-blank lines (the first `limit` bytes of each), for sniffing the format."""
+    found: list[bytes] = []
     with open_binary(path) as handle:
-        for line in handle:
+        while len(found) < count and (line := handle.readline(limit)):
             if line.strip():
-                return line[:limit]
-    return b""
+                found.append(line)
+            while not line.endswith(b"\n") and (line := handle.readline(limit)):
+                pass  # skip the rest of a long line
+    return found
 
 
 class NeedsExactReader(Exception):

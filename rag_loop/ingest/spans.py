@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -56,11 +57,12 @@ def attribute_value(value: Any) -> Any:
         return _typed(value["stringValue"], str)
     if "intValue" in value:
         return _int64(value["intValue"])
-    if "doubleValue" in value:
+    if "doubleValue" in value:  # OTLP JSON spells non-finite doubles "NaN", "Infinity"
         number = value["doubleValue"]
         if isinstance(number, str) and number in ("NaN", "Infinity", "-Infinity"):
             return None
-        return float(_typed(number, (int, float)))
+        number = float(_typed(number, (int, float)))
+        return number if math.isfinite(number) else None
     if "boolValue" in value:
         return _typed(value["boolValue"], bool)
     if "arrayValue" in value:
