@@ -164,21 +164,27 @@ def _ready_traces(con: duckdb.DuckDBPyConnection, batch_traces: int) -> Iterator
             JOIN _ready_batches b USING (trace_id) WHERE b.batch = ?
             ORDER BY s.trace_id, s.start_ns NULLS FIRST, s.span_id""", params=[batch]).to_arrow_table().to_pylist()
         traces: list[tuple] = []
+        resources: dict[str, dict] = {}
         start = 0
         for end in range(1, len(rows) + 1):
             if end == len(rows) or rows[end]["trace_id"] != rows[start]["trace_id"]:
-                traces.append(_trace_of(rows[start:end]))
+                traces.append(_trace_of(rows[start:end], resources))
                 start = end
         yield traces
     con.execute("DROP TABLE IF EXISTS _ready_batches")
 
 
-def _trace_of(rows: list[dict[str, Any]]) -> tuple:
-    """(trace id, has root, span count, spans with decoded attributes)."""
-    spans = [{**row, "attrs": json.loads(row["attributes"] or "{}"),
-              "resource": json.loads(row["resource"] or "{}"),
-              "events": json.loads(row["events"] or "[]")} for row in rows]
-    return rows[0]["trace_id"], rows[0]["has_root"], rows[0]["spans"], spans
+def _trace_of(rows: list[dict[str, Any]], resources: dict[str, dict]) -> tuple:
+    """(trace id, has root, span count, spans with decoded attributes); `resources` caches the
+    few distinct resource attribute sets."""
+    for row in rows:
+        row["attrs"] = json.loads(row["attributes"]) if row["attributes"] else {}
+        resource = row["resource"] or "{}"
+        if resource not in resources:
+            resources[resource] = json.loads(resource)
+        row["resource"] = resources[resource]
+        row["events"] = json.loads(row["events"]) if row["events"] else []
+    return rows[0]["trace_id"], rows[0]["has_root"], rows[0]["spans"], rows
 
 
 def _record_span(spans: list[dict[str, Any]]) -> dict[str, Any]:

@@ -51,10 +51,12 @@ class SpanBatch:
 
 def attribute_value(value: Any) -> Any:
     """Decode an OTLP `AnyValue` (int64 arrive as strings in OTLP JSON)."""
-    if not isinstance(value, dict):
+    if type(value) is not dict:
         raise BadSpan("not an AnyValue")
-    if "stringValue" in value:
-        return _typed(value["stringValue"], str)
+    if "stringValue" in value:  # most values: checked inline, this runs per attribute
+        if type(value["stringValue"]) is str:
+            return value["stringValue"]
+        raise BadSpan("wrong_type")
     if "intValue" in value:
         return _int64(value["intValue"])
     if "doubleValue" in value:  # OTLP JSON spells non-finite doubles "NaN", "Infinity"
@@ -77,8 +79,14 @@ def attribute_value(value: Any) -> Any:
 def attributes(items: Any) -> dict[str, Any]:
     """OTLP `KeyValue` list as a dict; a bad value names its key in the reason."""
     decoded: dict[str, Any] = {}
-    for item in _typed(items or [], list):
-        key = _typed(_typed(item, dict).get("key"), str)
+    if items is None:
+        return decoded
+    if type(items) is not list:
+        raise BadSpan("wrong_type: attributes")
+    for item in items:
+        key = item.get("key") if type(item) is dict else None
+        if type(key) is not str:
+            raise BadSpan("wrong_type: attributes[].key")
         try:
             decoded[key] = attribute_value(item.get("value", {}))
         except (BadSpan, TypeError, ValueError, OverflowError) as error:
