@@ -87,3 +87,24 @@ def test_documents_retrieved_and_context_used_match(ingested):
             misses.append((truth["trace_id"][:8], "selected", selected, got))
     assert misses == []
     assert {g[4] for rows in chunks.values() for g in rows} <= {"doc_id", "source", "file_path"}
+
+
+def test_worker_processes_store_exactly_what_one_process_stores(tmp_path, monkeypatch):
+    import duckdb
+
+    import rag_loop.ingest.pipeline as pipeline
+    monkeypatch.setattr(pipeline, "PARALLEL_FILE_BYTES", 0)  # every file, in small blocks
+    monkeypatch.setattr(pipeline, "OTLP_BLOCK_BYTES", 64 << 10)
+    monkeypatch.setattr(pipeline, "ASSEMBLY_BATCH_TRACES", 5)
+    tables = {"raw_traces": "* EXCLUDE (ingested_at)", "trace_chunks": "*", "trace_spans": "*",
+              "otlp_spans": "* EXCLUDE (received_at)", "otlp_traces": "* EXCLUDE (assembled_at)",
+              "quarantine": "* EXCLUDE (quarantined_at)"}
+    stored = []
+    for workers in (1, 2):
+        with duckdb.connect(str(tmp_path / f"{workers}.duckdb")) as con:
+            ingest_directory(con, FIXTURES, workers=workers)
+            stored.append({t: sorted(map(str, con.execute(f"SELECT {columns} FROM {t}").fetchall()))
+                           for t, columns in tables.items()})
+    assert stored[0] == stored[1]
+    assert len(stored[0]["raw_traces"]) == len(truth_of("llamaindex") + truth_of("langchain")
+                                                + truth_of("genai"))

@@ -11,7 +11,8 @@ quarantined (with the reason) or not_a_request (indexing and embedding traces).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -21,6 +22,7 @@ import pyarrow as pa
 
 from rag_loop.ingest.loader import BatchCounts, load_batch, quarantine_rejected
 from rag_loop.ingest.otlp import assemble_trace, is_request
+from rag_loop.ingest.parallel import ordered_map
 from rag_loop.ingest.reader import Rejected, oversized_reason, preview
 from rag_loop.ingest.spans import SpanBatch
 
@@ -102,9 +104,11 @@ def stage_spans(con: duckdb.DuckDBPyConnection, batch: SpanBatch, source_file: s
 
 
 def assemble_ready(con: duckdb.DuckDBPyConnection, now_ns: int, grace: timedelta = DEFAULT_GRACE,
-                   max_record_bytes: int = 1 << 20, batch_traces: int = 20_000) -> AssemblyCounts:
+                   max_record_bytes: int = 1 << 20, batch_traces: int = 20_000,
+                   pool: Callable[[], Executor | None] = lambda: None) -> AssemblyCounts:
     """Assemble every trace id that is ready and new (or has new spans), inside one transaction
-    the caller ends."""
+    the caller ends. Batches of `batch_traces` traces are assembled by `pool()` when there is
+    more than one batch."""
     grace_ns = int(grace.total_seconds() * 1e9)
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _trace_stats AS
@@ -121,8 +125,11 @@ def assemble_ready(con: duckdb.DuckDBPyConnection, now_ns: int, grace: timedelta
         CREATE OR REPLACE TEMP TABLE _ready AS SELECT * FROM _trace_stats
         WHERE has_root OR coalesce(newest_ns, 0) + ? <= ?""", [grace_ns, now_ns])
     _forget_assembled(con)
-    for traces in _ready_traces(con, batch_traces):
-        _store_traces(con, traces, max_record_bytes, counts)
+    ready = con.execute("SELECT count(*) FROM _ready").fetchall()[0][0]
+    tables = ((table,) for table in _ready_span_tables(con, batch_traces))
+    for assembled in ordered_map(pool() if ready > batch_traces else None, assemble_spans, tables,
+                                 in_flight=2):
+        _store_traces(con, assembled, max_record_bytes, counts)
     counts.reassembled = con.execute("""
         SELECT count(*) FROM _ready JOIN otlp_traces USING (trace_id)
         WHERE assembled_before AND state = 'ingested'""").fetchall()[0][0]
@@ -148,43 +155,52 @@ def _forget_assembled(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("DELETE FROM otlp_traces WHERE trace_id IN (SELECT trace_id FROM _earlier)")
 
 
-def _ready_traces(con: duckdb.DuckDBPyConnection, batch_traces: int) -> Iterator[list[tuple]]:
-    """The ready traces' spans, grouped by trace id, `batch_traces` traces at a time (each
-    batch fetched whole: the caller writes between batches)."""
+def _ready_span_tables(con: duckdb.DuckDBPyConnection, batch_traces: int) -> Iterator[pa.Table]:
+    """The ready traces' spans, `batch_traces` traces at a time, each batch fetched whole (the
+    caller writes between batches)."""
     con.execute("""CREATE OR REPLACE TEMP TABLE _ready_batches AS
                    SELECT trace_id, (row_number() OVER (ORDER BY trace_id) - 1) // ? AS batch
                    FROM _ready""", [batch_traces])
     batches = con.execute("SELECT count(DISTINCT batch) FROM _ready_batches").fetchall()[0][0]
     for batch in range(batches):
-        rows = con.sql("""
+        yield con.sql("""
             SELECT s.trace_id, r.has_root, r.spans, s.span_id, s.parent_span_id, s.name, s.start_ns,
                    s.end_ns, s.status_code, s.status_message, s.attributes, s.resource, s.events,
                    s.source_file, s.source_line
             FROM otlp_spans s JOIN _ready r USING (trace_id)
             JOIN _ready_batches b USING (trace_id) WHERE b.batch = ?
-            ORDER BY s.trace_id, s.start_ns NULLS FIRST, s.span_id""", params=[batch]).to_arrow_table().to_pylist()
-        traces: list[tuple] = []
-        resources: dict[str, dict] = {}
-        start = 0
-        for end in range(1, len(rows) + 1):
-            if end == len(rows) or rows[end]["trace_id"] != rows[start]["trace_id"]:
-                traces.append(_trace_of(rows[start:end], resources))
-                start = end
-        yield traces
+            ORDER BY s.trace_id, s.start_ns NULLS FIRST, s.span_id""", params=[batch]).to_arrow_table()
     con.execute("DROP TABLE IF EXISTS _ready_batches")
 
 
-def _trace_of(rows: list[dict[str, Any]], resources: dict[str, dict]) -> tuple:
-    """(trace id, has root, span count, spans with decoded attributes); `resources` caches the
-    few distinct resource attribute sets."""
-    for row in rows:
-        row["attrs"] = json.loads(row["attributes"]) if row["attributes"] else {}
-        resource = row["resource"] or "{}"
-        if resource not in resources:
-            resources[resource] = json.loads(resource)
-        row["resource"] = resources[resource]
-        row["events"] = json.loads(row["events"]) if row["events"] else []
-    return rows[0]["trace_id"], rows[0]["has_root"], rows[0]["spans"], rows
+def assemble_spans(spans: pa.Table) -> list[Assembled]:
+    """Each trace of `spans` (rows of otlp_spans, sorted by trace id) as a native record, or
+    classified not_a_request. Pure: runs in worker processes."""
+    rows = spans.to_pylist()
+    resources: dict[str, dict] = {}  # the few distinct resource attribute sets, decoded once
+    assembled = []
+    start = 0
+    for end in range(1, len(rows) + 1):
+        if end < len(rows) and rows[end]["trace_id"] == rows[start]["trace_id"]:
+            continue
+        trace = rows[start:end]
+        start = end
+        for row in trace:
+            row["attrs"] = json.loads(row["attributes"]) if row["attributes"] else {}
+            resource = row["resource"] or "{}"
+            if resource not in resources:
+                resources[resource] = json.loads(resource)
+            row["resource"] = resources[resource]
+            row["events"] = json.loads(row["events"]) if row["events"] else []
+        place = _record_span(trace)
+        result = Assembled(trace[0]["trace_id"], trace[0]["has_root"], trace[0]["spans"],
+                           place["source_file"], place["source_line"], place["span_id"])
+        if is_request(trace):
+            result.record = json.dumps(assemble_trace(result.trace_id, trace), ensure_ascii=False)
+        else:
+            result.state = "not_a_request"
+        assembled.append(result)
+    return assembled
 
 
 def _record_span(spans: list[dict[str, Any]]) -> dict[str, Any]:
@@ -194,8 +210,8 @@ def _record_span(spans: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 @dataclass
-class _Assembled:
-    """One ready trace id and what became of it (a row of `otlp_traces`)."""
+class Assembled:
+    """One ready trace id, its record, and what became of it (a row of `otlp_traces`)."""
 
     trace_id: str
     complete: bool
@@ -203,6 +219,7 @@ class _Assembled:
     source_file: str
     source_line: int
     record_span_id: str
+    record: str | None = None  # the native JSON record, for requests
     state: str = "ingested"
     reason: str | None = None
 
@@ -211,27 +228,20 @@ class _Assembled:
                 self.source_file, self.source_line, self.record_span_id)
 
 
-def _store_traces(con: duckdb.DuckDBPyConnection, traces: list[tuple], max_record_bytes: int,
+def _store_traces(con: duckdb.DuckDBPyConnection, done: list[Assembled], max_record_bytes: int,
                   counts: AssemblyCounts) -> None:
-    """Assemble, then load the records through the line loader, grouped by their root's file."""
-    done: list[_Assembled] = []
-    to_load: dict[str, list[tuple[_Assembled, str]]] = {}
-    for trace_id, has_root, span_count, spans in traces:
-        place = _record_span(spans)
-        trace = _Assembled(trace_id, has_root, span_count, place["source_file"],
-                           place["source_line"], place["span_id"])
-        done.append(trace)
-        if not is_request(spans):
-            trace.state = "not_a_request"
+    """Load the records through the line loader, grouped by their root's file; record states."""
+    to_load: dict[str, list[Assembled]] = {}
+    for trace in done:
+        if trace.record is None:
             continue
-        record = json.dumps(assemble_trace(trace_id, spans), ensure_ascii=False)
-        size = len(record.encode())
+        size = len(trace.record.encode())
         if size > max_record_bytes:
             trace.state, trace.reason = "quarantined", oversized_reason(size, max_record_bytes)
-            quarantine_rejected(con, [Rejected(trace.source_line, trace.reason, preview(record),
+            quarantine_rejected(con, [Rejected(trace.source_line, trace.reason, preview(trace.record),
                                                trace.record_span_id)], trace.source_file, TRACE_FORMAT)
             continue
-        to_load.setdefault(trace.source_file, []).append((trace, record))
+        to_load.setdefault(trace.source_file, []).append(trace)
     for source_file, records in to_load.items():
         _load_records(con, source_file, records)
     for trace in done:
@@ -250,19 +260,19 @@ def _store_traces(con: duckdb.DuckDBPyConnection, traces: list[tuple], max_recor
 
 
 def _load_records(con: duckdb.DuckDBPyConnection, source_file: str,
-                  records: list[tuple[_Assembled, str]]) -> None:
+                  records: list[Assembled]) -> None:
     """Store the assembled records of one file; the loader's verdicts become trace states."""
     table = pa.table({
         "line_no": pa.array(range(1, len(records) + 1), pa.int64()),
-        "raw": pa.array([record for _, record in records], pa.string()),
-        "source_line": pa.array([t.source_line for t, _ in records], pa.int64()),
-        "span_id": pa.array([t.record_span_id for t, _ in records], pa.string())})
+        "raw": pa.array([t.record for t in records], pa.string()),
+        "source_line": pa.array([t.source_line for t in records], pa.int64()),
+        "span_id": pa.array([t.record_span_id for t in records], pa.string())})
     load_batch(con, table, source_file, "otlp", set_aside_format=TRACE_FORMAT)
     verdicts = dict(con.execute("""
         SELECT line_no, CASE WHEN reason IS NOT NULL THEN reason
                              WHEN line_no IN (SELECT line_no FROM _keep) THEN ''
                              ELSE 'duplicate' END FROM _verdict""").fetchall())
-    for key, (trace, _) in enumerate(records, start=1):
+    for key, trace in enumerate(records, start=1):
         verdict = verdicts[key]
         if verdict == "duplicate":
             trace.state = "duplicate"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 import zlib
 from collections.abc import Callable, Iterator
+from concurrent.futures import Executor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -28,6 +29,7 @@ from rag_loop.ingest.assembly import (
 )
 from rag_loop.ingest.direct import read_native_file, read_native_lines, store_read_file
 from rag_loop.ingest.loader import BatchCounts, load_batch, quarantine_rejected
+from rag_loop.ingest.parallel import LazyPool
 from rag_loop.ingest.spans import read_spans
 from rag_loop.ingest.reader import (
     NeedsExactReader,
@@ -48,6 +50,9 @@ DEFAULT_MEMORY_LIMIT = "1GB"
 # span by span and assembled into traces after every file is staged
 READERS = {"native": ("read_json", "read_csv", "batches", "lines"), "otlp": ("spans",)}
 _SQL_READERS = {"read_json": read_native_file, "read_csv": read_native_lines}
+PARALLEL_FILE_BYTES = 16 << 20  # an OTLP file above this (as stored) is parsed by worker processes
+OTLP_BLOCK_BYTES = 8 << 20  # lines parsed per task
+ASSEMBLY_BATCH_TRACES = 20_000  # traces assembled per task; more than one batch uses the workers
 _UNREADABLE = (OSError, EOFError, zlib.error, pa.ArrowInvalid)
 
 
@@ -116,27 +121,34 @@ def ingest_directory(con: duckdb.DuckDBPyConnection, directory: Path,
                      log: Callable[[str], None] = lambda _: None,
                      batch_bytes: int = DEFAULT_BATCH_BYTES,
                      memory_limit: str | None = DEFAULT_MEMORY_LIMIT,
-                     grace: timedelta = DEFAULT_GRACE, now: datetime | None = None) -> IngestReport:
+                     grace: timedelta = DEFAULT_GRACE, now: datetime | None = None,
+                     workers: int | None = None) -> IngestReport:
     """Ingest the files of `directory` not ingested before, in path order, then assemble the
     OTLP traces that are ready (root span arrived, or `grace` passed since their newest span
     ended, by `now`: the wall clock unless given).
 
     `batch_bytes` bounds the lines parsed at once and `memory_limit` DuckDB's buffers while
     ingesting (restored afterwards; None leaves the connection's setting): memory against speed.
+    Large OTLP files and many ready traces are parsed and assembled by `workers` processes
+    (default: one per core; 1: all in this process).
     """
     settings = {"preserve_insertion_order": "true"}  # read_json's row ids are line numbers
     if memory_limit:
         settings["memory_limit"] = f"'{memory_limit}'"
     now_ns = int(now.timestamp() * 1e9) if now else time.time_ns()
+    pool = LazyPool(workers)
     with _settings(con, settings):
         try:
-            report = _ingest_directory(con, directory, max_record_bytes, log, batch_bytes)
+            report = _ingest_directory(con, directory, max_record_bytes, log, batch_bytes, pool)
             con.execute("BEGIN")
-            report.assembly = assemble_ready(con, now_ns, grace, max_record_bytes)
+            report.assembly = assemble_ready(con, now_ns, grace, max_record_bytes,
+                                             ASSEMBLY_BATCH_TRACES, pool=pool.get)
             con.execute("COMMIT")
         except BaseException:
             _rollback(con)  # the error is the statement's own, not a later one on an aborted transaction
             raise
+        finally:
+            pool.close()
     log(f"OTLP traces: {report.assembly}")
     return report
 
@@ -156,7 +168,7 @@ def _settings(con: duckdb.DuckDBPyConnection, settings: dict[str, str]) -> Itera
 
 
 def _ingest_directory(con: duckdb.DuckDBPyConnection, directory: Path, max_record_bytes: int,
-                      log: Callable[[str], None], batch_bytes: int) -> IngestReport:
+                      log: Callable[[str], None], batch_bytes: int, pool: LazyPool) -> IngestReport:
     create_tables(con)
     con.execute("SET TimeZone = 'UTC'")  # timestamps without an offset are UTC
     files, ignored = trace_files(directory)
@@ -170,7 +182,7 @@ def _ingest_directory(con: duckdb.DuckDBPyConnection, directory: Path, max_recor
         if seen:
             report.files.append(FileReport(relative, seen[0][0], BatchCounts(), skipped=True))
             continue
-        file_report = _ingest_file(con, path, relative, max_record_bytes, batch_bytes)
+        file_report = _ingest_file(con, path, relative, max_record_bytes, batch_bytes, pool)
         con.execute(
             "INSERT INTO ingested_files VALUES (?, ?, ?, ?, ?, ?, ?, ?, now())",
             [relative, stat.st_size, stat.st_mtime_ns, file_report.format,
@@ -185,7 +197,7 @@ def _ingest_directory(con: duckdb.DuckDBPyConnection, directory: Path, max_recor
 
 
 def _ingest_file(con: duckdb.DuckDBPyConnection, path: Path, relative: str,
-                 max_record_bytes: int, batch_bytes: int) -> FileReport:
+                 max_record_bytes: int, batch_bytes: int, pool: LazyPool) -> FileReport:
     """Store one file inside a transaction that the caller commits.
 
     Readers are tried fastest first; one that cannot read the file exactly raises
@@ -198,7 +210,7 @@ def _ingest_file(con: duckdb.DuckDBPyConnection, path: Path, relative: str,
         return _unreadable_file(con, relative, "unreadable", error, fallbacks)
     for reader in READERS[fmt]:
         try:
-            counts = _load(con, fmt, reader, path, relative, max_record_bytes, batch_bytes)
+            counts = _load(con, fmt, reader, path, relative, max_record_bytes, batch_bytes, pool)
             return FileReport(relative, fmt, counts, reader=reader, fallbacks=fallbacks)
         except NeedsExactReader as why:
             _rollback(con)
@@ -219,11 +231,12 @@ def _unreadable_file(con, relative: str, fmt: str, error: Exception,
 
 
 def _load(con, fmt: str, reader: str, path: Path, relative: str, max_record_bytes: int,
-          batch_bytes: int) -> BatchCounts:
+          batch_bytes: int, pool: LazyPool) -> BatchCounts:
     """Read the file with `reader` and store it inside a transaction the caller ends."""
     if fmt == "otlp":
         _begin(con, relative)
-        return _stage_otlp(con, path, relative, max_record_bytes)
+        big = path.stat().st_size > PARALLEL_FILE_BYTES
+        return _stage_otlp(con, path, relative, max_record_bytes, pool.get() if big else None)
     if reader in _SQL_READERS:
         parsed = _SQL_READERS[reader](con, path, max_record_bytes)  # before BEGIN: see direct.py
         _begin(con, relative)
@@ -262,10 +275,11 @@ def _load_native(con, path: Path, relative: str, max_record_bytes: int, exact: b
     return counts
 
 
-def _stage_otlp(con, path: Path, relative: str, max_record_bytes: int) -> BatchCounts:
+def _stage_otlp(con, path: Path, relative: str, max_record_bytes: int,
+                pool: Executor | None) -> BatchCounts:
     """Stage every span of an OTLP file; its traces are assembled once every file is read."""
     counts = SpanCounts()
-    for batch in read_spans(path, max_record_bytes):
+    for batch in read_spans(path, max_record_bytes, pool=pool, block_bytes=OTLP_BLOCK_BYTES):
         counts += stage_spans(con, batch, relative)
     return BatchCounts(ingested=counts.stored, duplicates=counts.duplicates,
                        quarantined=counts.quarantined)

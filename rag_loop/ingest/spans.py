@@ -15,12 +15,14 @@ import json
 import math
 import re
 from collections.abc import Iterator
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
+from rag_loop.ingest.parallel import ordered_map
 from rag_loop.ingest.reader import Rejected, open_binary, oversized_reason, preview
 
 # a line is an export batch: 512 spans by the SDK's default, 8,192 by a Collector's batcher
@@ -207,24 +209,57 @@ def _resource_spans(payload: Any) -> Iterator[tuple[str, Any]]:
 
 
 def read_spans(path: Path, max_record_bytes: int, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
-               batch_spans: int = 50_000) -> Iterator[SpanBatch]:
-    """The spans of an OTLP JSON file (plain or gzip), a batch at a time, in line order."""
+               batch_spans: int = 50_000, pool: Executor | None = None,
+               block_bytes: int = 8 << 20) -> Iterator[SpanBatch]:
+    """The spans of an OTLP JSON file (plain or gzip), a batch at a time, in line order.
+
+    Blocks of whole lines are parsed by `pool` when given (a few blocks in flight, so memory
+    stays bounded), else here.
+    """
+    parsed = ordered_map(pool, parse_block, ((block, first, max_record_bytes, max_line_bytes)
+                                             for first, block in _numbered_blocks(path, block_bytes)))
+    tables: list[pa.Table] = []
+    rejected: list[Rejected] = []
+    for batch in parsed:
+        tables.append(batch.spans)
+        rejected.extend(batch.rejected)
+        if sum(t.num_rows for t in tables) >= batch_spans:
+            yield SpanBatch(pa.concat_tables(tables), rejected)
+            tables, rejected = [], []
+    yield SpanBatch(pa.concat_tables(tables) if tables else _table([]), rejected)
+
+
+def _numbered_blocks(path: Path, block_bytes: int) -> Iterator[tuple[int, bytes]]:
+    """(number of its first line, block of whole lines) over the file."""
+    first = 1
+    with open_binary(path) as handle:
+        carry = b""
+        while chunk := handle.read(block_bytes):
+            chunk = carry + chunk
+            cut = chunk.rfind(b"\n") + 1
+            carry = chunk[cut:]
+            if cut:
+                yield first, chunk[:cut]
+                first += chunk.count(b"\n", 0, cut)
+        if carry:
+            yield first, carry + b"\n"
+
+
+def parse_block(block: bytes, first_line: int, max_record_bytes: int,
+                max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> SpanBatch:
+    """The spans of a block of whole lines (ending with a newline) whose first is `first_line`."""
     rows: list[dict[str, Any]] = []
     rejected: list[Rejected] = []
-    with open_binary(path) as handle:
-        for line_no, raw in enumerate(handle, start=1):
-            line = raw.rstrip(b"\r\n")
-            if not line.strip():
-                continue
-            if len(line) > max_line_bytes:
-                rejected.append(Rejected(line_no, oversized_reason(len(line), max_line_bytes),
-                                         preview(line)))
-                continue
-            _read_line(line, line_no, max_record_bytes, rows, rejected)
-            if len(rows) >= batch_spans:
-                yield SpanBatch(_table(rows), rejected)
-                rows, rejected = [], []
-    yield SpanBatch(_table(rows), rejected)
+    for offset, raw in enumerate(block.split(b"\n")[:-1]):
+        line = raw.rstrip(b"\r")
+        if not line.strip():
+            continue
+        if len(line) > max_line_bytes:
+            rejected.append(Rejected(first_line + offset, oversized_reason(len(line), max_line_bytes),
+                                     preview(line)))
+            continue
+        _read_line(line, first_line + offset, max_record_bytes, rows, rejected)
+    return SpanBatch(_table(rows), rejected)
 
 
 def _read_line(line: bytes, line_no: int, max_record_bytes: int, rows: list[dict[str, Any]],
