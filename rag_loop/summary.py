@@ -75,7 +75,7 @@ Next steps
   2. Release the labelled goldens (immutable, hashed vNNNN under data/goldens/):
        .venv/bin/dagster job execute -f definitions.py -j release_goldens
   3. Evaluate your RAG service on the release (HTTP: see README "Your own RAG service"):
-       RAG_LOOP_RAG_APP_URL=http://127.0.0.1:8000/answer \
+       RAG_LOOP_RAG_APP_URL=http://127.0.0.1:8000/answer \\
          .venv/bin/dagster job execute -f definitions.py -j regression_eval_job
 """
 

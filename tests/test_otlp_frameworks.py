@@ -20,7 +20,7 @@ FRAMEWORKS = ("llamaindex", "langchain", "genai")
 def ingested(request, tmp_path_factory):
     import duckdb
     con = duckdb.connect(str(tmp_path_factory.mktemp("db") / "t.duckdb"))
-    report = ingest_directory(con, FIXTURES / request.param)
+    report = ingest_directory(con, FIXTURES / "traces" / request.param)
     yield request.param, con, report
     con.close()
 
@@ -102,7 +102,7 @@ def test_worker_processes_store_exactly_what_one_process_stores(tmp_path, monkey
     stored = []
     for workers in (1, 2):
         with duckdb.connect(str(tmp_path / f"{workers}.duckdb")) as con:
-            ingest_directory(con, FIXTURES, workers=workers)
+            ingest_directory(con, FIXTURES / "traces", workers=workers)
             stored.append({t: sorted(map(str, con.execute(f"SELECT {columns} FROM {t}").fetchall()))
                            for t, columns in tables.items()})
     assert stored[0] == stored[1]

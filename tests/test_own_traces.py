@@ -17,7 +17,7 @@ PROJECT = Path(__file__).resolve().parent.parent
 def test_the_loop_runs_on_own_traces_and_evaluates_an_http_service_without_the_demo(tmp_path):
     service = RagService()
     try:
-        env = {**os.environ, "RAG_LOOP_TRACES_DIR": str(PROJECT / "tests" / "fixtures" / "otlp"),
+        env = {**os.environ, "RAG_LOOP_TRACES_DIR": str(PROJECT / "tests" / "fixtures" / "otlp" / "traces"),
                "RAG_LOOP_KB_DIR": "", "RAG_LOOP_DB": str(tmp_path / "own.duckdb"),
                "RAG_LOOP_CURATION_DIR": str(tmp_path / "curation"),
                "RAG_LOOP_GOLDENS_DIR": str(tmp_path / "goldens"),
@@ -36,6 +36,7 @@ def test_the_loop_runs_on_own_traces_and_evaluates_an_http_service_without_the_d
     assert len(asked) == 6 and all(r["path"] == "/ok" for r in service.requests)
     with duckdb.connect(str(tmp_path / "own.duckdb"), read_only=True) as con:
         assert con.execute("SELECT count(*) FROM raw_traces").fetchall() == [(132,)]
+        assert con.execute("SELECT count(*) FROM quarantine").fetchall() == [(0,)]
         assert con.execute("SELECT count(*) FROM documents").fetchall() == [(0,)]
         assert con.execute("SELECT count(*) FROM curation_queue").fetchall()[0][0] >= 6
         runs = con.execute("SELECT rag_app, release_version FROM eval_runs").fetchall()
