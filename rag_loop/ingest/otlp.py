@@ -166,25 +166,23 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _retrieved(span: Span) -> list[dict[str, Any]]:
-    attrs = span["attrs"]
+def _raw_documents(attrs: dict[str, Any], prefix: str) -> list[Any]:
+    """A span's documents: the GenAI JSON list, else OpenInference's `<prefix>.N.document.*`."""
     if "gen_ai.retrieval.documents" in attrs:
         raw = _json_value(attrs["gen_ai.retrieval.documents"])
-        raw = raw if isinstance(raw, list) else []
-    else:
-        raw = _indexed_documents(attrs, "retrieval.documents")
-    own_ids = [d.get("id") for d in _output_documents(attrs)]
+        return raw if isinstance(raw, list) else []
+    return _indexed_documents(attrs, prefix)
+
+
+def _retrieved(span: Span) -> list[dict[str, Any]]:
+    raw = _raw_documents(span["attrs"], "retrieval.documents")
+    own_ids = [d.get("id") for d in _output_documents(span["attrs"])]
     own_ids = own_ids if len(own_ids) == len(raw) else [None] * len(raw)
     return [candidate(d, i, own_ids[i]) for i, d in enumerate(raw) if isinstance(d, dict)]
 
 
 def _reranked(span: Span) -> list[dict[str, Any]]:
-    attrs = span["attrs"]
-    if "gen_ai.retrieval.documents" in attrs:
-        raw = _json_value(attrs["gen_ai.retrieval.documents"])
-        raw = raw if isinstance(raw, list) else []
-    else:
-        raw = _indexed_documents(attrs, "reranker.output_documents")
+    raw = _raw_documents(span["attrs"], "reranker.output_documents")
     return [candidate(d, i) for i, d in enumerate(raw) if isinstance(d, dict)]
 
 
