@@ -31,21 +31,6 @@ TRACE_FORMAT = "otlp_trace"  # quarantine/duplicate rows of assembled traces (no
 
 
 @dataclass
-class SpanCounts:
-    """What happened to the spans of one file: each span read lands in exactly one count."""
-
-    stored: int = 0
-    duplicates: int = 0
-    quarantined: int = 0  # spans and whole lines refused
-
-    def __iadd__(self, other: SpanCounts) -> SpanCounts:
-        self.stored += other.stored
-        self.duplicates += other.duplicates
-        self.quarantined += other.quarantined
-        return self
-
-
-@dataclass
 class AssemblyCounts:
     """What became of the trace ids that were ready this run, and of those still waiting."""
 
@@ -62,14 +47,14 @@ class AssemblyCounts:
                            quarantined=self.quarantined)
 
 
-def stage_spans(con: duckdb.DuckDBPyConnection, batch: SpanBatch, source_file: str) -> SpanCounts:
+def stage_spans(con: duckdb.DuckDBPyConnection, batch: SpanBatch, source_file: str) -> BatchCounts:
     """Store the spans of `batch` not staged before; list repeats in `trace_duplicates`.
+    Counts spans: each one read lands in exactly one count.
 
     A span read again from the same file and line (a file that grew) is neither stored nor
     listed twice.
     """
-    counts = SpanCounts(quarantined=quarantine_rejected(con, batch.rejected, source_file,
-                                                        "otlp").quarantined)
+    counts = quarantine_rejected(con, batch.rejected, source_file, "otlp")
     if not batch.spans.num_rows:
         return counts
     con.register("_span_batch", batch.spans)
@@ -98,7 +83,7 @@ def stage_spans(con: duckdb.DuckDBPyConnection, batch: SpanBatch, source_file: s
     finally:
         con.unregister("_span_batch")
         con.execute("DROP TABLE IF EXISTS _span_verdict; DROP TABLE IF EXISTS _span_new")
-    counts.stored += new + reread
+    counts.ingested += new + reread
     counts.duplicates += total - new - reread
     return counts
 

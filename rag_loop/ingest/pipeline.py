@@ -23,7 +23,6 @@ from rag_loop.ingest.assembly import (
     DEFAULT_GRACE,
     TRACE_FORMAT,
     AssemblyCounts,
-    SpanCounts,
     assemble_ready,
     stage_spans,
 )
@@ -278,11 +277,10 @@ def _load_native(con, path: Path, relative: str, max_record_bytes: int, exact: b
 def _stage_otlp(con, path: Path, relative: str, max_record_bytes: int,
                 pool: Executor | None) -> BatchCounts:
     """Stage every span of an OTLP file; its traces are assembled once every file is read."""
-    counts = SpanCounts()
+    counts = BatchCounts()
     for batch in read_spans(path, max_record_bytes, pool=pool, block_bytes=OTLP_BLOCK_BYTES):
         counts += stage_spans(con, batch, relative)
-    return BatchCounts(ingested=counts.stored, duplicates=counts.duplicates,
-                       quarantined=counts.quarantined)
+    return counts
 
 
 def trace_table_summary(con: duckdb.DuckDBPyConnection) -> dict[str, object]:
