@@ -41,6 +41,7 @@ class StandIn:
     def __init__(self):
         self.requests: list[dict[str, Any]] = []
         self.mode = "ok"  # "ok" | "fail" | "hang"
+        self.content: str | None = None  # a fixed reply instead of one that fits the schema
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -62,7 +63,8 @@ class StandIn:
                         pass
                     return
                 schema = body.get("response_format", {}).get("json_schema", {}).get("schema", {})
-                content = json.dumps(instance_of(schema, schema.get("$defs", {})))
+                content = owner.content if owner.content is not None else json.dumps(
+                    instance_of(schema, schema.get("$defs", {})))
                 reply = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
                          "choices": [{"index": 0, "finish_reason": "stop",
                                       "message": {"role": "assistant", "content": content}}],

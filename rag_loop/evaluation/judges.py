@@ -114,6 +114,7 @@ class OpenAICompatibleJudge(DeepEvalBaseLLM):
 
     def _finish(self, key: str, text: str, input_tokens: int, output_tokens: int,
                 schema: type[BaseModel] | None, cached: bool):
+        result = checked_reply(schema.model_validate_json(_json_part(text))) if schema else text
         if cached:
             self.usage.cache_hits += 1
             cost = EvaluationCost(0.0, 0, 0)
@@ -126,7 +127,6 @@ class OpenAICompatibleJudge(DeepEvalBaseLLM):
             self.usage.cost_usd += value
             self.cache[key] = self.new_entries[key] = (text, input_tokens, output_tokens)
             cost = EvaluationCost(value, input_tokens, output_tokens)
-        result = schema.model_validate_json(_json_part(text)) if schema else text
         return result, cost
 
     def generate(self, prompt: str, schema: type[BaseModel] | None = None):
@@ -150,6 +150,27 @@ class OpenAICompatibleJudge(DeepEvalBaseLLM):
         return self._finish(key, response.choices[0].message.content or "",
                             getattr(usage, "prompt_tokens", 0) or 0,
                             getattr(usage, "completion_tokens", 0) or 0, schema, cached=False)
+
+
+class JudgeReplyError(ValueError):
+    """A reply that parses but judges nothing, or out of range: the result is errored."""
+
+
+_JUDGEMENT_LISTS = ("claims", "statements", "verdicts")  # truths may be none: no context
+GEVAL_SCORE_RANGE = (0, 10)  # DeepEval's GEval asks for an integer score in 0..10
+
+
+def checked_reply(reply: BaseModel) -> BaseModel:
+    """Refuse empty judgements (no claims or verdicts: DeepEval would score 1.0) and scores
+    outside the range the prompt asked for (a GEval 1000 would be stored as 100)."""
+    for name in _JUDGEMENT_LISTS:
+        if getattr(reply, name, None) == []:
+            raise JudgeReplyError(f"the judge returned no {name}")
+    score = getattr(reply, "score", None)
+    low, high = GEVAL_SCORE_RANGE
+    if isinstance(score, (int, float)) and not low <= score <= high:
+        raise JudgeReplyError(f"score {score} is outside {low}..{high}")
+    return reply
 
 
 def _json_part(text: str) -> str:

@@ -145,12 +145,17 @@ def run_regression(con: duckdb.DuckDBPyConnection, goldens_dir: Path, judge_sett
     outcomes = evaluate_gates(table, settings.gates)
     failures = [{"metric": o.gate.metric, "blocking": o.gate.blocking, **f}
                 for o in outcomes for f in o.failures]
+    total = len(results)
+    untrusted = bool(total) and run.errored / total > settings.max_error_rate
+    if untrusted:  # blocked, so that it never becomes a baseline
+        failures.append({"metric": "errored results", "blocking": True, "slice": "all",
+                         "value": "all", "n": total, "problems": f"{run.errored}/{total} errored "
+                                                                 f"(> {settings.max_error_rate:.0%})"})
     con.execute("UPDATE eval_runs SET blocked = ?, gate_failures = ? WHERE run_id = ?",
                 [any(f["blocking"] for f in failures), json.dumps(failures), run_id])
     report = RegressionReport(run_id, release, baseline_id, table, flipped, outcomes, usage,
                               len(cases), run.errored, run.seconds)
-    total = len(results)
-    if total and run.errored / total > settings.max_error_rate:
+    if untrusted:
         raise EvalError(f"{run.errored}/{total} results errored (> {settings.max_error_rate:.0%}); "
                         f"run {run_id} is stored but cannot be trusted")
     return report
