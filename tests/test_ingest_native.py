@@ -215,8 +215,11 @@ def test_first_copy_of_a_trace_wins_and_later_copies_are_recorded(con, tmp_path)
 def test_files_that_are_not_trace_files_are_listed_not_read(con, tmp_path):
     (tmp_path / "README.md").write_text("# notes")
     (tmp_path / ".hidden.jsonl").write_text("junk")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "x.jsonl").write_text("junk")
     report = _ingest(con, tmp_path)
-    assert report.ignored == ["README.md"] and report.files == []
+    assert report.ignored == [".git: hidden", ".hidden.jsonl: hidden", "README.md"]
+    assert report.files == []
 
 
 def test_structure_check_accepts_lax_numbers_and_empty_objects():

@@ -7,6 +7,7 @@ its `ingested_files` row, so a crash never leaves half a file behind.
 
 from __future__ import annotations
 
+import os
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -53,6 +54,9 @@ PARALLEL_FILE_BYTES = 16 << 20  # an OTLP file above this (as stored) is parsed 
 OTLP_BLOCK_BYTES = 8 << 20  # lines parsed per task
 ASSEMBLY_BATCH_TRACES = 20_000  # traces assembled per task; more than one batch uses the workers
 _UNREADABLE = (OSError, EOFError, zlib.error, pa.ArrowInvalid)
+# the database itself failing stops a run; any other error quarantines the file being read
+DATABASE_FAILURES = (duckdb.IOException, duckdb.FatalException, duckdb.InternalException,
+                     duckdb.OutOfMemoryException)
 
 
 @dataclass
@@ -99,20 +103,44 @@ class IngestReport:
 
 
 def detect_format(path: Path, lines: int = 10) -> str:
-    """`otlp` when one of the first non-blank lines is an OTLP export (a Collector file may
-    start with a cut-off line), else `native`."""
-    return "otlp" if any(b'"resourceSpans"' in line for line in first_lines(path, lines)) else "native"
+    """`otlp` when more of the first lines are OTLP exports than native records (a Collector
+    file may start with a cut-off line; junk lines count for neither), else `native`."""
+    head = first_lines(path, lines)
+    otlp = sum(b'"resourceSpans"' in line for line in head)
+    native = sum(line.lstrip().startswith(b"{") and b'"trace_id"' in line for line in head)
+    return "otlp" if otlp > native else "native"
 
 
 def trace_files(directory: Path) -> tuple[list[Path], list[str]]:
-    """Trace files under `directory` in a stable order, and the other files' names."""
+    """Trace files under `directory` in a stable order, and what else was found: other files'
+    names, and folders or links that could not be followed, with why."""
     files, ignored = [], []
-    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        relative = path.relative_to(directory)
-        if any(part.startswith(".") for part in relative.parts):
-            continue
-        (files if path.name.endswith(TRACE_SUFFIXES) else ignored).append(path)
-    return files, [str(p.relative_to(directory)) for p in ignored]
+
+    def unreadable(error: OSError) -> None:
+        ignored.append(f"{display_name(Path(error.filename or '?'), directory)}: "
+                       f"not readable ({type(error).__name__})")
+
+    for folder, subfolders, names in os.walk(directory, onerror=unreadable):
+        ignored.extend(f"{display_name(Path(folder) / d, directory)}: hidden"
+                       for d in sorted(subfolders) if d.startswith("."))
+        subfolders[:] = sorted(d for d in subfolders if not d.startswith("."))
+        for name in sorted(names):
+            path = Path(folder) / name
+            if name.startswith("."):
+                ignored.append(f"{display_name(path, directory)}: hidden")
+            elif not path.is_file():  # a broken or looping link, a socket...
+                ignored.append(f"{display_name(path, directory)}: not a regular file")
+            elif name.endswith(TRACE_SUFFIXES):
+                files.append(path)
+            else:
+                ignored.append(display_name(path, directory))
+    return sorted(files), ignored
+
+
+def display_name(path: Path, directory: Path) -> str:
+    """A file's name relative to `directory`, as valid UTF-8 (undecodable bytes as \\xNN)."""
+    relative = os.path.relpath(path, directory)
+    return os.fsencode(relative).decode("utf-8", "backslashreplace")
 
 
 def ingest_directory(con: duckdb.DuckDBPyConnection, directory: Path,
@@ -173,21 +201,32 @@ def _ingest_directory(con: duckdb.DuckDBPyConnection, directory: Path, max_recor
     files, ignored = trace_files(directory)
     report = IngestReport(ignored=ignored)
     for path in files:
-        relative = str(path.relative_to(directory))
-        stat = path.stat()
+        relative = display_name(path, directory)
+        try:
+            stat = path.stat()
+        except OSError as error:  # gone or unreachable since the listing
+            report.ignored.append(f"{relative}: not readable ({type(error).__name__})")
+            continue
         seen = con.execute(
             "SELECT format FROM ingested_files WHERE path = ? AND size = ? AND mtime_ns = ?",
             [relative, stat.st_size, stat.st_mtime_ns]).fetchall()
         if seen:
             report.files.append(FileReport(relative, seen[0][0], BatchCounts(), skipped=True))
             continue
-        file_report = _ingest_file(con, path, relative, max_record_bytes, batch_bytes, pool)
-        con.execute(
-            "INSERT INTO ingested_files VALUES (?, ?, ?, ?, ?, ?, ?, ?, now())",
-            [relative, stat.st_size, stat.st_mtime_ns, file_report.format,
-             file_report.counts.ingested + file_report.counts.duplicates
-             + file_report.counts.quarantined, file_report.counts.ingested,
-             file_report.counts.duplicates, file_report.counts.quarantined])
+        try:
+            file_report = _ingest_file(con, path, relative, max_record_bytes, batch_bytes, pool)
+        except DATABASE_FAILURES:
+            raise
+        except Exception as error:  # noqa: BLE001 - one bad file must not block the others
+            _rollback(con)
+            file_report = _unreadable_file(con, relative, "unknown", error, [])
+        if file_report.reader != "retry":  # a file that could not be opened is tried again
+            con.execute(
+                "INSERT INTO ingested_files VALUES (?, ?, ?, ?, ?, ?, ?, ?, now())",
+                [relative, stat.st_size, stat.st_mtime_ns, file_report.format,
+                 file_report.counts.ingested + file_report.counts.duplicates
+                 + file_report.counts.quarantined, file_report.counts.ingested,
+                 file_report.counts.duplicates, file_report.counts.quarantined])
         con.execute("COMMIT")
         report.files.append(file_report)
         log(f"{relative}: {file_report.format} by {file_report.reader}, {file_report.counts}"
@@ -222,11 +261,16 @@ def _ingest_file(con: duckdb.DuckDBPyConnection, path: Path, relative: str,
 
 def _unreadable_file(con, relative: str, fmt: str, error: Exception,
                      fallbacks: list[str]) -> FileReport:
-    """Quarantine the whole file (a corrupt gzip, an I/O error) as one record, line 0."""
+    """Quarantine the whole file (a corrupt gzip, a reader failure) as one record, line 0.
+
+    A file that could not be opened at all (no permission) is not marked as ingested: it is
+    tried again on the next run, and its quarantine row replaced.
+    """
     _begin(con, relative)
     rejected = [Rejected(0, f"unreadable_file: {error!r}"[:500], "")]
+    reader = "retry" if isinstance(error, PermissionError) else "none"
     return FileReport(relative, fmt, quarantine_rejected(con, rejected, relative, fmt),
-                      reader="none", fallbacks=fallbacks)
+                      reader=reader, fallbacks=fallbacks)
 
 
 def _load(con, fmt: str, reader: str, path: Path, relative: str, max_record_bytes: int,
@@ -237,6 +281,8 @@ def _load(con, fmt: str, reader: str, path: Path, relative: str, max_record_byte
         big = path.stat().st_size > PARALLEL_FILE_BYTES
         return _stage_otlp(con, path, relative, max_record_bytes, pool.get() if big else None)
     if reader in _SQL_READERS:
+        if display_name(path, path.parent) != path.name:
+            raise NeedsExactReader("the file name is not UTF-8, DuckDB cannot open it")
         parsed = _SQL_READERS[reader](con, path, max_record_bytes)  # before BEGIN: see direct.py
         _begin(con, relative)
         return store_read_file(con, parsed, relative)
