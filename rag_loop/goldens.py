@@ -8,6 +8,7 @@ nothing left to release or takes the next number.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import math
@@ -15,10 +16,11 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,10 @@ from rag_loop.redaction import Redactor
 from rag_loop.storage import retrieval_contexts
 
 VERSION_PATTERN = re.compile(r"^v(\d{4,})$")
+STAGING_PREFIX, CHANGELOG_PREFIX = ".tmp-", ".CHANGELOG."
+STALE_STAGING = timedelta(hours=1)
+# releases are published artifacts: readable by an evaluator running as another user
+PUBLISHED_DIR_MODE, PUBLISHED_FILE_MODE = 0o755, 0o644
 
 
 def golden_id(trace_id: str) -> str:
@@ -122,6 +128,7 @@ def publish_release(goldens_dir: Path, goldens: Sequence[dict], notes: str, rele
                     attempts: int = 50) -> ReleaseResult:
     """Write the next `vNNNN/` unless it would equal the newest release."""
     goldens_dir.mkdir(parents=True, exist_ok=True)
+    sweep_stale_staging(goldens_dir)
     payload = serialize(goldens)
     for _ in range(attempts):
         versions = release_versions(goldens_dir)
@@ -136,12 +143,14 @@ def publish_release(goldens_dir: Path, goldens: Sequence[dict], notes: str, rele
         diff = diff_goldens(parent_goldens, goldens)
         manifest = _manifest(version, parent, goldens, payload, notes, released_by, redaction,
                              diff, now or datetime.now(UTC))
-        staging = Path(tempfile.mkdtemp(dir=goldens_dir, prefix=".tmp-"))
+        staging = Path(tempfile.mkdtemp(dir=goldens_dir, prefix=STAGING_PREFIX))
         try:
             _write(staging / "goldens.json", payload)
             _write(staging / "manifest.json", json.dumps(manifest, ensure_ascii=False, indent=1) + "\n")
             _write(staging / "CHANGES.md", _changes(manifest, diff, parent_goldens, goldens))
+            os.chmod(staging, PUBLISHED_DIR_MODE)  # mkdtemp makes it 0700
             os.rename(staging, goldens_dir / version)  # fails if another release took the number
+            _fsync_directory(goldens_dir)
         except OSError:
             shutil.rmtree(staging, ignore_errors=True)
             if (goldens_dir / version).exists():
@@ -160,6 +169,33 @@ def _write(path: Path, text: str) -> None:
         handle.write(text)
         handle.flush()
         os.fsync(handle.fileno())
+    os.chmod(path, PUBLISHED_FILE_MODE)
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make a rename in `directory` durable."""
+    handle = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
+def sweep_stale_staging(goldens_dir: Path, age: timedelta = STALE_STAGING) -> list[str]:
+    """Remove what killed releases left behind: staging folders and changelog temporaries not
+    touched for `age` (a release in progress writes its staging folder within seconds)."""
+    removed = []
+    for path in goldens_dir.iterdir():
+        if not path.name.startswith((STAGING_PREFIX, CHANGELOG_PREFIX)):
+            continue
+        try:
+            if time.time() - path.stat().st_mtime < age.total_seconds():
+                continue
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+            removed.append(path.name)
+        except FileNotFoundError:
+            continue  # another release swept it
+    return removed
 
 
 def _manifest(version: str, parent: str | None, goldens: Sequence[dict], payload: str, notes: str,
@@ -196,13 +232,20 @@ def _changes(manifest: dict, diff: Diff, parent: Sequence[dict], current: Sequen
 
 
 def write_changelog(goldens_dir: Path) -> None:
-    """CHANGELOG.md: every release's CHANGES.md, newest first (rewritten atomically)."""
-    entries = [(goldens_dir / v / "CHANGES.md").read_text(encoding="utf-8")
-               for v in reversed(release_versions(goldens_dir))]
-    handle, temporary = tempfile.mkstemp(dir=goldens_dir, prefix=".CHANGELOG.")
-    with os.fdopen(handle, "w", encoding="utf-8") as file:
-        file.write("# Golden releases\n\n" + "\n".join(entries))
-    os.replace(temporary, goldens_dir / "CHANGELOG.md")
+    """CHANGELOG.md: every release's CHANGES.md, newest first (rewritten atomically).
+
+    Under a lock, so that of two releases finishing together the one writing last lists both.
+    """
+    with open(goldens_dir / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        entries = [(goldens_dir / v / "CHANGES.md").read_text(encoding="utf-8")
+                   for v in reversed(release_versions(goldens_dir))]
+        handle, temporary = tempfile.mkstemp(dir=goldens_dir, prefix=CHANGELOG_PREFIX)
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write("# Golden releases\n\n" + "\n".join(entries))
+        os.chmod(temporary, PUBLISHED_FILE_MODE)  # mkstemp makes it 0600
+        os.replace(temporary, goldens_dir / "CHANGELOG.md")
+        _fsync_directory(goldens_dir)
 
 
 def refresh_release_tables(con: duckdb.DuckDBPyConnection, goldens_dir: Path) -> int:

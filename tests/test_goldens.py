@@ -205,6 +205,8 @@ def test_concurrent_releases_give_distinct_complete_versions_or_one(db, tmp_path
     assert not [p for p in (tmp_path / "g").iterdir() if p.name.startswith(".tmp")]
     contents = [(tmp_path / "g" / v / "goldens.json").read_text() for v in on_disk]
     assert all(a != b for a, b in zip(contents, contents[1:]))  # consecutive releases differ
+    changelog = (tmp_path / "g" / "CHANGELOG.md").read_text()
+    assert [v for v in on_disk if f"## {v} " in changelog] == on_disk  # the last writer saw all
 
 
 PII = ("jane.doe@gmail.com", "4111 1111 1111 1111", "+84 912 345 678", "sk-live0123456789abcdefXYZ",
@@ -281,3 +283,24 @@ def test_demo_curator_rounds_make_v0001_then_v0002(demo_run, tmp_path):
     assert release_versions(tmp_path / "goldens") == ["v0001", "v0002"]  # nothing new
     page = (tmp_path / "reports" / "release-v0002.html").read_text()
     assert "Golden release v0002" in page and "data:image/png;base64," in page
+
+
+def test_releases_are_world_readable_durable_and_stale_staging_is_swept(db, tmp_path):
+    import os
+    import stat
+    import time
+    directory = tmp_path / "g"
+    directory.mkdir()
+    for name in (".tmp-killed", ".tmp-in-progress"):
+        (directory / name).mkdir()
+        (directory / name / "goldens.json").write_text("{}")
+    (directory / ".CHANGELOG.killed").write_text("x")
+    old = time.time() - 2 * 3600
+    os.utime(directory / ".tmp-killed", (old, old))
+    os.utime(directory / ".CHANGELOG.killed", (old, old))
+    result = publish_release(directory, _goldens(db, tmp_path, [GOOD]), "n", "p", {})
+    left = sorted(p.name for p in directory.iterdir())
+    assert left == [".lock", ".tmp-in-progress", "CHANGELOG.md", result.version]
+    for path in [directory / result.version, directory / "CHANGELOG.md",
+                 *(directory / result.version).iterdir()]:
+        assert stat.S_IMODE(path.stat().st_mode) & 0o005 in (0o004, 0o005), path  # others may read
