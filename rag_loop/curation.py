@@ -193,12 +193,15 @@ def read_queue(path: Path) -> list[dict]:
     """Rows of an exported queue file, JSONL or CSV (list fields decoded)."""
     if path.suffix == ".jsonl":
         return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
-    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
     rows = frame.to_dict("records")
     for row in rows:
         for key, value in row.items():
             if value.startswith(("[", "{")):
-                row[key] = json.loads(value)
+                try:
+                    row[key] = json.loads(value)
+                except (json.JSONDecodeError, RecursionError):
+                    pass  # text that merely starts with a bracket: "[doc#chunk] 15 days"
     return rows
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -23,6 +24,7 @@ from rag_loop.curation import read_queue
 from rag_loop.schema import FailureType, Origin
 
 DECISIONS = ("accept", "reject", "skip")
+EARLIEST_LABEL = pd.Timestamp("2000-01-01", tz="UTC")
 MAX_TAG_CHARS = 40
 LABEL_SUFFIXES = (".jsonl", ".csv")
 DDL = """
@@ -85,26 +87,27 @@ def check_source(source: str, known: KnownSources) -> tuple[str | None, str | No
 
 def check_label(row: dict[str, Any], known: KnownSources, traces: set[str]) -> CheckedLabel:
     """Validate one curator row; the values come back normalized (lists, stripped text)."""
-    values = {key: row.get(key) for key in ("trace_id", "input", "curator", "cluster_id",
-                                            "cluster_weight", "priority")}
+    values: dict[str, Any] = {}
     checked = CheckedLabel(values)
     if "_unparsable" in row:
         checked.values.update(trace_id="", decision="")
         checked.errors.append(row["_unparsable"])
         return checked
-    trace_id = str(row.get("trace_id") or "").strip()
+    for key in ("input", "curator", "cluster_id", "priority"):
+        values[key] = _text(row.get(key), key, checked)
+    values["cluster_weight"] = _weight(row.get("cluster_weight"), checked)
+    trace_id = _text(row.get("trace_id"), "trace_id", checked)
     values["trace_id"] = trace_id
     if not trace_id:
         checked.errors.append("trace_id: missing")
     elif trace_id not in traces:
         checked.errors.append(f"trace_id: unknown trace {trace_id!r}")
-    decision = str(row.get("decision") or "").strip().lower()
+    decision = _text(row.get("decision"), "decision", checked).lower()
     values["decision"] = decision
     if decision not in DECISIONS:
         checked.errors.append(f"decision: {decision!r} is not one of {', '.join(DECISIONS)}")
-    values["expected_output"] = str(row.get("expected_output") or "").strip()
-    values["origin"] = str(row.get("origin") or "").strip()
-    values["failure_type"] = str(row.get("failure_type") or "").strip()
+    for key in ("expected_output", "origin", "failure_type"):
+        values[key] = _text(row.get(key), key, checked)
     values["expected_sources"] = _string_list(row.get("expected_sources"), "expected_sources", checked)
     values["tags"] = _string_list(row.get("tags"), "tags", checked)
     values["source_trace_ids"] = _string_list(row.get("variant_trace_ids"), "variant_trace_ids",
@@ -148,15 +151,51 @@ def _string_list(value: Any, name: str, checked: CheckedLabel) -> list[str]:
     return [v.strip() for v in value if v.strip()]
 
 
+def _text(value: Any, name: str, checked: CheckedLabel) -> str:
+    """A text field, stripped; anything but text (a list, a number...) is an error."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        checked.errors.append(f"{name}: must be text, not {type(value).__name__}")
+        return ""
+    return value.strip()
+
+
+def _weight(value: Any, checked: CheckedLabel) -> float | None:
+    if value is None or value == "":
+        return None
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        weight = float(value)
+    except (TypeError, ValueError):
+        checked.errors.append(f"cluster_weight: {str(value)[:50]!r} is not a number")
+        return None
+    if not math.isfinite(weight) or weight < 0:
+        checked.errors.append(f"cluster_weight: {weight} is not a finite, non-negative number")
+        return None
+    return weight
+
+
 def _timestamp(value: Any, checked: CheckedLabel) -> datetime | None:
+    """An ISO 8601 text timestamp within [EARLIEST_LABEL, now + a day of clock skew]."""
     if value in (None, ""):
         return None  # the file's time is used
+    if not isinstance(value, str):
+        checked.errors.append(f"labeled_at: {value!r} is not an ISO 8601 timestamp text")
+        return None
     try:
         parsed = pd.Timestamp(value)
-    except (ValueError, TypeError):
-        checked.errors.append(f"labeled_at: {value!r} is not a timestamp")
+        parsed = parsed.tz_localize("UTC") if parsed.tzinfo is None else parsed.tz_convert("UTC")
+    except (ValueError, TypeError, OverflowError):
+        checked.errors.append(f"labeled_at: {value[:50]!r} is not a timestamp")
         return None
-    return (parsed.tz_localize("UTC") if parsed.tzinfo is None else parsed).to_pydatetime()
+    latest = pd.Timestamp.now(tz="UTC") + pd.Timedelta(days=1)
+    if pd.isna(parsed) or not EARLIEST_LABEL <= parsed <= latest:
+        checked.errors.append(f"labeled_at: {value[:50]!r} is not between {EARLIEST_LABEL.date()} "
+                              "and now")
+        return None
+    return parsed.to_pydatetime()
 
 
 @dataclass
@@ -188,8 +227,10 @@ def store_label_files(con: duckdb.DuckDBPyConnection, directory: Path,
             continue
         file_time = datetime.fromtimestamp(stat.st_mtime, UTC)
         con.execute("BEGIN")
+        for table in ("curated_labels", "label_errors"):  # an edited file replaces what it said
+            con.execute(f"DELETE FROM {table} WHERE source_file = ?", [relative])
         stored = rejected = 0
-        rows = _read_rows(path, relative, report)
+        rows = _read_rows(path)
         for line_no, row in rows:
             checked = check_label(row, known, traces)
             if checked.errors:
@@ -213,18 +254,24 @@ def store_label_files(con: duckdb.DuckDBPyConnection, directory: Path,
     return report
 
 
-def _read_rows(path: Path, relative: str, report: LabelReport) -> list[tuple[int, dict]]:
-    """Numbered rows of a label file; a line that is not a JSON object becomes an error row."""
+def _read_rows(path: Path) -> list[tuple[int, dict]]:
+    """Numbered rows of a label file; a line that is not a JSON object, or not UTF-8, becomes
+    an error row (a CSV that cannot be read at all is one error row, line 0)."""
     if path.suffix == ".csv":
-        return list(enumerate(read_queue(path), start=2))  # row numbers; line 1 is the header
+        try:
+            return list(enumerate(read_queue(path), start=2))  # line 1 is the header
+        except (UnicodeDecodeError, ValueError, pd.errors.ParserError) as error:
+            return [(0, {"_unparsable": f"unreadable CSV: {error}"[:300]})]
     rows = []
-    for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
+    for line_no, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
+        if not raw.strip():
             continue
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            row = {"_unparsable": f"invalid JSON: {error.msg}"}
+            row = json.loads(raw.decode("utf-8-sig" if line_no == 1 else "utf-8"))
+        except UnicodeDecodeError as error:
+            row = {"_unparsable": f"not UTF-8 (byte {error.start})"}
+        except (json.JSONDecodeError, RecursionError) as error:
+            row = {"_unparsable": f"invalid JSON: {getattr(error, 'msg', 'nested too deeply')}"}
         rows.append((line_no, row if isinstance(row, dict) else {"_unparsable": "not an object"}))
     return rows
 
@@ -233,14 +280,13 @@ def _insert_label(con: duckdb.DuckDBPyConnection, checked: CheckedLabel, source_
                   line_no: int, file_time: datetime) -> None:
     v = checked.values
     label_id = hashlib.sha256(f"{source_file}:{line_no}:{v['trace_id']}".encode()).hexdigest()[:16]
-    weight = pd.to_numeric(v.get("cluster_weight"), errors="coerce")
     con.execute("""
         INSERT OR REPLACE INTO curated_labels VALUES
         (?, ?, ?, nullif(?, ''), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now())""",
         [label_id, v["trace_id"], v["decision"], v.get("input") or "", v["expected_output"],
          v["expected_sources"], v["tags"], v["origin"] or None, v["failure_type"] or None,
          v.get("curator") or None, v["labeled_at"] or file_time, v.get("cluster_id") or None,
-         None if pd.isna(weight) else float(weight), v.get("priority") or None,
+         v["cluster_weight"], v.get("priority") or None,
          v["source_trace_ids"], checked.warnings, source_file, line_no])
 
 
