@@ -123,16 +123,43 @@ def load_batch(con: duckdb.DuckDBPyConnection, lines: pa.Table, source_file: str
         con.unregister("_batch")
 
 
+# ISO 8601 as traces write it: a 4-digit year, an optional real offset (at most +-14:00)
+_ISO_TIME = r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?(Z|z|[+-](0\d|1[0-4])(:?\d{2})?)?$"
+_BLANK = r"[\s\x{200B}-\x{200D}\x{2060}\x{FEFF}]"  # whitespace and zero-width characters
+_FINITE = ("latency_ms", "cost_usd", "temperature")  # DOUBLE fields: NaN and 1e400 are refused
+_FINITE_CHUNK = ("score", "rerank_score")
+
+
+def valid_time_sql(text: str) -> str:
+    """SQL true when `text` is an ISO 8601 time between 1970 and 2262 (not 'epoch', 'infinity',
+    year 0 or 10000, an offset of +25:00)."""
+    return (f"(regexp_matches({text}, '{_ISO_TIME}') AND "
+            f"coalesce(year(try_cast({text} AS TIMESTAMPTZ)) BETWEEN 1970 AND 2262, false))")
+
+
 def record_problem_sql(t: str) -> str:
     """SQL naming what a typed trace `t` misses (trace id, query, a good timestamp...), or NULL."""
-    return f"""CASE WHEN coalesce(trim({t}.trace_id), '') = '' THEN 'missing_trace_id'
+    finite = " ".join(f"WHEN NOT coalesce(isfinite({t}.{f}), true) THEN 'wrong_type: {f}'"
+                      for f in _FINITE)
+    finite_chunks = " ".join(
+        f"""WHEN list_bool_or(list_transform({t}.chunks, lambda c: NOT coalesce(isfinite(c.{f}), true)))
+                 THEN 'wrong_type: chunks[].{f}'""" for f in _FINITE_CHUNK)
+    return f"""CASE WHEN coalesce(regexp_replace({t}.trace_id, '{_BLANK}', '', 'g'), '') = ''
+                    THEN 'missing_trace_id'
                WHEN coalesce(trim({t}.original_query), '') = '' THEN 'missing_query'
                WHEN {t}."timestamp" IS NULL THEN 'missing_timestamp'
-               WHEN try_cast({t}."timestamp" AS TIMESTAMPTZ) IS NULL THEN 'bad_timestamp'
+               WHEN NOT {valid_time_sql(f'{t}."timestamp"')} THEN 'bad_timestamp'
                WHEN list_bool_or(list_transform({t}.chunks, lambda c: c.doc_id IS NULL))
                     THEN 'missing_field: chunks[].doc_id'
                WHEN list_bool_or(list_transform({t}.spans, lambda x: x.name IS NULL))
                     THEN 'missing_field: spans[].name'
+               WHEN list_bool_or(list_transform({t}.spans, lambda x: x.start_time IS NOT NULL
+                                                 AND NOT {valid_time_sql('x.start_time')}))
+                    THEN 'wrong_type: spans[].start_time'
+               WHEN list_bool_or(list_transform({t}.spans,
+                                                 lambda x: NOT coalesce(isfinite(x.duration_ms), true)))
+                    THEN 'wrong_type: spans[].duration_ms'
+               {finite} {finite_chunks}
           END"""
 
 

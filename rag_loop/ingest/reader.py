@@ -112,6 +112,8 @@ def _whole_line_chunks(handle, size: int) -> Iterator[bytes]:
 
 def _split_lines(chunk: bytes) -> pa.Array:
     """The lines of `chunk` as one binary column, split by Arrow's multithreaded CSV reader."""
+    if chunk.count(b"\r") != chunk.count(b"\r\n"):  # Arrow ends a line at a lone \r, we don't
+        raise NeedsExactReader("a carriage return inside a line")
     refused: list[int] = []
 
     def refuse(_row: pcsv.InvalidRow) -> str:
@@ -126,7 +128,7 @@ def _split_lines(chunk: bytes) -> pa.Array:
                 delimiter=_DELIMITER, quote_char=False, escape_char=False,
                 newlines_in_values=False, ignore_empty_lines=False, invalid_row_handler=refuse),
             convert_options=pcsv.ConvertOptions(column_types={"raw": pa.binary()}))
-    except pa.ArrowInvalid as error:  # a line longer than Arrow's block, or a stray \r
+    except pa.ArrowInvalid as error:  # a line longer than Arrow's block
         raise NeedsExactReader() from error
     if refused:  # a line with the delimiter byte: skipping it would shift line numbers
         raise NeedsExactReader()
