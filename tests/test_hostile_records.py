@@ -49,3 +49,17 @@ def test_a_lone_carriage_return_does_not_shift_line_numbers(con, tmp_path):
     assert {n: v for n, v in found.items() if n <= 6} == {
         1: "stored", 2: "stored", 3: "invalid_json", 4: "stored", 5: "stored", 6: "stored"}
     assert con.execute("SELECT trace_id FROM raw_traces WHERE source_line = 6").fetchall() == [("t5",)]
+
+
+@pytest.mark.parametrize("field, value, reason", [
+    ("turn_id", 2**63, "wrong_type: turn_id"), ("input_tokens", 2**64 - 1, "wrong_type: input_tokens"),
+    ("chunks", [{"doc_id": "d", "rank": 2**63}], "wrong_type: chunks[].rank")])
+@pytest.mark.parametrize("after_blank_line", [False, True])
+def test_integers_beyond_bigint_are_quarantined_not_stored_as_null(con, tmp_path, field, value,
+                                                                   reason, after_blank_line):
+    line = json.dumps({**json.loads(trace_line("big")), field: value})
+    (tmp_path / "t.jsonl").write_text(("\n" if after_blank_line else "") + trace_line("ok") + "\n"
+                                      + line + "\n")
+    ingest_directory(con, tmp_path)
+    found = verdicts(con)
+    assert sorted(found.values()) == sorted(["stored", reason])

@@ -163,13 +163,36 @@ def record_problem_sql(t: str) -> str:
           END"""
 
 
+@cache
+def _overflow_sql(raw: str) -> str:
+    """SQL naming the first integer field of `raw` outside BIGINT, or NULL.
+
+    `json_structure` calls 2^63 a UBIGINT like any positive integer, and `json_transform` into
+    BIGINT turns it into NULL: read as HUGEINT and compared instead.
+    """
+    expected = duckdb_type(Trace)
+    top = [k for k, v in expected.items() if v == "BIGINT"]
+    nested = {k: [f for f, t in v[0].items() if t == "BIGINT"] for k, v in expected.items()
+              if isinstance(v, list) and isinstance(v[0], dict)}
+    nested = {k: fields for k, fields in nested.items() if fields}
+    shape = {**dict.fromkeys(top, "HUGEINT"),
+             **{k: [dict.fromkeys(fields, "HUGEINT")] for k, fields in nested.items()}}
+    fits = "BETWEEN -9223372036854775808 AND 9223372036854775807"
+    whens = [f"WHEN NOT coalesce(big.\"{f}\" {fits}, true) THEN 'wrong_type: {f}'" for f in top]
+    whens += [f"""WHEN list_bool_or(list_transform(big."{k}", lambda x: NOT coalesce(x."{f}" {fits}, true)))
+                  THEN 'wrong_type: {k}[].{f}'""" for k, fields in nested.items() for f in fields]
+    return (f"(SELECT CASE {' '.join(whens)} END FROM "
+            f"(SELECT json_transform({raw}, '{json.dumps(shape)}') AS big))")
+
+
 def _load_registered_batch(con: duckdb.DuckDBPyConnection, source_file: str,
                            source_format: str, set_aside_format: str) -> BatchCounts:
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _parsed AS
-        SELECT line_no, structure, t, t.trace_id AS trace_id, {record_problem_sql('t')} AS problem
+        SELECT line_no, structure, t, t.trace_id AS trace_id,
+               coalesce(overflow, {record_problem_sql('t')}) AS problem
         FROM (SELECT line_no, json_structure(raw) AS structure,
-                     json_transform(raw, '{trace_struct()}') AS t
+                     json_transform(raw, '{trace_struct()}') AS t, {_overflow_sql('raw')} AS overflow
               FROM _batch WHERE json_valid(raw))""")
     _classify_structures(con)
     con.execute("""
@@ -177,7 +200,8 @@ def _load_registered_batch(con: duckdb.DuckDBPyConnection, source_file: str,
         SELECT b.line_no, b.source_line, b.span_id, p.trace_id,
                CASE WHEN p.line_no IS NULL THEN 'invalid_json'
                     ELSE coalesce(s.problem, p.problem) END AS reason
-        FROM (SELECT line_no, source_line, span_id FROM _batch WHERE raw <> '') b
+        FROM (SELECT line_no, source_line, span_id FROM _batch
+              WHERE trim(raw, ' \t\r') <> '') b  -- blank lines are skipped, as in OTLP files
         LEFT JOIN _parsed p ON p.line_no = b.line_no
         LEFT JOIN _structure_problems s ON s.structure = p.structure""")
     con.execute(f"""
