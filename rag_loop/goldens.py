@@ -65,10 +65,10 @@ def build_goldens(con: duckdb.DuckDBPyConnection, redactor: Redactor) -> list[di
                                   if c["text"]] or None,
             "additional_metadata": {
                 "origin": row["origin"], "failure_type": row["failure_type"],
-                "tags": list(row["tags"]), "expected_sources": sources,
+                "tags": [redactor.redact(t) for t in row["tags"]], "expected_sources": sources,
                 "source_trace_ids": list(row["source_trace_ids"]), "trace_id": row["trace_id"],
                 "cluster_id": row["cluster_id"], "cluster_weight": _number(row["cluster_weight"]),
-                "priority": row["priority"], "curator": row["curator"],
+                "priority": row["priority"], "curator": redactor.redact(row["curator"]),
                 "labeled_at": row["labeled_at"].isoformat(), "label_id": row["label_id"],
                 "language": row["language"], "query_type": row["query_type"], "tenant": row["tenant"],
             },
