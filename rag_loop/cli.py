@@ -1,4 +1,5 @@
 """`rag-loop label`: walk the curation queue in the terminal, row by row, no spreadsheet.
+`rag-loop calibrate FILE`: check a judge against human faithfulness labels.
 
 Each row shows the trace, its cluster and signals; the prompts come pre-filled with the
 suggestions and re-ask until the value is valid. Every answered row is appended at once to
@@ -165,3 +166,31 @@ def _tags(value: str) -> list[str]:
         if len(tag) > MAX_TAG_CHARS:
             raise click.UsageError(f"tag {tag[:20]!r}… is longer than {MAX_TAG_CHARS} characters")
     return tags
+
+
+@main.command()
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--judge", "kind", type=click.Choice(["offline", "openai-compatible"]),
+              default="offline", show_default=True)
+@click.option("--base-url", default="https://api.openai.com/v1", show_default=True)
+@click.option("--model", default="gpt-4o-mini", show_default=True)
+@click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True)
+@click.option("--threshold", type=float, default=None,
+              help="Faithful at or above this score; default: the pipeline's Faithfulness threshold.")
+@click.option("--db", default=DEFAULT_DB, show_default=True, help="Where the figures are stored.")
+def calibrate(file: Path, kind: str, base_url: str, model: str, api_key_env: str,
+              threshold: float | None, db: str) -> None:
+    """Judge FILE's human-labelled answers (JSONL/CSV: question, contexts, answer,
+    label_faithful) and print how the judge agrees with the humans."""
+    from rag_loop.evaluation.calibration import run_calibration, summary_lines
+    from rag_loop.evaluation.judges import JudgeSettings
+    from rag_loop.evaluation.regression import DEFAULT_THRESHOLDS
+    settings = JudgeSettings(kind=kind, base_url=base_url, model=model, api_key_env=api_key_env)
+    cut = threshold if threshold is not None else DEFAULT_THRESHOLDS["Faithfulness"]
+    with duckdb.connect(db) as con:
+        result, stored = run_calibration(con, file, settings, cut)
+    for line in summary_lines(result):
+        click.echo(line)
+    for error in result.errors[:10]:
+        click.echo(f"set aside: line {error['line']}: {error['reason']}")
+    click.echo(f"stored as {stored} in {db} (judge_calibrations)")

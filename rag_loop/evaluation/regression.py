@@ -11,6 +11,7 @@ from typing import Any
 import duckdb
 import pandas as pd
 
+from rag_loop.evaluation.calibration import latest_calibration
 from rag_loop.evaluation.evidence import (
     RELEVANCE_SIMILARITY,
     SUPPORT_SIMILARITY,
@@ -123,6 +124,7 @@ def run_regression(con: duckdb.DuckDBPyConnection, goldens_dir: Path, judge_sett
         save_judge_cache(con, judge)
     usage = judge.usage if judge is not None else JudgeUsage()
     description = judge_description(judge_settings, evidence)
+    description["calibration"] = latest_calibration(con, description["model"])  # vs humans, if known
     if judge_settings.kind == "offline":
         description["rules"] = {"support_similarity": SUPPORT_SIMILARITY,
                                 "relevance_similarity": RELEVANCE_SIMILARITY}
