@@ -17,9 +17,10 @@ from dagster import (
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
-from assets.goldens import golden_releases
+from assets.goldens import curated_labels, golden_releases
 from assets.resources import JudgeResource, RagAppResource, RagLoopPaths
 from rag_loop import plots
+from rag_loop.evaluation.calibration import curator_agreement
 from rag_loop.evaluation.regression import (
     DEFAULT_GATES,
     DEFAULT_THRESHOLDS,
@@ -28,6 +29,7 @@ from rag_loop.evaluation.regression import (
 )
 from rag_loop.evaluation.report import Gate
 from rag_loop.evaluation.runner import EvalError
+from rag_loop.labels import DDL as LABELS_DDL
 from rag_loop.reports import eval_report
 
 
@@ -137,3 +139,32 @@ def _as_dict(value) -> dict:
 def _key(metric: str) -> str:
     return metric.lower().replace(" [geval]", "").replace(" ", "_")
 
+
+
+AGREEMENT_MIN_KAPPA = 0.6  # seed 004 §15: below this, the instrument needs recalibration
+AGREEMENT_MIN_N = 30
+
+
+@asset(group_name="evaluation", deps=[curated_labels],
+       check_specs=[AssetCheckSpec("curator_agreement", asset="judge_calibration",
+                                   description=f"WARN when a comparison with n >= {AGREEMENT_MIN_N} "
+                                               f"has Cohen's kappa < {AGREEMENT_MIN_KAPPA}.")],
+       description="Curators against what they were shown: failure_type against the queue's "
+                   "suggestion, and against the judge's verdict where they saw one "
+                   "(`judge_agreement`); the judge against humans on a labelled file is "
+                   "`rag-loop calibrate` (`judge_calibrations`).")
+def judge_calibration(duckdb: DuckDBResource) -> MaterializeResult:
+    with duckdb.get_connection() as con:
+        con.execute(LABELS_DDL)
+        comparisons = curator_agreement(con, DEFAULT_THRESHOLDS["Faithfulness"])
+    weak = [c for c in comparisons if c["n"] >= AGREEMENT_MIN_N and c["kappa"] is not None
+            and c["kappa"] < AGREEMENT_MIN_KAPPA]
+    table = pd.DataFrame([{k: c[k] for k in ("comparison", "n", "kappa", "agreement")}
+                          for c in comparisons])
+    return MaterializeResult(
+        metadata={"dagster/row_count": len(comparisons),
+                  "agreement": MetadataValue.md(table.to_markdown(index=False)),
+                  **{f"kappa_{i}": c["kappa"] for i, c in enumerate(comparisons) if c["kappa"] is not None}},
+        check_results=[AssetCheckResult(
+            check_name="curator_agreement", passed=not weak, severity=AssetCheckSeverity.WARN,
+            metadata={"weak": MetadataValue.json([c["comparison"] for c in weak])})])

@@ -33,7 +33,11 @@ CREATE TABLE IF NOT EXISTS curated_labels (
     input VARCHAR, expected_output VARCHAR, expected_sources VARCHAR[], tags VARCHAR[],
     origin VARCHAR, failure_type VARCHAR, curator VARCHAR, labeled_at TIMESTAMPTZ NOT NULL,
     cluster_id VARCHAR, cluster_weight DOUBLE, priority VARCHAR, source_trace_ids VARCHAR[],
-    warnings VARCHAR[], source_file VARCHAR, line_no BIGINT, stored_at TIMESTAMPTZ);
+    warnings VARCHAR[], source_file VARCHAR, line_no BIGINT, stored_at TIMESTAMPTZ,
+    suggested_failure_type VARCHAR, judge_score DOUBLE);
+-- what the curator was shown, for curator-versus-suggestion and -judge agreement
+ALTER TABLE curated_labels ADD COLUMN IF NOT EXISTS suggested_failure_type VARCHAR;
+ALTER TABLE curated_labels ADD COLUMN IF NOT EXISTS judge_score DOUBLE;
 CREATE TABLE IF NOT EXISTS label_errors (
     source_file VARCHAR, line_no BIGINT, trace_id VARCHAR, errors VARCHAR[], raw VARCHAR,
     found_at TIMESTAMPTZ);
@@ -95,7 +99,10 @@ def check_label(row: dict[str, Any], known: KnownSources, traces: set[str]) -> C
         return checked
     for key in ("input", "curator", "cluster_id", "priority"):
         values[key] = _text(row.get(key), key, checked)
-    values["cluster_weight"] = _weight(row.get("cluster_weight"), checked)
+    values["cluster_weight"] = _number(row.get("cluster_weight"), "cluster_weight", checked)
+    values["suggested_failure_type"] = _text(row.get("suggested_failure_type"),
+                                             "suggested_failure_type", checked)
+    values["judge_score"] = _number(row.get("judge_score"), "judge_score", checked)
     trace_id = _text(row.get("trace_id"), "trace_id", checked)
     values["trace_id"] = trace_id
     if not trace_id:
@@ -161,20 +168,21 @@ def _text(value: Any, name: str, checked: CheckedLabel) -> str:
     return value.strip()
 
 
-def _weight(value: Any, checked: CheckedLabel) -> float | None:
+def _number(value: Any, name: str, checked: CheckedLabel) -> float | None:
+    """A finite, non-negative number (or a text that is one); empty is None."""
     if value is None or value == "":
         return None
     try:
         if isinstance(value, bool):
             raise TypeError
-        weight = float(value)
+        number = float(value)
     except (TypeError, ValueError):
-        checked.errors.append(f"cluster_weight: {str(value)[:50]!r} is not a number")
+        checked.errors.append(f"{name}: {str(value)[:50]!r} is not a number")
         return None
-    if not math.isfinite(weight) or weight < 0:
-        checked.errors.append(f"cluster_weight: {weight} is not a finite, non-negative number")
+    if not math.isfinite(number) or number < 0:
+        checked.errors.append(f"{name}: {number} is not a finite, non-negative number")
         return None
-    return weight
+    return number
 
 
 def _timestamp(value: Any, checked: CheckedLabel) -> datetime | None:
@@ -281,13 +289,17 @@ def _insert_label(con: duckdb.DuckDBPyConnection, checked: CheckedLabel, source_
     v = checked.values
     label_id = hashlib.sha256(f"{source_file}:{line_no}:{v['trace_id']}".encode()).hexdigest()[:16]
     con.execute("""
-        INSERT OR REPLACE INTO curated_labels VALUES
-        (?, ?, ?, nullif(?, ''), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now())""",
+        INSERT OR REPLACE INTO curated_labels (label_id, trace_id, decision, input,
+            expected_output, expected_sources, tags, origin, failure_type, curator, labeled_at,
+            cluster_id, cluster_weight, priority, source_trace_ids, warnings, source_file, line_no,
+            stored_at, suggested_failure_type, judge_score) VALUES
+        (?, ?, ?, nullif(?, ''), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now(), nullif(?, ''), ?)""",
         [label_id, v["trace_id"], v["decision"], v.get("input") or "", v["expected_output"],
          v["expected_sources"], v["tags"], v["origin"] or None, v["failure_type"] or None,
          v.get("curator") or None, v["labeled_at"] or file_time, v.get("cluster_id") or None,
          v["cluster_weight"], v.get("priority") or None,
-         v["source_trace_ids"], checked.warnings, source_file, line_no])
+         v["source_trace_ids"], checked.warnings, source_file, line_no,
+         v["suggested_failure_type"], v["judge_score"]])
 
 
 def label_summary(con: duckdb.DuckDBPyConnection) -> dict[str, int]:

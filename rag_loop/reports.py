@@ -136,6 +136,7 @@ def eval_report(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path) -> P
     failures = pd.DataFrame(json.loads(run["gate_failures"] or "[]"))
     verdict = ('<p class="bad">BLOCKED by a hard gate</p>' if run["blocked"]
                else '<p class="ok">passes its hard gates</p>')
+    verdict += _judge_agreement(json.loads(run["judge"] or "{}"))
     evaluator = pd.DataFrame([{k: run[k] for k in ("release_version", "release_sha256", "mode", "rag_app",
                                                     "rag_config", "judge", "deepeval_version",
                                                     "baseline_run_id", "cases", "errored", "cost_usd")}])
@@ -152,6 +153,18 @@ def eval_report(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path) -> P
         *dashboard_sections(con),
     ]
     return _write(out_dir / f"{run_id}.html", _page(f"Regression eval {run_id}", sections))
+
+
+def _judge_agreement(judge: dict) -> str:
+    """How far the judge behind the verdict agrees with humans (its latest calibration)."""
+    found = judge.get("calibration")
+    if not found:
+        return ('<p class="bad">The judge has not been calibrated against human labels: '
+                "run <code>rag-loop calibrate FILE</code>.</p>")
+    auc = "n/a" if found["roc_auc"] is None else f"{found['roc_auc']:.3f}"
+    return (f"<p>Judge agreement with humans ({found['rows']} labelled answers, {found['file']}, "
+            f"{found['created_at'][:16]}): ROC-AUC {auc}, Cohen's kappa {found['kappa']:.2f} at "
+            f"threshold {found['threshold']:g} (best {found['best_threshold']:g}).</p>")
 
 
 def _write(path: Path, text: str) -> Path:

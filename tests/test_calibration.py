@@ -76,3 +76,32 @@ def test_the_command_prints_stores_and_the_next_eval_records_it(tmp_path, small_
     judge = json.loads(con.execute("SELECT judge FROM eval_runs WHERE run_id = ?",
                                    [report.run_id]).fetchall()[0][0])
     assert judge["calibration"]["rows"] == 4 and judge["calibration"]["roc_auc"] == pytest.approx(stored[0][3])
+
+
+def test_curator_agreement_with_what_they_were_shown(tmp_path):
+    from rag_loop.evaluation.calibration import curator_agreement
+    from rag_loop.labels import store_label_files
+    from test_goldens import GOOD
+    con = duckdb.connect(str(tmp_path / "db.duckdb"))
+    from rag_loop.storage import create_tables
+    create_tables(con)
+    con.execute("INSERT INTO documents VALUES ('leave', '2026', 'Leave', 'en', "
+                "'2026-11-03 09:00:00+00', '2026-11-03 09:10:00+00')")
+    con.execute("INSERT INTO document_chunks VALUES ('leave@2026#annual-en', 'leave', '2026', 'x')")
+    for trace in ("t1", "t2", "t3"):
+        con.execute("INSERT INTO raw_traces (trace_id, \"timestamp\", original_query) "
+                    "VALUES (?, '2026-11-05 10:00:00+00', 'q')", [trace])
+    rows = [{**GOOD, "trace_id": "t1", "failure_type": "retrieval", "suggested_failure_type": "retrieval"},
+            {**GOOD, "trace_id": "t2", "failure_type": "generation", "suggested_failure_type": "retrieval",
+             "judge_score": 0.2},
+            {**GOOD, "trace_id": "t3", "failure_type": "generation", "suggested_failure_type": "generation",
+             "judge_score": "0.9"}]
+    (tmp_path / "labels").mkdir()
+    (tmp_path / "labels" / "l.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    store_label_files(con, tmp_path / "labels")
+    shown, judged = curator_agreement(con, threshold=0.5)
+    assert shown["n"] == 3 and shown["agreement"] == pytest.approx(2 / 3)
+    assert shown["confusion"] == {"generation": {"generation": 1, "retrieval": 1},
+                                  "retrieval": {"retrieval": 1}}
+    assert judged["n"] == 2 and judged["agreement"] == pytest.approx(0.5)
+    assert con.execute("SELECT count(*) FROM judge_agreement").fetchall() == [(2,)]

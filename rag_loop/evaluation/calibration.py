@@ -261,3 +261,49 @@ def run_calibration(con: duckdb.DuckDBPyConnection | None, path: Path, settings:
     if con is not None:
         stored = store_calibration(con, result, path, judge_description(settings, evidence))
     return result, stored
+
+
+AGREEMENT_DDL = """
+CREATE OR REPLACE TABLE judge_agreement (
+    comparison VARCHAR, n BIGINT, kappa DOUBLE, agreement DOUBLE, confusion JSON,
+    computed_at TIMESTAMPTZ)
+"""
+
+
+def curator_agreement(con: duckdb.DuckDBPyConnection,
+                      threshold: float) -> list[dict[str, Any]]:
+    """Curators against what they were shown, from the current accepted labels:
+    failure_type against the queue's suggestion, and "the answer was generated wrong"
+    (failure_type generation) against the judge's verdict (score < threshold) where the
+    curator saw a judge score. Stored in `judge_agreement`."""
+    labels = con.execute("""SELECT failure_type, suggested_failure_type, judge_score
+                            FROM current_labels WHERE decision = 'accept'""").df()
+    comparisons = []
+    shown = labels.dropna(subset=["suggested_failure_type"])
+    comparisons.append(_agreement("curator vs suggested failure_type",
+                                  shown["failure_type"].tolist(),
+                                  shown["suggested_failure_type"].tolist()))
+    judged = labels.dropna(subset=["judge_score"])
+    comparisons.append(_agreement("curator vs judge (generation failure = unfaithful)",
+                                  (judged["failure_type"] == "generation").tolist(),
+                                  (judged["judge_score"] < threshold).tolist()))
+    con.execute(AGREEMENT_DDL)
+    con.executemany("INSERT INTO judge_agreement VALUES (?, ?, ?, ?, ?, now())",
+                    [(c["comparison"], c["n"], c["kappa"], c["agreement"], json.dumps(c["confusion"]))
+                     for c in comparisons])
+    return comparisons
+
+
+def _agreement(name: str, curator: list, other: list) -> dict[str, Any]:
+    """n, Cohen's kappa, share agreeing and the confusion (curator value -> other -> count)."""
+    confusion: dict[str, dict[str, int]] = {}
+    for mine, theirs in zip(curator, other):
+        confusion.setdefault(str(mine), {}).setdefault(str(theirs), 0)
+        confusion[str(mine)][str(theirs)] += 1
+    n = len(curator)
+    kappa = float(cohen_kappa_score(curator, other)) if n and len(set(curator) | set(other)) > 1 else None
+    if kappa is not None and np.isnan(kappa):
+        kappa = None
+    agreement = sum(a == b for a, b in zip(curator, other)) / n if n else None
+    return {"comparison": name, "n": n, "kappa": kappa, "agreement": agreement,
+            "confusion": confusion}
