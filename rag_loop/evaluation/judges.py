@@ -34,6 +34,7 @@ from pydantic import BaseModel
 from rag_loop.evaluation.evidence import Evidence
 from rag_loop.evaluation.offline import (
     OFFLINE_JUDGE,
+    OFFLINE_THRESHOLDS,
     OfflineAnswerRelevancy,
     OfflineContextualPrecision,
     OfflineContextualRecall,
@@ -208,7 +209,7 @@ def build_metrics(settings: JudgeSettings, thresholds: Mapping[str, float | None
         classes = {c.name: c for c in (OfflineFaithfulness, OfflineAnswerRelevancy,
                                        OfflineContextualRecall, OfflineContextualPrecision,
                                        OfflineContextualRelevancy)}
-        metrics = [classes[name](evidence, threshold=thresholds.get(name, 0.5))
+        metrics = [classes[name](evidence, threshold=thresholds.get(name, OFFLINE_THRESHOLDS[name]))
                    for name in METRIC_NAMES if name in thresholds]
         return metrics + [OfflineCorrectness(evidence, threshold=spec.get("threshold", 0.5))
                           for spec in settings.geval if spec["name"] == "Correctness"]
@@ -219,7 +220,8 @@ def build_metrics(settings: JudgeSettings, thresholds: Mapping[str, float | None
               "Contextual Precision": ContextualPrecisionMetric,
               "Contextual Relevancy": ContextualRelevancyMetric}
     metrics: list[BaseMetric] = [
-        native[name](model=judge, threshold=thresholds.get(name, 0.5), async_mode=True,
+        native[name](model=judge, threshold=thresholds.get(name, OFFLINE_THRESHOLDS[name]),
+                     async_mode=True,
                      include_reason=True)
         for name in METRIC_NAMES if name in thresholds]
     for spec in settings.geval:

@@ -1,7 +1,10 @@
 """The offline judge: DeepEval's five RAG metrics as DeepEval custom metrics (`BaseMetric`).
 
 They keep DeepEval's names and score definitions (seed 000 §06-§10) but decide the semantic
-verdicts with the deterministic rules of `evidence.py` instead of an LLM. They are a
+verdicts with the deterministic rules of `evidence.py` and `support.py` instead of an LLM.
+Faithfulness, Answer Relevancy and Contextual Relevancy are graded (a mean of per-statement
+grades in [0, 1], the k/n verdict count kept in the reason); Recall, Precision and Correctness
+still count verdicts. They are a
 heuristic instrument for offline runs and CI, not an LLM judge. A GEval criterion named
 "Correctness" has an offline stand-in too; other GEval criteria need the LLM judge.
 """
@@ -9,13 +12,38 @@ heuristic instrument for offline runs and CI, not an LLM judge. A GEval criterio
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
+import numpy as np
 from deepeval.metrics import BaseMetric
 from deepeval.test_case import LLMTestCase, SingleTurnParams
 
-from rag_loop.evaluation.evidence import Evidence, statements
+from rag_loop.evaluation.evidence import Evidence, content_words, statements
+from rag_loop.evaluation.support import Context, faithfulness
 
-OFFLINE_JUDGE = "offline-evidence-rules-v1"
+OFFLINE_JUDGE = "offline-evidence-rules-v2"
+
+# The one place for the offline metrics' pass thresholds (each class's default threshold).
+# Faithfulness 0.75: chosen with bench/faithfulness_dev.py on the BEGIN CMU-DoG dev set (337
+# human labels) by scanning cuts 0.05..1.0 in steps of 0.05 for the maximum of Cohen's kappa:
+# 0.75 (kappa 0.822, balanced accuracy 0.928; balanced accuracy alone peaks at 0.60 with 0.938,
+# kappa 0.75 there). The other values are the
+# pipeline's (regression.DEFAULT_THRESHOLDS); None = monitoring only, no pass/fail verdict.
+OFFLINE_THRESHOLDS: dict[str, float | None] = {
+    "Faithfulness": 0.75, "Answer Relevancy": 0.7, "Contextual Recall": 0.7,
+    "Contextual Precision": 0.5, "Contextual Relevancy": None, "Correctness [GEval]": 0.5}
+# A claim counts as "supported" in the reason when its support reaches this (reason only).
+CLAIM_SUPPORTED = 0.5
+# Graded relevance: 0 below RELEVANCE_FLOOR similarity, 1 from RELEVANCE_CEILING, linear between
+# (centred on 0.3; the seed worked examples sit outside the ramp, so keep their k/n figures).
+RELEVANCE_FLOOR, RELEVANCE_CEILING = 0.2, 0.4
+_DEFAULT = object()
+
+
+@lru_cache(maxsize=1)
+def shared_evidence() -> Evidence:
+    """One Evidence (embedding cache) for every metric built without one."""
+    return Evidence()
 
 
 def average_precision(relevant: Sequence[bool]) -> float:
@@ -48,11 +76,13 @@ class OfflineMetric(BaseMetric):
     name = "Offline"
     _required_params: list[SingleTurnParams] = []
 
-    def __init__(self, evidence: Evidence, threshold: float | None = 0.5, include_reason: bool = True):
-        self.evidence = evidence
-        self.threshold = threshold
+    def __init__(self, evidence: Evidence | None = None, threshold: float | None = _DEFAULT,
+                 include_reason: bool = True):
+        self._evidence = evidence
+        self.threshold = OFFLINE_THRESHOLDS.get(self.name, 0.5) if threshold is _DEFAULT else threshold
         self.include_reason = include_reason
-        self.evaluation_model = f"{OFFLINE_JUDGE} ({evidence.model_id})"
+        self.evaluation_model = (f"{OFFLINE_JUDGE} ({evidence.model_id})" if evidence is not None
+                                 else f"{OFFLINE_JUDGE} (all-MiniLM-L6-v2)")
         self.async_mode = False
         self.strict_mode = False
         self.verbose_mode = False
@@ -66,6 +96,16 @@ class OfflineMetric(BaseMetric):
     async def a_measure(self, test_case: LLMTestCase, *args, **kwargs) -> float:
         return self.measure(test_case)
 
+    @property
+    def evidence(self) -> Evidence:
+        if self._evidence is None:  # built lazily: Faithfulness never needs the embedder
+            self._evidence = shared_evidence()
+        return self._evidence
+
+    @evidence.setter
+    def evidence(self, value: Evidence) -> None:
+        self._evidence = value
+
     def score_case(self, case: LLMTestCase) -> tuple[float, str]:
         raise NotImplementedError
 
@@ -74,26 +114,55 @@ class OfflineMetric(BaseMetric):
         return self.name
 
 
+def graded_reason(texts: Sequence[str], grades: Sequence[float], what: str, failing: str,
+                  cut: float) -> str:
+    """"k/n <what> (mean 0.83)", the verdict count at `cut` kept, then the weakest texts."""
+    verdicts = [g >= cut for g in grades]
+    mean = sum(grades) / len(grades) if grades else 0.0
+    weakest = sorted((g, t) for t, g in zip(texts, grades) if g < cut)[:3]
+    return (f"{sum(verdicts)}/{len(texts)} {what} (mean {mean:.2f})"
+            + (f"; {failing}: {[f'{t} ({g:.2f})' for g, t in weakest]}" if weakest else ""))
+
+
+def relevance_grades(evidence: Evidence, texts: Sequence[str], query: str) -> list[float]:
+    """Graded relevance of each text to the query: max(cosine, share of the query's content
+    words in the text), ramped from 0 at RELEVANCE_FLOOR to 1 at RELEVANCE_CEILING."""
+    if not texts:
+        return []
+    cosine = (evidence.vectors(list(texts)) @ evidence.vectors([query]).T)[:, 0]
+    wanted = content_words(query)
+    coverage = np.array([len(wanted & content_words(t)) / len(wanted) if wanted else 0.0 for t in texts])
+    similarity = np.maximum(cosine, coverage)
+    ramp = (similarity - RELEVANCE_FLOOR) / (RELEVANCE_CEILING - RELEVANCE_FLOOR)
+    return [float(g) for g in np.clip(ramp, 0.0, 1.0)]
+
+
 class OfflineFaithfulness(OfflineMetric):
-    """Claims of the answer supported by the retrieval context / all claims."""
+    """Mean graded support of the answer's claims by the retrieval context (`support.py`):
+    a continuous score in [0, 1]; an answer with no claims scores 0."""
 
     name = "Faithfulness"
 
     def score_case(self, case):
-        claims = statements(case.actual_output)
-        verdicts = self.evidence.supported(claims, context_statements(case))
-        return ratio(verdicts, empty=1.0), reason(claims, verdicts, "claims supported", "unsupported")
+        judged = faithfulness(statements(case.actual_output), Context(case.retrieval_context or []),
+                              case.input or "")
+        if not judged:
+            return 0.0, "no claims in the answer"
+        claims, grades = zip(*judged)
+        return (sum(grades) / len(grades),
+                graded_reason(claims, grades, "claims supported", "unsupported", CLAIM_SUPPORTED))
 
 
 class OfflineAnswerRelevancy(OfflineMetric):
-    """Statements of the answer relevant to the input / all statements."""
+    """Mean graded relevance of the answer's statements to the input."""
 
     name = "Answer Relevancy"
 
     def score_case(self, case):
         found = statements(case.actual_output)
-        verdicts = self.evidence.relevant(found, case.input)
-        return ratio(verdicts), reason(found, verdicts, "statements relevant to the input", "irrelevant")
+        grades = relevance_grades(self.evidence, found, case.input)
+        return (sum(grades) / len(grades) if grades else 0.0,
+                graded_reason(found, grades, "statements relevant to the input", "irrelevant", 0.5))
 
 
 class OfflineContextualRecall(OfflineMetric):
@@ -123,14 +192,15 @@ class OfflineContextualPrecision(OfflineMetric):
 
 
 class OfflineContextualRelevancy(OfflineMetric):
-    """Statements of the retrieval context relevant to the input / all context statements."""
+    """Mean graded relevance of the retrieval context's statements to the input."""
 
     name = "Contextual Relevancy"
 
     def score_case(self, case):
         found = context_statements(case)
-        verdicts = self.evidence.relevant(found, case.input)
-        return ratio(verdicts), f"{sum(verdicts)}/{len(found)} context statements relevant to the input"
+        grades = relevance_grades(self.evidence, found, case.input)
+        return (sum(grades) / len(grades) if grades else 0.0,
+                graded_reason(found, grades, "context statements relevant to the input", "irrelevant", 0.5))
 
 
 class OfflineCorrectness(OfflineMetric):

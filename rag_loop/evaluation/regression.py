@@ -18,6 +18,7 @@ from rag_loop.evaluation.evidence import (
     Evidence,
 )
 from rag_loop.evaluation.judges import (
+    METRIC_NAMES,
     JudgeSettings,
     JudgeUsage,
     OpenAICompatibleJudge,
@@ -26,6 +27,7 @@ from rag_loop.evaluation.judges import (
     load_judge_cache,
     save_judge_cache,
 )
+from rag_loop.evaluation.offline import OFFLINE_THRESHOLDS
 from rag_loop.evaluation.report import (
     Gate,
     GateOutcome,
@@ -45,9 +47,10 @@ from rag_loop.evaluation.runner import (
     store_run,
 )
 
+# one threshold per metric, in one place (offline.OFFLINE_THRESHOLDS, chosen on human labels);
+# None: monitoring, no verdict. GEval criteria carry their own threshold.
 DEFAULT_THRESHOLDS: dict[str, float | None] = {
-    "Faithfulness": 0.8, "Answer Relevancy": 0.7, "Contextual Recall": 0.7,
-    "Contextual Precision": 0.5, "Contextual Relevancy": None}  # None: monitoring, no verdict
+    name: OFFLINE_THRESHOLDS[name] for name in METRIC_NAMES}
 DEFAULT_GATES = (
     Gate("Correctness [GEval]", max_drop=0.10, slices=("all", "language", "query_type")),
     Gate("Faithfulness", min_pass_rate=0.8),

@@ -1,0 +1,85 @@
+"""Offline Faithfulness on short synthetic QA cases: a faithful answer outranks its unfaithful twin."""
+
+import pytest
+from deepeval.test_case import LLMTestCase
+
+from rag_loop.evaluation.offline import OFFLINE_THRESHOLDS, OfflineAnswerRelevancy, OfflineFaithfulness
+from rag_loop.evaluation.support import Context, terms
+
+OBEROI = ("The Oberoi family is an Indian family that is famous for its involvement in hotels, "
+          "namely through The Oberoi Group. The Oberoi Group is a hotel company with its head office in Delhi.")
+ALBUM = "The album was certified 2 platinum and 5 gold in Europe."
+RELEASE = "The film was released on June 7th 2010 in the United States."
+CAPITALS = "Paris is the capital of France. Berlin is the capital of Germany."
+MUSEUM = "The city museum opened in 1998. The museum is not open on Mondays."
+LEAVE = "Full-time employees get fifteen days of paid annual leave. Leave requests go through the HR portal."
+
+# (question, context, faithful answer, unfaithful twin)
+TWINS = [
+    ("Is the Oberoi family involved in hotels?", OBEROI, "Yes.", "No."),
+    ("Is the Oberoi family involved in hotels?", OBEROI,
+     "The Oberoi family is involved in a hotel company.",
+     "The Oberoi family is not involved in any hotel company."),
+    ("Where is the head office of The Oberoi Group?", OBEROI, "Delhi", "Mumbai"),
+    ("How was the album certified?", ALBUM, "two platinum and five gold", "three platinum and five gold"),
+    ("When was the film released?", RELEASE, "June 7, 2010", "July 7, 2010"),
+    ("When was the film released?", RELEASE, "It was released on 7 June 2010.",
+     "It was released on 7 June 2012."),
+    ("What is the capital of France?", CAPITALS, "Paris is the capital of France.",
+     "Paris is the capital of Germany."),
+    ("What is the capital of Germany?", CAPITALS, "Berlin", "Vienna"),
+    ("How many days of annual leave do I get?", LEAVE, "You get 15 days of paid annual leave.",
+     "You get 20 days of paid annual leave."),
+    ("How many days of annual leave do I get?", LEAVE,
+     "Full-time employees get fifteen days of paid annual leave. Requests go through the HR portal.",
+     "Full-time employees get fifteen days of paid annual leave. Unused days are paid out in cash every December."),
+    ("Is the museum open on Mondays?", MUSEUM, "No, the museum is not open on Mondays.",
+     "Yes, the museum is open on Mondays."),
+    ("Is the museum open on Mondays?", MUSEUM, "No.", "Yes."),
+    ("Does the Oberoi Group have its head office in Delhi?", OBEROI, "Yes, in Delhi.", "No, it does not."),
+]
+
+
+def score(question, context, answer):
+    return OfflineFaithfulness().measure(LLMTestCase(input=question, actual_output=answer,
+                                                     retrieval_context=[context]))
+
+
+@pytest.mark.parametrize("question, context, faithful, unfaithful", TWINS,
+                         ids=[f"{i}-{t[2][:20]}" for i, t in enumerate(TWINS)])
+def test_the_faithful_answer_outranks_its_unfaithful_twin(question, context, faithful, unfaithful):
+    assert score(question, context, faithful) > score(question, context, unfaithful)
+
+
+def test_a_faithful_yes_or_number_in_words_passes_the_threshold():
+    threshold = OFFLINE_THRESHOLDS["Faithfulness"]
+    assert score(*TWINS[0][:3]) >= threshold  # a bare "Yes." is not 0
+    assert score(*TWINS[3][:3]) >= threshold  # "two platinum" = "2 platinum"
+    assert score(*TWINS[4][:3]) >= threshold  # "June 7, 2010" = "June 7th 2010"
+
+
+def test_the_score_is_graded_and_an_empty_answer_scores_zero():
+    full = score(*TWINS[9][:3])
+    half = score(*TWINS[9][:2], TWINS[9][3])
+    assert 0 < half < full and half < OFFLINE_THRESHOLDS["Faithfulness"]
+    assert score("q?", LEAVE, "") == 0.0 and score("q?", LEAVE, "   ") == 0.0
+
+
+def test_metric_defaults_no_argument_constructor_and_reason():
+    metric = OfflineFaithfulness()
+    assert metric.threshold == OFFLINE_THRESHOLDS["Faithfulness"]
+    assert OfflineAnswerRelevancy().threshold == OFFLINE_THRESHOLDS["Answer Relevancy"]
+    assert OfflineFaithfulness(threshold=None).threshold is None  # monitoring only
+    metric.measure(LLMTestCase(input="q", actual_output="Paris is the capital of Germany. It rains.",
+                               retrieval_context=[CAPITALS]))
+    assert 0 <= metric.score <= 1 and "claims supported" in metric.reason
+
+
+def test_numbers_are_normalised():
+    def texts(s):
+        return [t.text for t in terms(s) if t.number]
+    assert texts("1,000 and 1.000 and 1 000 people") == ["1000", "1000", "1000"]
+    assert texts("the 7th of June") == texts("seven of June") == ["7"]
+    assert texts("twenty-five and two hundred and five") == ["25", "205"]
+    assert texts("nghỉ năm ngày") == ["5"] and texts("năm 2020") == ["2020"]
+    assert Context(["It opened in Jun 2010."]).vocab == Context(["It opened in June 2010."]).vocab
