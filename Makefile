@@ -21,9 +21,9 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
-$(DAGSTER_HOME)/dagster.yaml:
+$(DAGSTER_HOME)/dagster.yaml: deploy/dagster.yaml
 	mkdir -p $(DAGSTER_HOME)
-	printf 'telemetry:\n  enabled: false\n' > $@
+	cp deploy/dagster.yaml $@
 
 demo: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster job execute -f definitions.py -j rag_loop_job

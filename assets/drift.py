@@ -27,7 +27,7 @@ from pydantic import Field
 
 from assets.ingestion import knowledge_base, raw_traces
 from assets.intents import intent_clusters
-from assets.resources import EmbedderResource
+from assets.resources import DUCKDB_WRITER, EmbedderResource
 from assets.selection import quality_estimates, trace_signals
 from rag_loop import plots
 from rag_loop.drift import Limit, Verdict
@@ -235,6 +235,7 @@ def quality_slis(context: AssetExecutionContext, config: QualityConfig,
 
 DRIFT_ASSETS = [query_mix, freshness_lag, retrieval_scores, quality_slis]
 drift_job = define_asset_job("drift_job", selection=DRIFT_ASSETS, partitions_def=DAILY,
+                             tags=DUCKDB_WRITER,
                              description="The day's drift figures and SLO checks.")
 
 

@@ -16,6 +16,9 @@ from rag_loop.evaluation.judges import CORRECTNESS, JudgeSettings
 from rag_loop.evaluation.runner import load_app
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# every job writes the one DuckDB file: the instance runs jobs with this tag one at a time
+# (deploy/dagster.yaml)
+DUCKDB_WRITER = {"rag-loop/duckdb": "writer"}
 
 
 class RagLoopPaths(ConfigurableResource):

@@ -1,8 +1,9 @@
-"""The trace model (seed 004 §04) and the enums every stage shares.
+"""The trace model (seed 004 §04, see docs/seeds.md) and the enums every stage shares.
 
 `Trace` is the native JSONL record, one per line. It is the one source of truth for the
 trace shape: the DuckDB parser's struct type is derived from it (`storage.trace_struct`),
-and the OTLP parser builds `Trace` objects before they are serialised into the same path.
+and OTLP spans are assembled into records of the same shape (`ingest.otlp.assemble_trace`)
+that take the same path.
 """
 
 from __future__ import annotations
@@ -46,25 +47,6 @@ class Priority(StrEnum):
     P3 = "P3"  # random quality control
 
 
-class TraceStatus(StrEnum):
-    OK = "ok"
-    TIMEOUT = "timeout"
-    ERROR = "error"
-
-
-class FeedbackCategory(StrEnum):
-    """Structured thumbs-down reasons (seed 004 §15)."""
-
-    INCORRECT = "incorrect"
-    OUTDATED_SOURCE = "outdated_source"
-    MISSING_INFO = "missing_info"
-    HALLUCINATION = "hallucination"
-    WRONG_SOURCE = "wrong_source"
-    IRRELEVANT = "irrelevant"
-    TOO_VERBOSE = "too_verbose"
-    TOO_SLOW = "too_slow"
-
-
 class _Record(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -98,7 +80,7 @@ class Span(_Record):
 
 class Feedback(_Record):
     rating: str | None = None  # "positive" | "negative"
-    category: str | None = None  # FeedbackCategory value
+    category: str | None = None  # e.g. incorrect, outdated_source, missing_info, hallucination
     comment: str | None = None
 
 
@@ -139,7 +121,7 @@ class Trace(_Record):
     final_input_tokens: int | None = None  # of the last LLM call
     final_output_tokens: int | None = None
     finish_reason: str | None = None
-    status: str | None = None  # TraceStatus value
+    status: str | None = None  # ok, timeout or error
     error: str | None = None
     is_fallback: bool | None = None  # the app answered with its abstain/fallback text
     # performance and cost

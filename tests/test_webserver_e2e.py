@@ -80,7 +80,7 @@ def dagster_dev(tmp_path_factory):
     root = tmp_path_factory.mktemp("webserver")
     home = root / "dagster_home"
     home.mkdir()
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    (home / "dagster.yaml").write_text((PROJECT / "deploy" / "dagster.yaml").read_text())
     port = _free_port()
     env = {**os.environ, "DAGSTER_HOME": str(home), "RAG_LOOP_DB": str(root / "rag.duckdb"),
            "RAG_LOOP_CURATION_DIR": str(root / "curation"), "RAG_LOOP_GOLDENS_DIR": str(root / "goldens"),
