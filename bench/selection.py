@@ -98,7 +98,7 @@ def main() -> None:
         compute_signals(con, SignalSettings())
         signals = time.perf_counter() - start
         start = time.perf_counter()
-        selected = select_candidates(con, SamplingPolicy(daily_budget_usd=300.0))
+        selected = select_candidates(con, SamplingPolicy())  # the default policy and budget
         selection = time.perf_counter() - start
         start = time.perf_counter()
         estimates = estimate_rates(con)
