@@ -120,10 +120,10 @@ def test_main_job_then_a_curator_release_through_the_webserver(dagster_dev):
     events = server.events(run_id)
     materialized = {"/".join(e["assetKey"]["path"]) for e in events if e["__typename"] == "MaterializationEvent"}
     assert {"raw_traces", "trace_signals", "failure_candidates", "intent_clusters",
-            "curation_queue"} <= materialized
+            "curation_queue", "judge_calibration"} <= materialized
     checks = {e["evaluation"]["checkName"]: e["evaluation"]["success"]
               for e in events if e["__typename"] == "AssetCheckEvaluationEvent"}
-    assert checks == {"raw_traces_quarantine_rate": True}
+    assert checks == {"raw_traces_quarantine_rate": True, "curator_agreement": True}
 
     queue = next((root / "curation" / "queue").glob("*.jsonl"))
     curate(queue, root / "curation" / "labels", 1)
