@@ -140,15 +140,21 @@ def test_the_ui_renders_the_asset_graph_and_a_materialization(dagster_dev):
     server, root = dagster_dev
     server.graphql("mutation { setNuxSeen }")  # the community pop-up would cover the page
     ARTIFACTS.mkdir(exist_ok=True)
-    pages = (("asset-graph", "/asset-groups"), ("raw-traces", "/assets/raw_traces"),
-             ("intent-clusters", "/assets/intent_clusters"))
-    for name, path in pages:
+    pages = (("asset-graph", "/asset-groups", ("ingestion", "selection", "intents", "curation",
+                                               "goldens", "evaluation", "drift")),
+             ("raw-traces", "/assets/raw_traces", ("raw_traces", "Production traces", "knowledge_base")),
+             ("intent-clusters", "/assets/intent_clusters", ("intent_clusters", "query_embeddings")))
+    for name, path, expected in pages:
         target = ARTIFACTS / f"{name}.png"
         target.unlink(missing_ok=True)
-        subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                        "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                        "--disable-sync", f"--user-data-dir={root / f'chromium-{name}'}",
-                        "--window-size=1440,900", "--virtual-time-budget=20000",
-                        f"--screenshot={target}", f"{server.url}{path}"],
+        browser = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                   "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                   "--disable-sync", f"--user-data-dir={root / f'chromium-{name}'}",
+                   "--window-size=1440,900", "--virtual-time-budget=20000"]
+        subprocess.run([*browser, f"--screenshot={target}", f"{server.url}{path}"],
                        check=True, timeout=120, capture_output=True)
         assert target.stat().st_size > 20_000  # a rendered page, not a blank one
+        dom = subprocess.run([*browser, "--dump-dom", f"{server.url}{path}"], check=True,
+                             timeout=120, capture_output=True, text=True).stdout
+        missing = [text for text in expected if text not in dom]
+        assert not missing, (path, missing)  # the page shows the assets, not an error
