@@ -88,14 +88,14 @@ def iter_line_batches(path: Path, max_record_bytes: int, exact: bool = False,
 def _arrow_batches(path: Path, max_record_bytes: int, batch_bytes: int) -> Iterator[LineBatch]:
     next_line = 1
     with open_binary(path) as handle:
-        for chunk in _whole_line_chunks(handle, batch_bytes):
+        for chunk in whole_line_chunks(handle, batch_bytes):
             raw = _split_lines(chunk)
             line_no = pa.array(np.arange(next_line, next_line + len(raw), dtype=np.int64))
             next_line += len(raw)
             yield _split_valid(line_no, raw, max_record_bytes)
 
 
-def _whole_line_chunks(handle, size: int) -> Iterator[bytes]:
+def whole_line_chunks(handle, size: int) -> Iterator[bytes]:
     """Blocks of about `size` bytes that end at a line end (the last one maybe not)."""
     carry = b""
     while block := handle.read(size):

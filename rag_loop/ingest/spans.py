@@ -23,7 +23,13 @@ from typing import Any
 import pyarrow as pa
 
 from rag_loop.ingest.parallel import ordered_map
-from rag_loop.ingest.reader import Rejected, open_binary, oversized_reason, preview
+from rag_loop.ingest.reader import (
+    Rejected,
+    open_binary,
+    oversized_reason,
+    preview,
+    whole_line_chunks,
+)
 
 # a line is an export batch: 512 spans by the SDK's default, 8,192 by a Collector's batcher
 DEFAULT_MAX_LINE_BYTES = 256 << 20
@@ -233,16 +239,9 @@ def _numbered_blocks(path: Path, block_bytes: int) -> Iterator[tuple[int, bytes]
     """(number of its first line, block of whole lines) over the file."""
     first = 1
     with open_binary(path) as handle:
-        carry = b""
-        while chunk := handle.read(block_bytes):
-            chunk = carry + chunk
-            cut = chunk.rfind(b"\n") + 1
-            carry = chunk[cut:]
-            if cut:
-                yield first, chunk[:cut]
-                first += chunk.count(b"\n", 0, cut)
-        if carry:
-            yield first, carry + b"\n"
+        for block in whole_line_chunks(handle, block_bytes):
+            yield first, block
+            first += block.count(b"\n")
 
 
 def parse_block(block: bytes, first_line: int, max_record_bytes: int,
