@@ -29,7 +29,6 @@ from rag_loop.evaluation.regression import (
 )
 from rag_loop.evaluation.report import Gate
 from rag_loop.evaluation.runner import EvalError
-from rag_loop.labels import DDL as LABELS_DDL
 from rag_loop.reports import eval_report
 
 
@@ -155,7 +154,6 @@ AGREEMENT_MIN_N = 30
                    "`rag-loop calibrate` (`judge_calibrations`).")
 def judge_calibration(duckdb: DuckDBResource) -> MaterializeResult:
     with duckdb.get_connection() as con:
-        con.execute(LABELS_DDL)
         comparisons = curator_agreement(con, DEFAULT_THRESHOLDS["Faithfulness"])
     weak = [c for c in comparisons if c["n"] >= AGREEMENT_MIN_N and c["kappa"] is not None
             and c["kappa"] < AGREEMENT_MIN_KAPPA]

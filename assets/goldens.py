@@ -21,9 +21,14 @@ from assets.ingestion import directory_fingerprint
 from assets.intents import curation_queue
 from assets.resources import RagLoopPaths
 from rag_loop import plots
-from rag_loop.goldens import build_goldens, publish_release, refresh_release_tables
+from rag_loop.goldens import (
+    build_goldens,
+    publish_release,
+    redaction_quality,
+    refresh_release_tables,
+)
 from rag_loop.labels import label_files, label_summary, store_label_files
-from rag_loop.redaction import KINDS, Redactor, false_positives, planted_recall
+from rag_loop.redaction import KINDS, Redactor
 from rag_loop.reports import release_report
 
 
@@ -73,17 +78,14 @@ def golden_release(context: AssetExecutionContext, config: ReleaseConfig, duckdb
     redactor = Redactor(config.redact, config.keep_email_domains)
     with duckdb.get_connection() as con:
         goldens = build_goldens(con, redactor)
-        knowledge = [t for (t,) in con.execute("SELECT text FROM document_chunks").fetchall()]
+        quality = redaction_quality(con, redactor)
     notes, released_by = redactor.redact(config.notes), redactor.redact(config.released_by)
     result = publish_release(Path(paths.goldens_dir), goldens, notes or "", released_by or "",
                              redactor.summary())
     context.log.info(result.message)
     metadata = {"message": result.message, "released": result.version is not None,
                 "version": result.version or result.parent or "none", "goldens": len(goldens),
-                **{f"redacted_{k}": v for k, v in redactor.summary().items()},
-                **{f"redaction_recall_{k}": v for k, v in planted_recall(redactor).items()},
-                **{f"redaction_kb_false_positives_{k}": v
-                   for k, v in false_positives(redactor, knowledge).items()}}
+                **{f"redacted_{k}": v for k, v in redactor.summary().items()}, **quality}
     if result.version:
         metadata.update(result.diff.counts())
         metadata["manifest"] = MetadataValue.json(result.manifest)

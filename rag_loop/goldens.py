@@ -26,7 +26,7 @@ from typing import Any
 
 import duckdb
 
-from rag_loop.redaction import Redactor
+from rag_loop.redaction import Redactor, false_positives, planted_recall
 from rag_loop.storage import retrieval_contexts
 
 VERSION_PATTERN = re.compile(r"^v(\d{4,})$")
@@ -34,6 +34,15 @@ STAGING_PREFIX, CHANGELOG_PREFIX = ".tmp-", ".CHANGELOG."
 STALE_STAGING = timedelta(hours=1)
 # releases are published artifacts: readable by an evaluator running as another user
 PUBLISHED_DIR_MODE, PUBLISHED_FILE_MODE = 0o755, 0o644
+
+
+def redaction_quality(con: duckdb.DuckDBPyConnection, redactor: Redactor) -> dict[str, float]:
+    """How well `redactor` works, for the release metadata: recall on the planted set per
+    kind, and what it would remove from the knowledge base (likely false positives)."""
+    knowledge = [t for (t,) in con.execute("SELECT text FROM document_chunks").fetchall()]
+    return {**{f"redaction_recall_{k}": v for k, v in planted_recall(redactor).items()},
+            **{f"redaction_kb_false_positives_{k}": v
+               for k, v in false_positives(redactor, knowledge).items()}}
 
 
 def golden_id(trace_id: str) -> str:

@@ -34,6 +34,7 @@ from rag_loop.evaluation.judges import (
     build_metrics,
     judge_description,
 )
+from rag_loop.labels import DDL as LABELS_DDL
 
 LABEL_KEYS = ("label_faithful", "label", "human_label")
 _TRUE = {"true", "1", "yes", "faithful", "supported", "attributable"}
@@ -276,6 +277,7 @@ def curator_agreement(con: duckdb.DuckDBPyConnection,
     failure_type against the queue's suggestion, and "the answer was generated wrong"
     (failure_type generation) against the judge's verdict (score < threshold) where the
     curator saw a judge score. Stored in `judge_agreement`."""
+    con.execute(LABELS_DDL)  # no label file read yet: no labels, n = 0
     labels = con.execute("""SELECT failure_type, suggested_failure_type, judge_score
                             FROM current_labels WHERE decision = 'accept'""").df()
     comparisons = []
