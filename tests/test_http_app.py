@@ -31,9 +31,10 @@ def test_field_mapping_reads_nested_replies(service):
     app = HttpRagApp(service.url + "/nested", fields=HttpFields(
         query="q", attributes=None, answer="data.output.text", retrieval_context="data.sources",
         context_text="content"))
-    assert app("hi") == {"answer": "nested", "retrieval_context": [{"chunk_id": None, "text": "s"}],
-                         "latency_ms": pytest.approx(app("hi")["latency_ms"], abs=1e4)}
-    assert service.requests[0]["body"] == {"q": "hi"}
+    reply = app("hi")
+    assert reply.pop("latency_ms") > 0
+    assert reply == {"answer": "nested", "retrieval_context": [{"chunk_id": None, "text": "s"}]}
+    assert service.requests == [{"path": "/nested", "auth": None, "body": {"q": "hi"}}]
 
 
 @pytest.mark.parametrize("path, message", [
