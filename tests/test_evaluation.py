@@ -5,7 +5,6 @@ import shutil
 from pathlib import Path
 
 import duckdb
-import numpy as np
 import pandas as pd
 import pytest
 from deepeval.test_case import LLMTestCase

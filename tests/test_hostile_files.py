@@ -3,7 +3,6 @@
 import os
 
 import duckdb
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -4,7 +4,6 @@ give every line of a hostile file the same verdict, and every line gets exactly 
 import json
 
 import duckdb
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
