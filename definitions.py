@@ -20,10 +20,10 @@ from assets.intents import curation_queue, intent_clusters, query_embeddings
 from assets.jobs import (ingest_job, label_job, rag_loop_job, regression_eval_job,
                          release_goldens)
 from assets.resources import build_resources
-from assets.selection import failure_candidates, quality_estimates, trace_signals
+from assets.selection import failure_candidates, quality_estimates, trace_novelty, trace_signals
 
 defs = Definitions(
-    assets=[knowledge_base, raw_traces, trace_signals, failure_candidates, quality_estimates,
+    assets=[knowledge_base, raw_traces, trace_signals, trace_novelty, failure_candidates, quality_estimates,
             query_embeddings, intent_clusters, curation_queue, curated_labels, golden_release,
             golden_releases, regression_eval, judge_calibration, *DRIFT_ASSETS],
     asset_checks=[raw_traces_quarantine_rate],

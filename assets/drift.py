@@ -28,7 +28,7 @@ from pydantic import Field
 from assets.ingestion import knowledge_base, raw_traces
 from assets.intents import intent_clusters
 from assets.resources import DUCKDB_WRITER, EmbedderResource
-from assets.selection import quality_estimates, trace_signals
+from assets.selection import quality_estimates, trace_novelty, trace_signals
 from rag_loop import plots
 from rag_loop.drift import Limit, Verdict
 from rag_loop.drift_days import (
@@ -124,19 +124,23 @@ class QueryMixConfig(Config):
     divergence_warn: float = Field(_MIX.divergence.warn, description="Jensen-Shannon divergence of "
                                                                      "the worst mix dimension.")
     divergence_error: float = _MIX.divergence.error
-    novel_share_warn: float = _MIX.novel_share.warn
+    novel_share_warn: float = Field(_MIX.novel_share.warn,
+                                    description="Share of the day's queries of intents new that "
+                                                "day (trace_novelty).")
     novel_share_error: float = _MIX.novel_share.error
     min_sample: int = Field(_MIX.divergence.min_sample, description="Fewer queries: no alert.")
 
 
-@asset(**_common, deps=[raw_traces, trace_signals, intent_clusters],
+@asset(**_common, deps=[raw_traces, trace_signals, trace_novelty, intent_clusters],
        check_specs=_specs("query_mix", {
            "query_mix_divergence": "Baseline: JS divergence of language / query_type / tenant / "
                                    "length mix against the trailing window.",
-           "query_mix_novel_share": "SLO: share of queries in no known intent cluster."}),
+           "query_mix_novel_share": "SLO: share of the day's queries of intents new that day "
+                                    "(trace_novelty: none in the trailing window)."}),
        description="Per day: the mix over language, query_type, tenant, length bucket and intent "
-                   "cluster (new traffic placed in the existing clusters), novel share, JS and PSI "
-                   "against the baseline window and the top movers.")
+                   "cluster (the day's traffic placed in the clusters first seen before it), the "
+                   "share of queries of new intents, JS and PSI against the baseline window and "
+                   "the top movers.")
 def query_mix(context: AssetExecutionContext, config: QueryMixConfig, duckdb: DuckDBResource,
               embedder: EmbedderResource) -> MaterializeResult:
     settings = QueryMixSettings(config.baseline_days, config.intent_sample,

@@ -1,11 +1,12 @@
 """Stage 2: bad signals on every trace, sampling streams, and honest quality estimates."""
 
 
-from dagster import Config, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataValue, asset
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
 from assets.ingestion import knowledge_base, raw_traces
+from assets.resources import EmbedderResource
 from rag_loop import plots
 from rag_loop.estimates import (
     DEFAULT_SLICES,
@@ -13,12 +14,14 @@ from rag_loop.estimates import (
     parse_slices,
     pooled_rates,
 )
+from rag_loop.novelty import NoveltySettings, detect_novelty
 from rag_loop.sampling import SamplingPolicy, select_candidates, selection_summary
 from rag_loop.signals import SIGNALS, SignalSettings, compute_signals, signal_counts
 from rag_loop.storage import replace_table
 
 _SIGNAL_DEFAULTS = SignalSettings()
 _POLICY_DEFAULTS = SamplingPolicy()
+_NOVELTY_DEFAULTS = NoveltySettings()
 
 
 class SignalConfig(Config):
@@ -53,6 +56,39 @@ def trace_signals(config: SignalConfig, duckdb: DuckDBResource) -> MaterializeRe
         "preview": MetadataValue.md(preview.to_markdown(index=False))})
 
 
+class NoveltyConfig(Config):
+    window_days: int = Field(_NOVELTY_DEFAULTS.window_days,
+                             description="Earlier days a day's queries are compared with.")
+    min_history_days: int = Field(_NOVELTY_DEFAULTS.min_history_days,
+                                  description="Days with fewer earlier days are not judged.")
+    daily_sample: int = Field(_NOVELTY_DEFAULTS.daily_sample,
+                              description="Queries per day and language clustered.")
+    new_cluster_share: float = Field(_NOVELTY_DEFAULTS.new_cluster_share,
+                                     description="A cluster with this share of its members from "
+                                                 "the judged day is a new intent.")
+    rate: float = Field(_NOVELTY_DEFAULTS.rate, description="Novelty stream rate of a novel query.")
+
+
+@asset(group_name="selection", deps=[raw_traces],
+       description="Per day and sampled query: is it of an intent the trailing window did not "
+                   "have (clustered with it; earlier days only)? The novelty stream's input.")
+def trace_novelty(context: AssetExecutionContext, config: NoveltyConfig, duckdb: DuckDBResource,
+                  embedder: EmbedderResource) -> MaterializeResult:
+    with duckdb.get_connection() as con:
+        figures = detect_novelty(con, embedder.router(), NoveltySettings(**config.model_dump()),
+                                 log=context.log.info)
+        preview = con.sql("SELECT n.day, n.language, n.cluster_size, t.original_query FROM "
+                          "trace_novelty n JOIN raw_traces t USING (trace_id) WHERE n.novel "
+                          "ORDER BY n.day DESC, n.cluster_size DESC, n.trace_id LIMIT 15").df()
+    return MaterializeResult(metadata={
+        "dagster/row_count": figures["judged"], "novel": figures["novel"],
+        "sampled": figures["sampled"],
+        "days_judged": figures["days_judged"],
+        "days_without_history": ", ".join(figures["days_without_history"]) or "none",
+        "novel_per_day": MetadataValue.json(figures["novel_per_day"]),
+        "preview": MetadataValue.md(preview.to_markdown(index=False))})
+
+
 class SamplingConfig(Config):
     salt: str = Field(_POLICY_DEFAULTS.salt, description="Change it to draw a new sample.")
     random_rate: float = Field(_POLICY_DEFAULTS.random_rate,
@@ -75,7 +111,7 @@ class SamplingConfig(Config):
         return SamplingPolicy(**values)
 
 
-@asset(group_name="selection", deps=[trace_signals],
+@asset(group_name="selection", deps=[trace_signals, trace_novelty],
        description="Traces chosen for judging and curation: streams, inclusion probability π, "
                    "curation priority (P0 high-risk, P1 thumbs-down plus, P2 novel, P3 random).")
 def failure_candidates(config: SamplingConfig, duckdb: DuckDBResource) -> MaterializeResult:

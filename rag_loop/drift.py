@@ -227,7 +227,7 @@ def length_bucket(words: int) -> str:
 def mix_counts(con: duckdb.DuckDBPyConnection, day: date, window: int,
                intents: pd.DataFrame | None = None) -> pd.DataFrame:
     """Counts per day, dimension and value over the day and its baseline window: language,
-    query_type, tenant, length bucket, plus intent cluster (and "novel") when `intents`
+    query_type, tenant, length bucket, plus intent cluster (and "(unplaced)") when `intents`
     (trace_id, cluster_id or None) is given for a sample of the traffic."""
     start, _ = baseline_days(day, window)
     traces = con.execute("""
@@ -241,7 +241,7 @@ def mix_counts(con: duckdb.DuckDBPyConnection, day: date, window: int,
              .assign(dimension=d) for d in ("language", "query_type", "tenant", "length")]
     if intents is not None and len(intents):
         sampled = traces.merge(intents, on="trace_id")
-        sampled["value"] = sampled["cluster_id"].fillna("(novel)")
+        sampled["value"] = sampled["cluster_id"].fillna("(unplaced)")
         parts.append(sampled.groupby(["day", "value"]).size().rename("n").reset_index()
                      .assign(dimension="intent"))
     counts = pd.concat(parts, ignore_index=True)
@@ -258,7 +258,6 @@ def mix_divergence(counts: pd.DataFrame, day: date, top_k: int = 5) -> pd.DataFr
         rows.append({"dimension": dimension, "n": int(sum(now.values())), "baseline_n": int(sum(base.values())),
                      "js_divergence": js_divergence(now, base) if base else np.nan,
                      "psi": psi(now, base) if base else np.nan,
-                     "novel_share": now.get("(novel)", 0) / max(sum(now.values()), 1) if dimension == "intent" else np.nan,
                      "top_movers": top_movers(now, base, top_k) if base else []})
     return pd.DataFrame(rows)
 
@@ -280,20 +279,23 @@ def quality_figures(con: duckdb.DuckDBPyConnection, day: date, window: int,
 
 def assign_intents(con: duckdb.DuckDBPyConnection, router, day: date, sample: int,
                    log=lambda _: None) -> pd.DataFrame:
-    """Place a deterministic sample (≤ `sample`) of the day's queries in the existing intent
-    clusters, per language, without reclustering; unplaced queries are novel (cluster None)."""
+    """Place a deterministic sample (≤ `sample`) of the day's queries in the intent clusters
+    known before the day (first seen earlier: no look-ahead), per language, without
+    reclustering; unplaced queries get cluster None."""
     from rag_loop.clustering import NOISE, assign_to_clusters
     traces = con.execute("""
         SELECT trace_id, coalesce(language, 'und') AS language, original_query
         FROM raw_traces WHERE CAST(timezone('UTC', "timestamp") AS DATE) = ?
         ORDER BY md5(trace_id) LIMIT ?""", [day, sample]).df()
     clusters = con.execute("SELECT cluster_id, language, centroid, radius FROM intent_clusters "
-                           "WHERE NOT is_singleton").df()
+                           "WHERE NOT is_singleton AND CAST(timezone('UTC', first_seen) AS DATE) < ?",
+                           [day]).df()
     parts = []
     for language, group in traces.groupby("language"):
         _, vectors = router.embed(con, group["original_query"].tolist(), language, log=log)
         known = clusters[clusters["language"] == language]
-        centroids = np.array(known["centroid"].tolist(), dtype=np.float32).reshape(len(known), -1)
+        centroids = np.array(known["centroid"].tolist(), dtype=np.float32).reshape(
+            len(known), -1 if len(known) else vectors.shape[1])
         if len(known) and centroids.shape[1] != vectors.shape[1]:
             known, centroids = known.iloc[:0], np.zeros((0, vectors.shape[1]), np.float32)
         labels, similarity = assign_to_clusters(vectors, centroids, known["radius"].to_numpy())

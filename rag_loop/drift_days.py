@@ -29,7 +29,6 @@ from rag_loop.storage import has_table
 Log = Callable[[str], None]
 DDL = {
     "traffic_intents": "trace_id VARCHAR, language VARCHAR, cluster_id VARCHAR, similarity DOUBLE",
-    "trace_novelty": "trace_id VARCHAR, rate DOUBLE",
     "query_mix_counts": "dimension VARCHAR, value VARCHAR, n BIGINT",
     "query_mix": "dimension VARCHAR, n BIGINT, baseline_n BIGINT, js_divergence DOUBLE, psi DOUBLE, "
                  "novel_share DOUBLE, top_movers JSON",
@@ -69,28 +68,31 @@ class QueryMixSettings:
     baseline_days: int = 7
     intent_sample: int = 5000  # queries of the day placed in intent clusters
     divergence: Limit = Limit(warn=0.05, error=0.10, min_sample=100)  # JS, per dimension
-    novel_share: Limit = Limit(warn=0.25, error=0.40, min_sample=100)
+    novel_share: Limit = Limit(warn=0.05, error=0.15, min_sample=100)  # queries of new intents
     alert_dimensions: tuple[str, ...] = ("language", "query_type", "tenant", "length")
 
 
 def query_mix_day(con: duckdb.DuckDBPyConnection, day: date, router, settings: QueryMixSettings,
                   log: Log = lambda _: None) -> list[Verdict]:
-    """Store the day's mix and divergences; verdicts: novel share (SLO), divergence (baseline).
+    """Store the day's mix and divergences; verdicts: divergence (baseline) and the share of
+    queries of intents new that day (SLO).
 
-    The day's novel queries (in no known cluster) are written to `trace_novelty`, which the
-    sampling stage's novelty stream reads.
+    The intent dimension places the day's traffic in the clusters first seen before the day
+    (no look-ahead); its novel share is `trace_novelty`'s, the same judgement the selection
+    stage's novelty stream draws on.
     """
     intents = assign_intents(con, router, day, settings.intent_sample, log) \
         if has_table(con, "intent_clusters") else None
     if intents is not None:
         _replace_day(con, "traffic_intents", day, intents)
-        novel = intents[intents["cluster_id"].isna()]
-        _replace_day(con, "trace_novelty", day, pd.DataFrame({"trace_id": novel["trace_id"], "rate": 1.0}))
         intents = con.execute("SELECT trace_id, cluster_id FROM traffic_intents WHERE day BETWEEN "
                               "? - INTERVAL (?) DAY AND ?", [day, settings.baseline_days, day]).df()
     counts = mix_counts(con, day, settings.baseline_days, intents)
     _replace_day(con, "query_mix_counts", day, counts[counts["day"] == day].drop(columns="day"))
     divergence = mix_divergence(counts, day)
+    novel_share, judged = _novel_share(con, day)
+    divergence["novel_share"] = np.where(divergence["dimension"] == "intent",
+                                         np.nan if novel_share is None else novel_share, np.nan)
     stored = divergence.assign(top_movers=divergence["top_movers"].map(json.dumps))
     _replace_day(con, "query_mix", day, stored)
     alerting = divergence[divergence["dimension"].isin(settings.alert_dimensions)]
@@ -103,11 +105,17 @@ def query_mix_day(con: duckdb.DuckDBPyConnection, day: date, router, settings: Q
                               psi=round(float(row["psi"]), 4), movers=row["top_movers"][:3]))
     else:
         verdicts.append(judge("query_mix_divergence", None, 0, settings.divergence))
-    intent = divergence[divergence["dimension"] == "intent"]
-    novel = float(intent["novel_share"].iloc[0]) if len(intent) else None
-    verdicts.append(judge("query_mix_novel_share", novel, int(intent["n"].iloc[0]) if len(intent) else 0,
-                          settings.novel_share))
+    verdicts.append(judge("query_mix_novel_share", novel_share, judged, settings.novel_share))
     return verdicts
+
+
+def _novel_share(con: duckdb.DuckDBPyConnection, day: date) -> tuple[float | None, int]:
+    """Share of the day's judged queries that are of a new intent, and how many were judged."""
+    if not has_table(con, "trace_novelty"):
+        return None, 0
+    share, judged = con.execute("SELECT avg(novel::INT), count(*) FROM trace_novelty WHERE day = ?",
+                                [day]).fetchall()[0]
+    return share, judged
 
 
 @dataclass(frozen=True)

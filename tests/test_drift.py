@@ -77,7 +77,7 @@ EVENT_DAYS = {  # data/demo/EVENTS.md, check by check
     "quality_vs_baseline": {"11-04", "11-06", "11-07", "11-08", "11-11", "11-12", "11-13"},
     "freshness_within_slo": {"11-11"}, "stale_retrieval_rate": {"11-11"},
     "stale_retrieval_vs_baseline": {"11-11"},
-    "query_mix_divergence": {"11-12", "11-13"}, "query_mix_novel_share": set(),
+    "query_mix_divergence": {"11-12", "11-13"}, "query_mix_novel_share": {"11-12"},
     "retrieval_empty_rate": set(),
 }
 QUIET_DAYS = {"11-01", "11-02", "11-03", "11-05", "11-14"}
@@ -130,8 +130,10 @@ def test_first_day_has_no_baseline_and_a_rerun_of_a_day_is_idempotent(drift_days
         verdicts = retrieval_day(con, date(2026, 11, 1), RetrievalSettings())
         assert con.execute("SELECT count(*) FROM retrieval_scores").fetchall() == before
         assert not any(v.fired for v in verdicts)
-        novel = con.execute("SELECT count(*) FROM trace_novelty").fetchall()[0][0]
-        assert novel > 0  # the sampling stage's novelty stream now has input
+        look_ahead = con.execute("""
+            SELECT count(*) FROM traffic_intents t JOIN intent_clusters c USING (cluster_id)
+            WHERE CAST(timezone('UTC', c.first_seen) AS DATE) >= t.day""").fetchall()[0][0]
+        assert look_ahead == 0  # a day's traffic is placed only in clusters known before it
 
 
 def test_schedule_requests_yesterdays_partition():
