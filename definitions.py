@@ -3,7 +3,7 @@
 from dagster import Definitions, in_process_executor
 
 from assets.drift import DRIFT_ASSETS, drift_job, drift_schedule
-from assets.evaluation import judge_calibration, regression_eval
+from assets.evaluation import judge_calibration, judge_calibrations, regression_eval
 from assets.goldens import (
     curated_labels,
     golden_release,
@@ -25,7 +25,7 @@ from assets.selection import failure_candidates, quality_estimates, trace_novelt
 defs = Definitions(
     assets=[knowledge_base, raw_traces, trace_signals, trace_novelty, failure_candidates, quality_estimates,
             query_embeddings, intent_clusters, curation_queue, curated_labels, golden_release,
-            golden_releases, regression_eval, judge_calibration, *DRIFT_ASSETS],
+            golden_releases, regression_eval, judge_calibration, judge_calibrations, *DRIFT_ASSETS],
     asset_checks=[raw_traces_quarantine_rate],
     jobs=[ingest_job, rag_loop_job, label_job, release_goldens, regression_eval_job, drift_job],
     schedules=[drift_schedule],

@@ -25,9 +25,8 @@ from dagster import (
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
-from assets.ingestion import knowledge_base, raw_traces
-from assets.intents import intent_clusters
 from assets.resources import DUCKDB_WRITER, EmbedderResource
+from assets.tables import stage_asset
 from assets.selection import quality_estimates, trace_novelty, trace_signals
 from rag_loop import plots
 from rag_loop.drift import Limit, Verdict
@@ -131,7 +130,10 @@ class QueryMixConfig(Config):
     min_sample: int = Field(_MIX.divergence.min_sample, description="Fewer queries: no alert.")
 
 
-@asset(**_common, deps=[raw_traces, trace_signals, trace_novelty, intent_clusters],
+@stage_asset(**_common, deps=["raw_traces", trace_signals, trace_novelty, "intent_clusters"],
+             parts={"query_mix_counts": "Per day, dimension and value: query counts",
+                    "traffic_intents": "Per day: the sampled queries and the intent cluster each "
+                                       "was placed in (clusters first seen before the day)"},
        check_specs=_specs("query_mix", {
            "query_mix_divergence": "Baseline: JS divergence of language / query_type / tenant / "
                                    "length mix against the trailing window.",
@@ -165,7 +167,10 @@ class FreshnessConfig(Config):
     min_sample: int = _FRESH.stale_rate.min_sample
 
 
-@asset(**_common, deps=[knowledge_base, trace_signals],
+@stage_asset(**_common, deps=["documents", "trace_chunks", trace_signals],
+             parts={"freshness_daily": "Per day: lag percentiles, share within the SLO, stale "
+                                       "documents",
+                    "stale_retrieval": "Per day and slice: stale retrieval rate vs baseline"},
        check_specs=_specs("freshness_lag", {
            "freshness_within_slo": "SLO: share of the day's source updates indexed within the window.",
            "stale_retrieval_rate": "SLO: share of traces that used an outdated document version.",

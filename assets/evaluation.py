@@ -11,14 +11,15 @@ from dagster import (
     Config,
     Failure,
     MaterializeResult,
+    AssetSpec,
     MetadataValue,
-    asset,
 )
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
-from assets.goldens import curated_labels, golden_releases
+from assets.goldens import golden_releases
 from assets.resources import JudgeResource, RagAppResource, RagLoopPaths
+from assets.tables import stage_asset
 from rag_loop import plots
 from rag_loop.evaluation.calibration import curator_agreement
 from rag_loop.evaluation.regression import (
@@ -67,7 +68,12 @@ class EvalConfig(Config):
                             self.max_error_rate)
 
 
-@asset(group_name="evaluation", deps=[golden_releases],
+@stage_asset(group_name="evaluation", deps=["golden_releases", "judge_calibrations"],
+       parts={"eval_runs": "One row per eval run: release, target, judge, calibration, verdict",
+              "eval_results": "Score per case × metric of each run",
+              "eval_summary": "Per run, metric and slice: mean, median, pass rate, p10, deltas",
+              "eval_flips": "Cases that flipped from pass to fail against the baseline run",
+              "judge_cache": "Validated judge replies by prompt hash (a rerun pays nothing)"},
        check_specs=[AssetCheckSpec("hard_gates", asset="regression_eval", blocking=True,
                                    description="Blocking gates (ERROR)."),
                     AssetCheckSpec("monitoring_gates", asset="regression_eval",
@@ -140,11 +146,17 @@ def _key(metric: str) -> str:
 
 
 
+judge_calibrations = AssetSpec(
+    "judge_calibrations", group_name="evaluation", kinds={"duckdb"},
+    description="The judge against human labels, one row per `rag-loop calibrate FILE` run "
+                "(written by the CLI, outside Dagster); each eval run records the latest.")
+
 AGREEMENT_MIN_KAPPA = 0.6  # seed 004 §15: below this, the instrument needs recalibration
 AGREEMENT_MIN_N = 30
 
 
-@asset(group_name="evaluation", deps=[curated_labels],
+@stage_asset(group_name="evaluation", deps=["current_labels", "judge_calibrations"],
+             parts={"judge_agreement": "Curators against the suggestion and judge they saw"},
        check_specs=[AssetCheckSpec("curator_agreement", asset="judge_calibration",
                                    description=f"WARN when a comparison with n >= {AGREEMENT_MIN_N} "
                                                f"has Cohen's kappa < {AGREEMENT_MIN_KAPPA}.")],

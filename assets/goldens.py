@@ -20,6 +20,7 @@ from pydantic import Field
 from assets.ingestion import directory_fingerprint
 from assets.intents import curation_queue
 from assets.resources import RagLoopPaths
+from assets.tables import stage_asset
 from rag_loop import plots
 from rag_loop.goldens import (
     build_goldens,
@@ -32,7 +33,11 @@ from rag_loop.redaction import KINDS, Redactor
 from rag_loop.reports import release_report
 
 
-@asset(group_name="curation", deps=[curation_queue],
+@stage_asset(group_name="curation", deps=[curation_queue],
+             parts={"label_errors": "Every invalid label row with its file, line and errors",
+                    "label_files": "Label files read, by content hash (an edited file replaces "
+                                   "its rows)",
+                    "current_labels": "View: the latest label per trace"},
        description="Curator labels from data/curation/labels/ (JSONL or CSV), validated row by "
                    "row: valid rows in `curated_labels` (a relabel supersedes, both kept; "
                    "`current_labels` is the latest per trace), invalid rows in `label_errors`.")
@@ -69,7 +74,7 @@ class ReleaseConfig(Config):
         ["company.example"], description="Organisation addresses that are content, not personal data.")
 
 
-@asset(group_name="goldens", deps=[curated_labels],
+@asset(group_name="goldens", deps=["current_labels"],
        description="Makes the next golden release data/goldens/vNNNN/ (goldens.json in DeepEval "
                    "format, manifest.json, CHANGES.md) from the accepted labels, unless nothing "
                    "changed since the newest release.")
@@ -99,9 +104,10 @@ def golden_release(context: AssetExecutionContext, config: ReleaseConfig, duckdb
     return MaterializeResult(metadata=metadata)
 
 
-@asset(group_name="goldens", deps=[golden_release],
-       description="Every golden release with its counts (`golden_releases`), and lineage "
-                   "release → golden → label → traces → cluster (`golden_lineage`).")
+@stage_asset(group_name="goldens", deps=[golden_release],
+             description="Every golden release with its counts (`golden_releases`), and "
+                         "lineage release → golden → label → traces → cluster (`golden_lineage`).",
+             parts={"golden_lineage": "Release → golden → label → traces → cluster"})
 def golden_releases(duckdb: DuckDBResource, paths: RagLoopPaths) -> MaterializeResult:
     with duckdb.get_connection() as con:
         count = refresh_release_tables(con, Path(paths.goldens_dir))

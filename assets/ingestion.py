@@ -23,6 +23,7 @@ import pandas as pd
 from pydantic import Field
 
 from assets.resources import RagLoopPaths
+from assets.tables import stage_asset
 from rag_loop.ingest.assembly import DEFAULT_GRACE
 from rag_loop.ingest.pipeline import (
     DEFAULT_MAX_RECORD_BYTES,
@@ -37,7 +38,9 @@ from rag_loop.storage import create_tables
 QUARANTINE_WARN_RATE = 0.01
 QUARANTINE_ERROR_RATE = 0.10
 
-@asset(group_name="ingestion", description="Versioned knowledge-base documents and chunks.")
+@stage_asset(group_name="ingestion", description="Versioned knowledge-base documents and chunks.",
+             parts={"documents": "One row per document version: source updated / indexed times",
+                    "document_chunks": "Chunk text of each document version"})
 def knowledge_base(context: AssetExecutionContext, duckdb: DuckDBResource,
                    paths: RagLoopPaths) -> MaterializeResult:
     if not paths.knowledge_dir:
@@ -62,9 +65,19 @@ class IngestConfig(Config):
         description="An OTLP trace whose root span has not arrived is assembled anyway this long "
                     "after its newest span ended.")
 
-@asset(group_name="ingestion", deps=[knowledge_base],
-       description="Production traces (native JSONL, OTLP JSON, gzip) with chunks, spans, "
-                   "feedback; bad records in `quarantine`. Incremental by file.")
+@stage_asset(
+    group_name="ingestion",
+    description="Production traces (native JSONL, OTLP JSON, gzip) with chunks, spans, feedback; "
+                "bad records in `quarantine`. Incremental by file.",
+    parts={"trace_chunks": "Retrieved chunks per trace: rank, scores, selected for the context",
+           "trace_spans": "Spans of each trace (OTLP) or its recorded steps",
+           "trace_feedback": "User feedback per trace: rating, category, comment",
+           "quarantine": "Every record refused, with file, line and reason",
+           "trace_duplicates": "Every record delivered again, stored once",
+           "ingested_files": "Files read: size, mtime, counts (incremental ingestion)",
+           "otlp_spans": "Every OTLP span received, keyed by trace and span id",
+           "otlp_traces": "What became of each OTLP trace id: ingested, duplicate, quarantined, "
+                          "not_a_request, waiting"})
 def raw_traces(context: AssetExecutionContext, config: IngestConfig, duckdb: DuckDBResource,
                paths: RagLoopPaths) -> MaterializeResult:
     with duckdb.get_connection() as con:
@@ -109,7 +122,7 @@ def _files_table(report: IngestReport) -> str:
     return pd.DataFrame(rows).to_markdown(index=False) if rows else "no new files"
 
 
-@asset_check(asset=raw_traces, description="Share of quarantined records: WARN above 1 %, "
+@asset_check(asset="raw_traces", description="Share of quarantined records: WARN above 1 %, "
                                            "ERROR above 10 %.")
 def raw_traces_quarantine_rate(duckdb: DuckDBResource) -> AssetCheckResult:
     with duckdb.get_connection() as con:

@@ -14,6 +14,7 @@ from pydantic import Field
 
 from assets.resources import EmbedderResource, RagLoopPaths
 from assets.selection import failure_candidates
+from assets.tables import stage_asset
 from rag_loop import plots
 from rag_loop.clustering import ClusterSettings
 from rag_loop.curation import QueueSettings
@@ -23,9 +24,12 @@ _CLUSTER_DEFAULTS = ClusterSettings()
 _QUEUE_DEFAULTS = QueueSettings()
 
 
-@asset(group_name="intents", deps=[failure_candidates],
-       description="Embedding keys of the candidates' queries (vectors in `embedding_cache`, "
-                   "keyed by model and text hash: a rerun embeds nothing twice).")
+@stage_asset(group_name="intents", deps=[failure_candidates],
+             description="Embedding keys of the candidates' queries (vectors in "
+                         "`embedding_cache`, keyed by model and text hash: a rerun embeds "
+                         "nothing twice).",
+             parts={"embedding_cache": "Vectors by model and text hash; every embedding step "
+                                       "(trace_novelty, query_mix, curation_queue) fills it"})
 def query_embeddings(context: AssetExecutionContext, duckdb: DuckDBResource,
                      embedder: EmbedderResource) -> MaterializeResult:
     with duckdb.get_connection() as con:
@@ -49,7 +53,8 @@ class ClusterConfig(Config):
                                         "the rest with approximate_predict.")
 
 
-@asset(group_name="intents", deps=[query_embeddings],
+@stage_asset(group_name="intents", deps=["query_embeddings", "embedding_cache"],
+       parts={"trace_clusters": "The intent cluster of each candidate trace"},
        description="Intent clusters per language (HDBSCAN on PCA-reduced embeddings, close "
                    "clusters merged) with size, weight (Σ 1/π), medoid, c-TF-IDF label, signal "
                    "and failure mix, first/last seen, new since the previous run; noise queries "
@@ -81,7 +86,7 @@ class QueueConfig(Config):
                                                  "golden's input is covered, not queued.")
 
 
-@asset(group_name="intents", deps=[intent_clusters],
+@asset(group_name="intents", deps=["intent_clusters", "trace_clusters"],
        description="Representatives to label, sorted by priority then cluster weight, with "
                    "suggested failure_type and origin; exported to "
                    "data/curation/queue/<batch>.jsonl and .csv.")

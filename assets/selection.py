@@ -5,7 +5,6 @@ from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataVa
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
-from assets.ingestion import knowledge_base, raw_traces
 from assets.resources import EmbedderResource
 from rag_loop import plots
 from rag_loop.estimates import (
@@ -34,7 +33,7 @@ class SignalConfig(Config):
     latency_budget_ms: float = Field(_SIGNAL_DEFAULTS.latency_budget_ms)
 
 
-@asset(group_name="selection", deps=[raw_traces, knowledge_base],
+@asset(group_name="selection", deps=["raw_traces", "trace_chunks", "trace_feedback", "documents"],
        description="One row per trace: each bad signal as a boolean column, plus the list.")
 def trace_signals(config: SignalConfig, duckdb: DuckDBResource) -> MaterializeResult:
     with duckdb.get_connection() as con:
@@ -69,7 +68,7 @@ class NoveltyConfig(Config):
     rate: float = Field(_NOVELTY_DEFAULTS.rate, description="Novelty stream rate of a novel query.")
 
 
-@asset(group_name="selection", deps=[raw_traces],
+@asset(group_name="selection", deps=["raw_traces"],
        description="Per day and sampled query: is it of an intent the trailing window did not "
                    "have (clustered with it; earlier days only)? The novelty stream's input.")
 def trace_novelty(context: AssetExecutionContext, config: NoveltyConfig, duckdb: DuckDBResource,

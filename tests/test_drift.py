@@ -6,6 +6,7 @@ from datetime import UTC, date, datetime, timedelta
 import duckdb
 import numpy as np
 import pytest
+from conftest import undeclared_tables
 from scipy.spatial.distance import jensenshannon
 from scipy.stats import ks_2samp
 
@@ -158,3 +159,4 @@ def test_drift_assets_materialize_a_partition_with_their_checks(drift_days):
     failed = {c.check_name: c.severity.value for c in result.get_asset_check_evaluations() if not c.passed}
     assert failed["freshness_within_slo"] == "ERROR" and failed["stale_retrieval_rate"] == "ERROR"
     assert "query_mix_divergence" not in failed
+    assert undeclared_tables(database) == set()

@@ -7,6 +7,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 import pytest
+from conftest import undeclared_tables
 from deepeval.test_case import LLMTestCase
 from standin_openai import StandIn
 
@@ -257,6 +258,7 @@ def test_demo_candidate_fails_a_gate_that_the_baseline_passes(demo_release):
     assert report.parent == root / "reports" and "BLOCKED" in page
     assert all(layer in page for layer in ("PRODUCT layer", "QUALITY layer", "PERFORMANCE layer", "CHANGE layer"))
     assert "kb-2026-11-09" in page and page.count("data:image/png;base64,") >= 6
+    assert undeclared_tables(root / "rag.duckdb") == set()
 
 
 def test_evidence_ranks_a_paraphrase_above_an_unrelated_sentence_and_checks_numbers(evidence):
