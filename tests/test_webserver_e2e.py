@@ -142,7 +142,7 @@ def test_the_ui_renders_the_asset_graph_and_a_materialization(dagster_dev):
     ARTIFACTS.mkdir(exist_ok=True)
     pages = (("asset-graph", "/asset-groups", ("ingestion", "selection", "intents", "curation",
                                                "goldens", "evaluation", "drift")),
-             ("raw-traces", "/assets/raw_traces", ("raw_traces", "Production traces", "knowledge_base")),
+             ("raw-traces", "/assets/raw_traces", ("raw_traces", "Production traces", "trace_signals")),
              ("intent-clusters", "/assets/intent_clusters", ("intent_clusters", "query_embeddings")))
     for name, path, expected in pages:
         target = ARTIFACTS / f"{name}.png"

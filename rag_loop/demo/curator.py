@@ -4,7 +4,8 @@
     python -m rag_loop.demo.curator --round 2   # 30 more, relabel two, withdraw one
 
 It walks the queue in order, taking the first row of each (intent, language) so that the
-goldens spread over the intents. It knows each trace's intent (the generator is deterministic), so the expected output is
+goldens spread over the intents. It knows each trace's intent from the generator's ground
+truth (`data/demo/truth.parquet`), so the expected output is
 the fact of the newest document version in the query's language, and the expected source
 is that fact's chunk. Rows whose intent has no document get the escalation answer. It writes
 label files exactly as a curator would: `<labels dir>/demo-curator-round-<n>.jsonl`.
@@ -17,10 +18,11 @@ import json
 from pathlib import Path
 
 from rag_loop.curation import read_queue
-from rag_loop.demo.generate import simulate
+from rag_loop.demo.generate import read_truth
 from rag_loop.demo.intents import INTENTS
 from rag_loop.demo.knowledge import DOCUMENTS
 
+DEMO_DIR = Path(__file__).resolve().parents[2] / "data" / "demo"
 ROUNDS = {1: (0, 40), 2: (40, 70)}
 LABELED_AT = {1: "2026-11-15T10:00:00+00:00", 2: "2026-11-16T10:00:00+00:00"}
 UNDOCUMENTED = {"en": "This error code is not documented yet; escalate the case to payments support.",
@@ -60,12 +62,14 @@ def _one_per_intent(rows: list[dict], intents: dict[str, str]) -> list[dict]:
     return chosen
 
 
-def curate(queue_file: Path, labels_dir: Path, round_number: int) -> Path:
+def curate(queue_file: Path, labels_dir: Path, round_number: int,
+           demo_dir: Path = DEMO_DIR) -> Path:
     """Write one round of labels once (a rerun keeps the file); returns the label file."""
     out = labels_dir / f"demo-curator-round-{round_number}.jsonl"
     if out.exists():
         return out
-    intents = {t["trace_id"]: t["_intent"] for t in simulate(7)}
+    truth = read_truth(demo_dir)
+    intents = dict(zip(truth["trace_id"].to_pylist(), truth["intent"].to_pylist()))
     rows = _one_per_intent(read_queue(queue_file), intents)
     start, end = ROUNDS[round_number]
     labeled_at = LABELED_AT[round_number]

@@ -5,7 +5,9 @@
 Deterministic for a seed. Writes `kb/documents.jsonl`, native traces per day
 (`traces/native/<day>.jsonl.gz`), one tenant's traffic as OTLP JSON (OpenInference on odd
 days, OTel GenAI on even days), a late re-delivery of some traces, a file of malformed
-records, and `EVENTS.md`, the ground truth of what later stages must find.
+records, `EVENTS.md`, the ground truth of what later stages must find, and `truth.parquet`,
+the same truth per trace (stored trace id → intent, outcome, rephrase, planted events), so
+tests and the scripted curator read it instead of running the simulation again.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from rag_loop.demo.intents import INTENTS, Intent, paraphrase
 from rag_loop.demo.knowledge import DOCUMENTS, newest_versions
-from rag_loop.demo.otlp_export import to_otlp_line
+from rag_loop.demo.otlp_export import otlp_trace_id, to_otlp_line
 from rag_loop.demo.rag_app import (
     CONFIGS,
     FALLBACK_ANSWER,
@@ -170,7 +175,7 @@ class TrafficSimulator:
             "feedback": self.feedback(outcome),
             "language": language, "tenant": tenant, "query_type": intent.query_type,
             "risk_level": intent.risk_level,
-            "_outcome": outcome, "_intent": intent.name,
+            "_outcome": outcome, "_intent": intent.name, "_stale": stale,
         }
         return trace
 
@@ -252,7 +257,7 @@ def write_demo(out: Path, seed: int = 7) -> dict[str, int]:
         (traces_dir / sub).mkdir(parents=True, exist_ok=True)
     by_day: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for trace in traces:
-        kind = "otlp" if trace["tenant"] == "initech" else "native"
+        kind = "otlp" if trace["tenant"] == OTLP_TENANT else "native"
         by_day.setdefault((kind, trace["timestamp"][:10]), []).append(trace)
     for (kind, day), day_traces in sorted(by_day.items()):
         if kind == "native":
@@ -262,9 +267,10 @@ def write_demo(out: Path, seed: int = 7) -> dict[str, int]:
             _write_gz(traces_dir / "otlp" / f"{day}.otlp.jsonl.gz",
                       [to_otlp_line(_public(t), convention) for t in day_traces])
     rng = random.Random(seed + 1)
-    native = [t for t in traces if t["tenant"] != "initech"]
+    native = [t for t in traces if t["tenant"] != OTLP_TENANT]
     redelivered = rng.sample(native, 25)
     _write_gz(traces_dir / "native" / "redelivery.jsonl.gz", [_native_line(t) for t in redelivered])
+    pq.write_table(truth_table(traces, {t["trace_id"] for t in redelivered}), out / TRUTH_FILE)
     (traces_dir / "malformed" / "bad-records.jsonl").write_bytes(
         ("\n".join(_MALFORMED) + "\n").encode() + b'{"trace_id": "bad-012", "original_query": "\xff\xfe"}\n')
     (out / "EVENTS.md").write_text(EVENTS_MD.format(
@@ -272,6 +278,58 @@ def write_demo(out: Path, seed: int = 7) -> dict[str, int]:
         start=START.date(), redelivered=len(redelivered), malformed=len(_MALFORMED) + 1),
         encoding="utf-8")
     return {"traces": len(traces), "redelivered": len(redelivered), "malformed": len(_MALFORMED) + 1}
+
+
+TRUTH_FILE = "truth.parquet"
+LEAVE_POLICY_DAY = "2026-11-03"  # event 1: leave-policy 2026 published and indexed 10 min later
+STALE_WINDOW = ("2026-11-11T09:00", "2026-11-11T15:30")  # event 5
+OTLP_TENANT = "initech"
+
+
+def stored_trace_id(trace: dict[str, Any]) -> str:
+    """The trace id rag-loop stores: OTLP ids are 32 hex digits derived from the native id."""
+    return otlp_trace_id(trace["trace_id"]) if trace["tenant"] == OTLP_TENANT else trace["trace_id"]
+
+
+def planted_events(trace: dict[str, Any], redelivered: set[str]) -> list[int]:
+    """The EVENTS.md rows a trace belongs to."""
+    day, outcome = trace["timestamp"][:10], trace["_outcome"]
+    events = []
+    if trace["_stale"] and day == LEAVE_POLICY_DAY:
+        events.append(1)
+    if day == SLOW_PROVIDER_DAY and outcome == "timeout":
+        events.append(2)
+    if outcome == "wrong_prompt":
+        events.append(3)
+    if trace["index_version"] == "kb-2026-11-09":
+        events.append(4)
+    if trace["_stale"] and STALE_WINDOW[0] <= trace["timestamp"][:16] <= STALE_WINDOW[1]:
+        events.append(5)
+    if trace["_intent"] == "pay_err_977":
+        events.append(6)
+    if trace["filters"] or trace.get("_rephrased") or trace["rewritten_query"]:
+        events.append(7)
+    if trace["trace_id"] in redelivered:
+        events.append(8)
+    return events
+
+
+def truth_table(traces: list[dict[str, Any]], redelivered: set[str]) -> pa.Table:
+    """One row per generated trace: what the simulator knows and the stored data does not say."""
+    return pa.table({
+        "trace_id": [stored_trace_id(t) for t in traces],
+        "generated_id": [t["trace_id"] for t in traces],
+        "day": [t["timestamp"][:10] for t in traces],
+        "language": [t["language"] for t in traces], "tenant": [t["tenant"] for t in traces],
+        "intent": [t["_intent"] for t in traces], "outcome": [t["_outcome"] for t in traces],
+        "rephrased": [bool(t.get("_rephrased")) for t in traces],
+        "stale": [t["_stale"] for t in traces],  # a superseded version in the context
+        "events": pa.array([planted_events(t, redelivered) for t in traces], pa.list_(pa.int8())),
+    })
+
+
+def read_truth(demo_dir: Path) -> pa.Table:
+    return pq.read_table(demo_dir / TRUTH_FILE)
 
 
 def _public(trace: dict[str, Any]) -> dict[str, Any]:

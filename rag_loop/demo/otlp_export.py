@@ -37,6 +37,11 @@ def _nanos(iso: str) -> int:
     return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1e9)
 
 
+def otlp_trace_id(native_id: str) -> str:
+    """The 32-hex-digit OTLP trace id of a demo trace."""
+    return hashlib.sha256(native_id.encode()).hexdigest()[:32]
+
+
 def _span_id(trace_id: str, name: str) -> str:
     return hashlib.sha256(f"{trace_id}/{name}".encode()).hexdigest()[:16]
 
@@ -97,7 +102,7 @@ def _stage_attrs(trace: dict[str, Any], stage: str, convention: str) -> dict[str
 
 def to_otlp_line(trace: dict[str, Any], convention: str) -> str:
     """One `resourceSpans` line holding every span of the trace."""
-    trace_id = hashlib.sha256(trace["trace_id"].encode()).hexdigest()[:32]
+    trace_id = otlp_trace_id(trace["trace_id"])
     root_id = _span_id(trace_id, "root")
     start = _nanos(trace["spans"][0]["start_time"])
     root_attrs = {f"rag.{k}": trace.get(k) for k in _ROOT_FIELDS}
