@@ -10,6 +10,10 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
 DRIFT_ASSETS := query_mix,freshness_lag,retrieval_scores,quality_slis
+# the demo's inputs and drift days; `make run` and your own deployment set their own
+DEMO_ENV := RAG_LOOP_TRACES_DIR="$${RAG_LOOP_TRACES_DIR-$(CURDIR)/data/demo/traces}" \
+	RAG_LOOP_KB_DIR="$${RAG_LOOP_KB_DIR-$(CURDIR)/data/demo/kb}" \
+	RAG_LOOP_DRIFT_START="$${RAG_LOOP_DRIFT_START-2026-11-01}"
 
 .PHONY: install demo run test ui demo-data bench clean
 
@@ -26,16 +30,16 @@ $(DAGSTER_HOME)/dagster.yaml: deploy/dagster.yaml
 	cp deploy/dagster.yaml $@
 
 demo: install $(DAGSTER_HOME)/dagster.yaml
-	$(BIN)/dagster job execute -f definitions.py -j rag_loop_job
-	$(BIN)/dagster asset materialize -f definitions.py --select $(DRIFT_ASSETS) \
+	$(DEMO_ENV) $(BIN)/dagster job execute -f definitions.py -j rag_loop_job
+	$(DEMO_ENV) $(BIN)/dagster asset materialize -f definitions.py --select $(DRIFT_ASSETS) \
 		--partition-range 2026-11-01...2026-11-14
 	$(BIN)/python -m rag_loop.demo.curator --round 1
-	$(BIN)/dagster job execute -f definitions.py -j release_goldens -c data/demo/release/round-1.yaml
+	$(DEMO_ENV) $(BIN)/dagster job execute -f definitions.py -j release_goldens -c data/demo/release/round-1.yaml
 	$(BIN)/python -m rag_loop.demo.curator --round 2
-	$(BIN)/dagster job execute -f definitions.py -j release_goldens -c data/demo/release/round-2.yaml
-	$(BIN)/dagster job execute -f definitions.py -j regression_eval_job
+	$(DEMO_ENV) $(BIN)/dagster job execute -f definitions.py -j release_goldens -c data/demo/release/round-2.yaml
+	$(DEMO_ENV) $(BIN)/dagster job execute -f definitions.py -j regression_eval_job -c data/demo/eval/baseline.yaml
 	@echo "Evaluating the candidate deployment: its hard gate is expected to block it (exit code ignored)."
-	-$(BIN)/dagster job execute -f definitions.py -j regression_eval_job -c data/demo/eval/candidate.yaml \
+	-$(DEMO_ENV) $(BIN)/dagster job execute -f definitions.py -j regression_eval_job -c data/demo/eval/candidate.yaml \
 		> $(DAGSTER_HOME)/candidate-eval.log 2>&1
 	$(BIN)/python -m rag_loop.summary
 	@echo "Open the UI with: make ui  (then http://127.0.0.1:3000)"
@@ -51,7 +55,7 @@ test: install
 	$(BIN)/python -m pytest
 
 ui: install $(DAGSTER_HOME)/dagster.yaml
-	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+	$(DEMO_ENV) $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 demo-data: install
 	$(BIN)/python -m rag_loop.demo.generate --out data/demo

@@ -42,7 +42,9 @@ from rag_loop.drift_days import (
 )
 from rag_loop.reports import change_markers
 
-DAILY = DailyPartitionsDefinition(start_date=os.environ.get("RAG_LOOP_DRIFT_START", "2026-11-01"))
+# partitions are part of the definitions, so the first day is read when the code location
+# loads: set RAG_LOOP_DRIFT_START to the first day of your traffic (`make demo`: 2026-11-01)
+DAILY = DailyPartitionsDefinition(start_date=os.environ.get("RAG_LOOP_DRIFT_START", "2026-01-01"))
 DRIFT_CRON = os.environ.get("RAG_LOOP_DRIFT_CRON", "30 1 * * *")  # after the day closes, UTC
 _common = {"group_name": "drift", "partitions_def": DAILY, "backfill_policy": BackfillPolicy.single_run()}
 

@@ -17,20 +17,11 @@ from dagster import (
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
-from assets.goldens import golden_releases
 from assets.resources import JudgeResource, RagAppResource, RagLoopPaths
 from assets.tables import stage_asset
 from rag_loop import plots
-from rag_loop.evaluation.calibration import curator_agreement
-from rag_loop.evaluation.regression import (
-    DEFAULT_GATES,
-    DEFAULT_THRESHOLDS,
-    EvalSettings,
-    run_regression,
-)
 from rag_loop.evaluation.report import Gate
-from rag_loop.evaluation.runner import EvalError
-from rag_loop.reports import eval_report
+from rag_loop.evaluation.settings import DEFAULT_GATES, DEFAULT_THRESHOLDS, EvalError, EvalSettings
 
 
 class GateConfig(Config):
@@ -84,6 +75,8 @@ class EvalConfig(Config):
                    "eval_summary / eval_flips.")
 def regression_eval(context: AssetExecutionContext, config: EvalConfig, duckdb: DuckDBResource,
                     paths: RagLoopPaths, rag_app: RagAppResource, judge: JudgeResource) -> MaterializeResult:
+    from rag_loop.evaluation.regression import run_regression  # DeepEval: only when scoring
+    from rag_loop.reports import eval_report
     settings = config.settings(rag_app)
     try:
         with duckdb.get_connection() as con:
@@ -165,6 +158,7 @@ AGREEMENT_MIN_N = 30
                    "(`judge_agreement`); the judge against humans on a labelled file is "
                    "`rag-loop calibrate` (`judge_calibrations`).")
 def judge_calibration(duckdb: DuckDBResource) -> MaterializeResult:
+    from rag_loop.evaluation.calibration import curator_agreement  # imports DeepEval
     with duckdb.get_connection() as con:
         comparisons = curator_agreement(con, DEFAULT_THRESHOLDS["Faithfulness"])
     weak = [c for c in comparisons if c["n"] >= AGREEMENT_MIN_N and c["kappa"] is not None

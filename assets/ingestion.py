@@ -9,12 +9,12 @@ from dagster import (
     AssetCheckSeverity,
     AssetExecutionContext,
     Config,
+    Failure,
     MaterializeResult,
     MetadataValue,
     RunRequest,
     SensorEvaluationContext,
     SkipReason,
-    asset,
     asset_check,
     sensor,
 )
@@ -80,6 +80,9 @@ class IngestConfig(Config):
                           "not_a_request, waiting"})
 def raw_traces(context: AssetExecutionContext, config: IngestConfig, duckdb: DuckDBResource,
                paths: RagLoopPaths) -> MaterializeResult:
+    if not paths.traces_dir:
+        raise Failure(description="no trace folder: set RAG_LOOP_TRACES_DIR (or the paths "
+                                  "resource's traces_dir in the run config)")
     with duckdb.get_connection() as con:
         report = ingest_directory(con, Path(paths.traces_dir), config.max_record_bytes,
                                   log=context.log.info,
@@ -144,6 +147,8 @@ def directory_fingerprint(directory: Path, list_files=lambda d: trace_files(d)[0
 @sensor(job_name="ingest_job", minimum_interval_seconds=60,
         description="Launches ingestion when trace files appear or change.")
 def new_trace_files_sensor(context: SensorEvaluationContext, paths: RagLoopPaths):
+    if not paths.traces_dir:
+        return SkipReason("no trace folder configured (RAG_LOOP_TRACES_DIR)")
     fingerprint = directory_fingerprint(Path(paths.traces_dir))
     if fingerprint == context.cursor:
         return SkipReason("no new trace files")

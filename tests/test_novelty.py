@@ -3,7 +3,6 @@
 import random
 from datetime import UTC, datetime, timedelta
 
-import duckdb
 import pandas as pd
 import pytest
 from conftest import query

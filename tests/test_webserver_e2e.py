@@ -57,14 +57,17 @@ class Dagster:
         assert data["__typename"] == "LaunchRunSuccess", data
         return data["run"]["runId"]
 
+    def run(self, run_id: str) -> dict:
+        return self.graphql("query($id: ID!) { runOrError(runId: $id) { ... on Run { status "
+                            "startTime endTime tags { key value } } } }", {"id": run_id})["runOrError"]
+
     def wait(self, run_id: str, timeout: float = 600) -> str:
         deadline = time.time() + timeout
         while time.time() < deadline:
-            status = self.graphql("query($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }",
-                                  {"id": run_id})["runOrError"]["status"]
+            status = self.run(run_id)["status"]
             if status in ("SUCCESS", "FAILURE", "CANCELED"):
                 return status
-            time.sleep(2)
+            time.sleep(1)
         raise TimeoutError(f"run {run_id} still running after {timeout} s")
 
     def events(self, run_id: str) -> list[dict]:
@@ -83,6 +86,8 @@ def dagster_dev(tmp_path_factory):
     (home / "dagster.yaml").write_text((PROJECT / "deploy" / "dagster.yaml").read_text())
     port = _free_port()
     env = {**os.environ, "DAGSTER_HOME": str(home), "RAG_LOOP_DB": str(root / "rag.duckdb"),
+           "RAG_LOOP_TRACES_DIR": str(PROJECT / "data" / "demo" / "traces"),
+           "RAG_LOOP_KB_DIR": str(PROJECT / "data" / "demo" / "kb"),
            "RAG_LOOP_CURATION_DIR": str(root / "curation"), "RAG_LOOP_GOLDENS_DIR": str(root / "goldens"),
            "RAG_LOOP_REPORTS_DIR": str(root / "reports"), "HF_HUB_OFFLINE": "1",
            "DEEPEVAL_TELEMETRY_OPT_OUT": "1", "DEEPEVAL_DISABLE_DOTENV": "1"}
@@ -113,10 +118,23 @@ def dagster_dev(tmp_path_factory):
         log.close()
 
 
-def test_main_job_then_a_curator_release_through_the_webserver(dagster_dev):
+# the loop embeds with the hashing embedder, chosen at launch as a user would pick a model; the
+# bundled models run end to end in test_own_traces
+HASHING = {"resources": {"embedder": {"config": {"default_model": "hashing", "language_models": {}}}}}
+
+
+def test_three_runs_at_once_queue_on_the_duckdb_tag_then_a_curator_release(dagster_dev):
+    """The trace and label sensors and the loop can start together in a deployment: the
+    instance settings (deploy/dagster.yaml) queue them one at a time on the DuckDB tag."""
     server, root = dagster_dev
-    run_id = server.launch("rag_loop_job")
-    assert server.wait(run_id) == "SUCCESS"
+    run_ids = [server.launch("rag_loop_job", HASHING), server.launch("ingest_job"),
+               server.launch("label_job")]
+    assert [server.wait(r) for r in run_ids] == ["SUCCESS"] * 3
+    runs = sorted((server.run(r) for r in run_ids), key=lambda r: r["startTime"])
+    assert all({"key": "rag-loop/duckdb", "value": "writer"} in r["tags"] for r in runs)
+    for before, after in zip(runs, runs[1:]):
+        assert before["endTime"] <= after["startTime"]  # one writer at a time, no lock error
+    run_id = run_ids[0]
     events = server.events(run_id)
     materialized = {"/".join(e["assetKey"]["path"]) for e in events if e["__typename"] == "MaterializationEvent"}
     assert {"raw_traces", "trace_signals", "failure_candidates", "intent_clusters",

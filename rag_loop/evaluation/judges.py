@@ -12,8 +12,8 @@ import asyncio
 import hashlib
 import json
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import duckdb
@@ -32,6 +32,7 @@ from deepeval.test_case import SingleTurnParams
 from pydantic import BaseModel
 
 from rag_loop.evaluation.evidence import Evidence
+from rag_loop.evaluation.settings import CORRECTNESS, METRIC_NAMES, JudgeSettings  # noqa: F401
 from rag_loop.evaluation.offline import (
     OFFLINE_JUDGE,
     OFFLINE_THRESHOLDS,
@@ -43,13 +44,6 @@ from rag_loop.evaluation.offline import (
     OfflineFaithfulness,
 )
 
-METRIC_NAMES = ("Faithfulness", "Answer Relevancy", "Contextual Recall", "Contextual Precision",
-                "Contextual Relevancy")
-CORRECTNESS = {
-    "name": "Correctness", "threshold": 0.7,
-    "criteria": "Determine whether the actual output states the facts of the expected output "
-                "(numbers, dates, codes and names must match); extra unrelated facts count against it.",
-    "evaluation_params": ["input", "actual_output", "expected_output"]}
 CACHE_DDL = """CREATE TABLE IF NOT EXISTS judge_cache (
     key VARCHAR PRIMARY KEY, model VARCHAR, response VARCHAR, input_tokens BIGINT,
     output_tokens BIGINT, created_at TIMESTAMPTZ DEFAULT now())"""
@@ -64,20 +58,6 @@ class JudgeUsage:
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
-
-
-@dataclass
-class JudgeSettings:
-    kind: str = "offline"  # or "openai-compatible"
-    base_url: str = "https://api.openai.com/v1"
-    model: str = "gpt-4o-mini"
-    api_key_env: str = "OPENAI_API_KEY"
-    timeout_seconds: float = 60.0
-    max_retries: int = 1
-    input_cost_per_million: float = 0.0
-    output_cost_per_million: float = 0.0
-    # GEval criteria: name, criteria or evaluation_steps, rubric, threshold, evaluation_params
-    geval: Sequence[Mapping[str, Any]] = field(default_factory=lambda: [dict(CORRECTNESS)])
 
 
 class OpenAICompatibleJudge(DeepEvalBaseLLM):

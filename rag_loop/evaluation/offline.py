@@ -21,17 +21,8 @@ from deepeval.test_case import LLMTestCase, SingleTurnParams
 from rag_loop.evaluation.evidence import Evidence, content_words, statements
 from rag_loop.evaluation.support import Context, faithfulness
 
-OFFLINE_JUDGE = "offline-evidence-rules-v2"
+from rag_loop.evaluation.settings import OFFLINE_JUDGE, OFFLINE_THRESHOLDS  # noqa: F401
 
-# The one place for the metrics' pass thresholds: each offline class's default, and the
-# pipeline's (regression.DEFAULT_THRESHOLDS reads them); None = monitoring only, no verdict.
-# Faithfulness 0.75: on the BEGIN CMU-DoG dev set (337 human labels), scanning cuts 0.05..1.0
-# in steps of 0.05 for the maximum of Cohen's kappa gave 0.75 (kappa 0.822, balanced accuracy
-# 0.928; balanced accuracy alone peaks at 0.60 with 0.938, kappa 0.75 there). Re-check with
-# `python bench/judge.py` (or `rag-loop calibrate` on your own labels).
-OFFLINE_THRESHOLDS: dict[str, float | None] = {
-    "Faithfulness": 0.75, "Answer Relevancy": 0.7, "Contextual Recall": 0.7,
-    "Contextual Precision": 0.5, "Contextual Relevancy": None, "Correctness [GEval]": 0.5}
 # A claim counts as "supported" in the reason when its support reaches this (reason only).
 CLAIM_SUPPORTED = 0.5
 # Graded relevance: 0 below RELEVANCE_FLOOR similarity, 1 from RELEVANCE_CEILING, linear between

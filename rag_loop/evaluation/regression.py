@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +18,6 @@ from rag_loop.evaluation.evidence import (
     Evidence,
 )
 from rag_loop.evaluation.judges import (
-    METRIC_NAMES,
-    JudgeSettings,
     JudgeUsage,
     OpenAICompatibleJudge,
     build_metrics,
@@ -27,9 +25,7 @@ from rag_loop.evaluation.judges import (
     load_judge_cache,
     save_judge_cache,
 )
-from rag_loop.evaluation.offline import OFFLINE_THRESHOLDS
 from rag_loop.evaluation.report import (
-    Gate,
     GateOutcome,
     baseline_run,
     compare,
@@ -38,51 +34,15 @@ from rag_loop.evaluation.report import (
     load_results,
     summarize,
 )
-from rag_loop.evaluation.runner import (
+from rag_loop.evaluation.runner import build_cases, release_of, score_cases, store_run
+from rag_loop.evaluation.settings import (  # noqa: F401 (the settings' home, re-exported)
+    DEFAULT_GATES,
+    DEFAULT_THRESHOLDS,
     EvalError,
-    build_cases,
+    EvalSettings,
+    JudgeSettings,
     load_app,
-    release_of,
-    score_cases,
-    store_run,
 )
-
-# one threshold per metric, in one place (offline.OFFLINE_THRESHOLDS, chosen on human labels);
-# None: monitoring, no verdict. GEval criteria carry their own threshold.
-DEFAULT_THRESHOLDS: dict[str, float | None] = {
-    name: OFFLINE_THRESHOLDS[name] for name in METRIC_NAMES}
-DEFAULT_GATES = (
-    Gate("Correctness [GEval]", max_drop=0.10, slices=("all", "language", "query_type")),
-    Gate("Faithfulness", min_pass_rate=0.8),
-    Gate("Answer Relevancy", max_drop=0.10, slices=("all", "language", "query_type")),
-    Gate("Contextual Recall", min_pass_rate=0.6),
-    Gate("Contextual Precision", min_mean=0.5, blocking=False),
-    Gate("Contextual Relevancy", min_mean=0.3, blocking=False),
-)
-
-
-@dataclass
-class EvalSettings:
-    release: str = "latest"
-    mode: str = "live"  # or "replay": score what production answered
-    rag_app: str = "rag_loop.demo.rag_app:answer_for_eval"
-    rag_config: Mapping[str, Any] = field(default_factory=lambda: {"config": "baseline"})
-    thresholds: Mapping[str, float | None] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
-    gates: Sequence[Gate] = DEFAULT_GATES
-    baseline_run: str | None = None
-    concurrency: int = 8
-    max_error_rate: float = 0.05
-    severe_below: float = 0.3
-
-    def __post_init__(self) -> None:
-        if self.mode not in ("live", "replay"):
-            raise ValueError(f"mode {self.mode!r}: expected 'live' or 'replay'")
-        if not 0 <= self.max_error_rate <= 1:
-            raise ValueError(f"max_error_rate {self.max_error_rate} is not within [0, 1]")
-        unknown = {g.metric for g in self.gates if not g.metric.endswith(" [GEval]")} - set(self.thresholds)
-        if unknown:
-            raise ValueError(f"gates on unknown metrics {sorted(unknown)}; metrics: "
-                             f"{sorted(self.thresholds)} and GEval criteria as '<name> [GEval]'")
 
 
 @dataclass

@@ -10,7 +10,6 @@ that raises or times out is *errored*: kept with its error, never counted as pas
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 import time
 import uuid
@@ -26,14 +25,11 @@ import pandas as pd
 from deepeval.metrics import BaseMetric
 from deepeval.test_case import LLMTestCase
 
+from rag_loop.evaluation.settings import EvalError, load_app  # noqa: F401 (re-exported)
 from rag_loop.goldens import read_goldens, release_versions
 from rag_loop.storage import retrieval_contexts
 
 Log = Callable[[str], None]
-
-
-class EvalError(RuntimeError):
-    """The run cannot be trusted (e.g. too many judge errors); its results are still stored."""
 
 
 @dataclass
@@ -41,13 +37,6 @@ class Case:
     golden: dict[str, Any]
     test_case: LLMTestCase
     app_error: str | None = None
-
-
-def load_app(import_path: str) -> Callable[..., Mapping[str, Any]]:
-    module, _, name = import_path.partition(":")
-    if not module or not name:
-        raise ValueError(f"rag_app import path {import_path!r} is not 'package.module:function'")
-    return getattr(importlib.import_module(module), name)
 
 
 def build_cases(goldens: Sequence[dict], mode: str, app: Callable[..., Mapping[str, Any]] | None,

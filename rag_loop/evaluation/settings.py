@@ -1,0 +1,98 @@
+"""What an evaluation is configured with: metrics, thresholds, gates, the judge, the system
+under test. Free of DeepEval, so that loading the Dagster definitions does not import it."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rag_loop.evaluation.report import Gate
+
+OFFLINE_JUDGE = "offline-evidence-rules-v2"
+
+# The one place for the metrics' pass thresholds: each offline class's default, and the
+# pipeline's (DEFAULT_THRESHOLDS below reads them); None = monitoring only, no verdict.
+# Faithfulness 0.75: on the BEGIN CMU-DoG dev set (337 human labels), scanning cuts 0.05..1.0
+# in steps of 0.05 for the maximum of Cohen's kappa gave 0.75 (kappa 0.822, balanced accuracy
+# 0.928; balanced accuracy alone peaks at 0.60 with 0.938, kappa 0.75 there). Re-check with
+# `python bench/judge.py` (or `rag-loop calibrate` on your own labels).
+OFFLINE_THRESHOLDS: dict[str, float | None] = {
+    "Faithfulness": 0.75, "Answer Relevancy": 0.7, "Contextual Recall": 0.7,
+    "Contextual Precision": 0.5, "Contextual Relevancy": None, "Correctness [GEval]": 0.5}
+
+METRIC_NAMES = ("Faithfulness", "Answer Relevancy", "Contextual Recall", "Contextual Precision",
+                "Contextual Relevancy")
+CORRECTNESS = {
+    "name": "Correctness", "threshold": 0.7,
+    "criteria": "Determine whether the actual output states the facts of the expected output "
+                "(numbers, dates, codes and names must match); extra unrelated facts count against it.",
+    "evaluation_params": ["input", "actual_output", "expected_output"]}
+
+# one threshold per metric, in one place (OFFLINE_THRESHOLDS above, chosen on human labels);
+# None: monitoring, no verdict. GEval criteria carry their own threshold.
+DEFAULT_THRESHOLDS: dict[str, float | None] = {
+    name: OFFLINE_THRESHOLDS[name] for name in METRIC_NAMES}
+DEFAULT_GATES = (
+    Gate("Correctness [GEval]", max_drop=0.10, slices=("all", "language", "query_type")),
+    Gate("Faithfulness", min_pass_rate=0.8),
+    Gate("Answer Relevancy", max_drop=0.10, slices=("all", "language", "query_type")),
+    Gate("Contextual Recall", min_pass_rate=0.6),
+    Gate("Contextual Precision", min_mean=0.5, blocking=False),
+    Gate("Contextual Relevancy", min_mean=0.3, blocking=False),
+)
+
+
+@dataclass
+class EvalSettings:
+    release: str = "latest"
+    mode: str = "live"  # or "replay": score what production answered
+    rag_app: str = ""  # what is evaluated, as recorded with the run (an import path or a URL)
+    rag_config: Mapping[str, Any] = field(default_factory=dict)
+    thresholds: Mapping[str, float | None] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
+    gates: Sequence[Gate] = DEFAULT_GATES
+    baseline_run: str | None = None
+    concurrency: int = 8
+    max_error_rate: float = 0.05
+    severe_below: float = 0.3
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("live", "replay"):
+            raise ValueError(f"mode {self.mode!r}: expected 'live' or 'replay'")
+        if not 0 <= self.max_error_rate <= 1:
+            raise ValueError(f"max_error_rate {self.max_error_rate} is not within [0, 1]")
+        unknown = {g.metric for g in self.gates if not g.metric.endswith(" [GEval]")} - set(self.thresholds)
+        if unknown:
+            raise ValueError(f"gates on unknown metrics {sorted(unknown)}; metrics: "
+                             f"{sorted(self.thresholds)} and GEval criteria as '<name> [GEval]'")
+
+
+@dataclass
+class JudgeSettings:
+    kind: str = "offline"  # or "openai-compatible"
+    base_url: str = "https://api.openai.com/v1"
+    model: str = "gpt-4o-mini"
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout_seconds: float = 60.0
+    max_retries: int = 1
+    input_cost_per_million: float = 0.0
+    output_cost_per_million: float = 0.0
+    # GEval criteria: name, criteria or evaluation_steps, rubric, threshold, evaluation_params
+    geval: Sequence[Mapping[str, Any]] = field(default_factory=lambda: [dict(CORRECTNESS)])
+
+
+class EvalError(RuntimeError):
+    """The run cannot be trusted (e.g. too many judge errors); its results are still stored."""
+
+
+def load_app(import_path: str) -> Callable[..., Mapping[str, Any]]:
+    """The function an import path `package.module:function` names: the system under test."""
+    if not import_path:
+        raise ValueError("no system under test: set the rag_app resource (an import path "
+                         "`package.module:function`, or kind http with a url, e.g. from "
+                         "RAG_LOOP_RAG_APP_URL)")
+    module, _, name = import_path.partition(":")
+    if not module or not name:
+        raise ValueError(f"rag_app import path {import_path!r} is not 'package.module:function'")
+    return getattr(importlib.import_module(module), name)
