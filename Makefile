@@ -9,7 +9,7 @@ export DEEPEVAL_DISABLE_DOTENV := 1
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-DRIFT_ASSETS := query_mix,freshness_lag,retrieval_scores,quality_slis
+DRIFT_ASSETS := group:drift
 # the demo's inputs and drift days; `make run` and your own deployment set their own
 DEMO_ENV := RAG_LOOP_TRACES_DIR="$${RAG_LOOP_TRACES_DIR-$(CURDIR)/data/demo/traces}" \
 	RAG_LOOP_KB_DIR="$${RAG_LOOP_KB_DIR-$(CURDIR)/data/demo/kb}" \

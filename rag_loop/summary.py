@@ -82,13 +82,14 @@ Next steps
 
 def _print_eval_runs(con: duckdb.DuckDBPyConnection) -> None:
     """Each evaluation: release, app configuration, verdict of its gates, what failed."""
-    runs = con.execute("""SELECT run_id, release_version, rag_config->>'config', blocked, gate_failures,
+    runs = con.execute("""SELECT run_id, release_version, rag_app || ' ' || rag_config::VARCHAR,
+                                 blocked, gate_failures,
                                  (SELECT count(*) FROM eval_flips f WHERE f.run_id = r.run_id)
                           FROM eval_runs r ORDER BY started_at""").fetchall()
     print("Regression evals (offline judge unless configured):")
-    for run_id, release, config, blocked, failures, flipped in runs:
+    for run_id, release, target, blocked, failures, flipped in runs:
         verdict = "BLOCKED by a hard gate" if blocked else "passes its hard gates"
-        print(f"  {run_id} on {release}, rag_app config {config}: {verdict}; "
+        print(f"  {run_id} on {release}, {target}: {verdict}; "
               f"{flipped} case x metric flipped to fail vs baseline")
         print(f"    report: data/reports/{run_id}.html")
         for failure in json.loads(failures or "[]"):
