@@ -30,7 +30,7 @@ $(DAGSTER_HOME)/dagster.yaml: deploy/dagster.yaml
 	cp deploy/dagster.yaml $@
 
 demo: install $(DAGSTER_HOME)/dagster.yaml
-	$(DEMO_ENV) $(BIN)/dagster job execute -f definitions.py -j rag_loop_job
+	$(DEMO_ENV) $(BIN)/dagster job execute -f definitions.py -j rag_loop_job -c data/demo/loop.yaml
 	$(DEMO_ENV) $(BIN)/dagster asset materialize -f definitions.py --select $(DRIFT_ASSETS) \
 		--partition-range 2026-11-01...2026-11-14
 	$(BIN)/python -m rag_loop.demo.curator --round 1

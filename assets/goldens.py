@@ -71,7 +71,8 @@ class ReleaseConfig(Config):
     released_by: str = Field("", description="Who releases it.")
     redact: list[str] = Field(list(KINDS), description=f"Kinds to redact: {', '.join(KINDS)}.")
     keep_email_domains: list[str] = Field(
-        ["company.example"], description="Organisation addresses that are content, not personal data.")
+        [], description="Organisation addresses that are content, not personal data "
+                        "(e.g. support@ addresses quoted in answers).")
 
 
 @asset(group_name="goldens", deps=["current_labels"],

@@ -37,12 +37,13 @@ class SamplingPolicy:
     salt: str = "rag-loop"
     random_rate: float = 0.05
     signal_rates: Mapping[str, float] = field(default_factory=lambda: dict.fromkeys(SIGNALS, 1.0))
-    query_type_rates: Mapping[str, float] = field(default_factory=lambda: {
-        "faq": 0.05, "policy": 0.30, "payment": 0.30, "security": 1.0, "legal": 1.0})
+    # query types are the application's own taxonomy: none by default (the demo's are in
+    # data/demo/loop.yaml)
+    query_type_rates: Mapping[str, float] = field(default_factory=dict)
     risk_level_rates: Mapping[str, float] = field(default_factory=lambda: {"high": 1.0})
     judge_cost_usd: float = 0.003  # judging one selected trace
     daily_budget_usd: float | None = 0.60  # None: no cap
-    high_risk_query_types: tuple[str, ...] = ("security", "legal")
+    high_risk_query_types: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         rates = {"random_rate": self.random_rate, **self.signal_rates,

@@ -18,6 +18,12 @@ FAKE_EMBEDDER_SPEC = {"default_model": "hashing", "language_models": {}, "fold_a
 DEMO_APP = {"rag_app": "rag_loop.demo.rag_app:answer_for_eval", "rag_config": {"config": "baseline"}}
 
 
+def demo_config(name: str) -> dict:
+    """A demo run config: data/demo/<name>.yaml (loop, release/round-1, eval/baseline ...)."""
+    import yaml
+    return yaml.safe_load((DEMO / f"{name}.yaml").read_text())
+
+
 def fake_embedder():
     from assets.resources import EmbedderResource
     return EmbedderResource(**FAKE_EMBEDDER_SPEC)
@@ -57,7 +63,7 @@ def demo_run(tmp_path_factory):
     assets = [a for a in defs.assets if isinstance(a, AssetsDefinition)
               and not {k.to_user_string() for k in a.keys} & curators_own
               and a.partitions_def is None]  # drift is daily: tested per partition
-    result = materialize(assets, resources=resources)
+    result = materialize(assets, resources=resources, run_config=demo_config("loop"))
     assert result.success
     return result, root / "rag.duckdb", paths
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 import pytest
-from conftest import DEMO_APP, undeclared_tables
+from conftest import DEMO_APP, demo_config, undeclared_tables
 from deepeval.test_case import LLMTestCase
 from standin_openai import StandIn
 
@@ -217,8 +217,8 @@ def demo_release(demo_run, tmp_path_factory):
     queue = next((Path(paths.curation_dir) / "queue").glob("*.jsonl"))
     for round_number in (1, 2):
         curate(queue, root / "curation" / "labels", round_number)
-        result = materialize([curated_labels, golden_release, golden_releases], run_config={
-            "ops": {"golden_release": {"config": {"notes": "", "released_by": "test"}}}},
+        result = materialize([curated_labels, golden_release, golden_releases],
+                             run_config=demo_config(f"release/round-{round_number}"),
             resources={"duckdb": DuckDBResource(database=str(root / "rag.duckdb")), "paths": mine})
         assert result.success
     return root, mine

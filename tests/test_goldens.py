@@ -9,7 +9,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from click.testing import CliRunner
-from conftest import query
+from conftest import demo_config, query
 
 from rag_loop.cli import main as cli
 from rag_loop.curation import export_queue
@@ -272,9 +272,9 @@ def test_demo_curator_rounds_make_v0001_then_v0002(demo_run, tmp_path):
                         reports_dir=str(tmp_path / "reports"))
     resources = {"duckdb": DuckDBResource(database=str(tmp_path / "rag.duckdb")), "paths": mine}
     release = [curated_labels, golden_release, golden_releases]
-    config = {"ops": {"golden_release": {"config": {"notes": "round", "released_by": "demo"}}}}
     for round_number in (1, 2):
         curate(queue, tmp_path / "curation" / "labels", round_number)
+        config = demo_config(f"release/round-{round_number}")
         assert materialize(release, resources=resources, run_config=config).success
     assert release_versions(tmp_path / "goldens") == ["v0001", "v0002"]
     changes = query(tmp_path / "rag.duckdb", "SELECT version, added, removed, changed FROM golden_releases")
@@ -283,6 +283,8 @@ def test_demo_curator_rounds_make_v0001_then_v0002(demo_run, tmp_path):
     assert release_versions(tmp_path / "goldens") == ["v0001", "v0002"]  # nothing new
     page = (tmp_path / "reports" / "release-v0002.html").read_text()
     assert "Golden release v0002" in page and "data:image/png;base64," in page
+    goldens = (tmp_path / "goldens" / "v0002" / "goldens.json").read_text()
+    assert "security@company.example" in goldens  # the demo keeps its company's addresses
 
 
 def test_releases_are_world_readable_durable_and_stale_staging_is_swept(db, tmp_path):

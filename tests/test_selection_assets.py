@@ -3,7 +3,7 @@
 import shutil
 
 import pytest
-from conftest import metadata_of, query
+from conftest import demo_config, metadata_of, query
 from dagster import materialize
 from dagster_duckdb import DuckDBResource
 
@@ -30,6 +30,7 @@ def test_rerun_selects_the_same_candidates(demo_run, tmp_path):
     shutil.copy(database, copy)
     before = query(copy, "SELECT trace_id, inclusion_probability FROM failure_candidates ORDER BY 1")
     resources = {"duckdb": DuckDBResource(database=str(copy))}
-    assert materialize([trace_signals, failure_candidates], resources=resources).success
+    assert materialize([trace_signals, failure_candidates], resources=resources,
+                       run_config=demo_config("loop")).success
     assert query(copy, "SELECT trace_id, inclusion_probability FROM failure_candidates "
                        "ORDER BY 1") == before

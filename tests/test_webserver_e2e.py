@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import PROJECT
+from conftest import PROJECT, demo_config
 
 from rag_loop.demo.curator import curate
 
@@ -120,14 +120,15 @@ def dagster_dev(tmp_path_factory):
 
 # the loop embeds with the hashing embedder, chosen at launch as a user would pick a model; the
 # bundled models run end to end in test_own_traces
-HASHING = {"resources": {"embedder": {"config": {"default_model": "hashing", "language_models": {}}}}}
+LOOP = {**demo_config("loop"), "resources": {"embedder": {"config": {
+    "default_model": "hashing", "language_models": {}}}}}
 
 
 def test_three_runs_at_once_queue_on_the_duckdb_tag_then_a_curator_release(dagster_dev):
     """The trace and label sensors and the loop can start together in a deployment: the
     instance settings (deploy/dagster.yaml) queue them one at a time on the DuckDB tag."""
     server, root = dagster_dev
-    run_ids = [server.launch("rag_loop_job", HASHING), server.launch("ingest_job"),
+    run_ids = [server.launch("rag_loop_job", LOOP), server.launch("ingest_job"),
                server.launch("label_job")]
     assert [server.wait(r) for r in run_ids] == ["SUCCESS"] * 3
     runs = sorted((server.run(r) for r in run_ids), key=lambda r: r["startTime"])
