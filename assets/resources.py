@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from dagster import Config, ConfigurableResource
+from dagster import Config, ConfigurableResource, EnvVar
 from dagster_duckdb import DuckDBResource
 from pydantic import Field, PrivateAttr
 
@@ -50,23 +50,29 @@ class EmbedderResource(ConfigurableResource):
         return self._router
 
 
+def _env(name: str, default: str) -> str:
+    """Dagster's EnvVar (resolved when a run starts, shown by name in the UI) where the variable
+    is configured, else the generic default."""
+    return EnvVar(name) if name in os.environ else default
+
+
 def build_resources() -> dict[str, object]:
-    """Resources from the environment the code location loads in (RAG_LOOP_DB,
-    RAG_LOOP_TRACES_DIR, RAG_LOOP_KB_DIR (unset or empty: no knowledge base),
-    RAG_LOOP_CURATION_DIR, RAG_LOOP_GOLDENS_DIR, RAG_LOOP_REPORTS_DIR, RAG_LOOP_RAG_APP_URL (the
-    system under test over HTTP)); each can also be set in a run's config under `resources`."""
+    """Resources from RAG_LOOP_DB, RAG_LOOP_TRACES_DIR, RAG_LOOP_KB_DIR (unset or empty: no
+    knowledge base), RAG_LOOP_CURATION_DIR, RAG_LOOP_GOLDENS_DIR, RAG_LOOP_REPORTS_DIR and
+    RAG_LOOP_RAG_APP_URL (the system under test over HTTP), each read when a run starts; each
+    field can also be set in a run's config under `resources`."""
     defaults = RagLoopPaths()
     return {
         "duckdb": DuckDBResource(
-            database=os.environ.get("RAG_LOOP_DB", str(PROJECT_ROOT / "data" / "rag_loop.duckdb"))),
+            database=_env("RAG_LOOP_DB", str(PROJECT_ROOT / "data" / "rag_loop.duckdb"))),
         "paths": RagLoopPaths(
-            traces_dir=os.environ.get("RAG_LOOP_TRACES_DIR", defaults.traces_dir),
-            knowledge_dir=os.environ.get("RAG_LOOP_KB_DIR", defaults.knowledge_dir),
-            curation_dir=os.environ.get("RAG_LOOP_CURATION_DIR", defaults.curation_dir),
-            goldens_dir=os.environ.get("RAG_LOOP_GOLDENS_DIR", defaults.goldens_dir),
-            reports_dir=os.environ.get("RAG_LOOP_REPORTS_DIR", defaults.reports_dir)),
+            traces_dir=_env("RAG_LOOP_TRACES_DIR", defaults.traces_dir),
+            knowledge_dir=_env("RAG_LOOP_KB_DIR", defaults.knowledge_dir),
+            curation_dir=_env("RAG_LOOP_CURATION_DIR", defaults.curation_dir),
+            goldens_dir=_env("RAG_LOOP_GOLDENS_DIR", defaults.goldens_dir),
+            reports_dir=_env("RAG_LOOP_REPORTS_DIR", defaults.reports_dir)),
         "embedder": EmbedderResource(),
-        "rag_app": (RagAppResource(kind="http", url=os.environ["RAG_LOOP_RAG_APP_URL"], config={})
+        "rag_app": (RagAppResource(kind="http", url=EnvVar("RAG_LOOP_RAG_APP_URL"), config={})
                     if os.environ.get("RAG_LOOP_RAG_APP_URL") else RagAppResource()),
         "judge": JudgeResource(),
     }

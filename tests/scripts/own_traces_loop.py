@@ -6,6 +6,7 @@ JSON line: which jobs succeeded and whether anything imported `rag_loop.demo`.
 """
 
 import json
+import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,7 +18,7 @@ from rag_loop.curation import read_queue
 
 instance = DagsterInstance.ephemeral()
 loop = defs.get_job_def("rag_loop_job").execute_in_process(instance=instance)
-curation = Path(defs.resources["paths"].curation_dir)
+curation = Path(os.environ["RAG_LOOP_CURATION_DIR"])
 queue = max((curation / "queue").glob("*.jsonl"))
 rows = read_queue(queue)[:6]
 labels = [{**row, "decision": "accept", "expected_output": f"The answer to: {row['input']}",
