@@ -23,6 +23,7 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	$(BIN)/python -c "from rag_loop.clustering import compile_once; compile_once()"  # Numba cache
 	touch $(STAMP)
 
 $(DAGSTER_HOME)/dagster.yaml: deploy/dagster.yaml

@@ -7,7 +7,11 @@ budget is not spent on the same question twice. "Close" is relative to the space
 fraction `merge_distance` of the median cosine distance between two random points, because
 models differ in scale (multilingual-e5 puts most pairs within 0.2, MiniLM near 0.8). Points HDBSCAN
 leaves as noise stay singletons: they are where novel queries live. Above `fit_sample`
-points, HDBSCAN is fitted on a sample and the rest is placed with `approximate_predict`.
+points, HDBSCAN (fast_hdbscan: parallel, Numba-compiled, the same clusters as the hdbscan
+package) is fitted on a sample and every other point joins the cluster of its nearest sample
+point when it is within that cluster's reach (the largest nearest-neighbour gap inside it),
+else it is noise: one matrix product per block of points, where hdbscan's approximate_predict
+loops point by point.
 """
 
 from __future__ import annotations
@@ -15,14 +19,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import hdbscan
 import numpy as np
+from scipy import sparse
 from scipy.optimize import linear_sum_assignment
 from sklearn.cluster import AgglomerativeClustering
 from sklearn.decomposition import PCA
 from sklearn.feature_extraction.text import CountVectorizer
 
 NOISE = -1
+MAX_PCA_DIMS = 30  # fast_hdbscan's exact tree; above it would need an approximate k-NN graph
 # a few Vietnamese function words, so that labels show content words
 _VI_STOP_WORDS = frozenset(
     ["là", "có", "được", "bao", "nhiêu", "thì", "sao", "tôi", "của", "cho", "và", "không", "với", "nào", "thế", "gì", "khi", "bị", "những", "các", "một", "này", "đó", "ở", "trong", "để", "phải", "mình", "bạn", "ạ", "nhé", "ơi", "hả", "vậy", "làm"])
@@ -30,15 +35,19 @@ _VI_STOP_WORDS = frozenset(
 
 @dataclass(frozen=True)
 class ClusterSettings:
-    """HDBSCAN and merge parameters; the defaults are tuned on Banking77 (bench/intent_dedup.py)."""
+    """HDBSCAN and merge parameters; measured on Banking77 and HWU64 (bench/intent_dedup.py)."""
 
-    pca_dims: int = 32
+    pca_dims: int = 30
     min_cluster_size: int = 5
     min_samples: int = 1
     selection_method: str = "eom"  # or "leaf"
     merge_distance: float = 0.25  # × the median pairwise cosine distance: closer clusters merge
     fit_sample: int = 20_000
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.pca_dims <= MAX_PCA_DIMS:
+            raise ValueError(f"pca_dims {self.pca_dims} is not within [2, {MAX_PCA_DIMS}]")
 
 
 @dataclass
@@ -66,19 +75,76 @@ def cluster_vectors(vectors: np.ndarray, settings: ClusterSettings = ClusterSett
         if n > settings.fit_sample else np.arange(n)
     dims = min(settings.pca_dims, vectors.shape[1], len(sample) - 1)
     pca = PCA(n_components=dims, random_state=settings.seed).fit(vectors[sample])
-    reduced = pca.transform(vectors)
-    model = hdbscan.HDBSCAN(min_cluster_size=settings.min_cluster_size,
-                            min_samples=settings.min_samples,
-                            cluster_selection_method=settings.selection_method,
-                            prediction_data=len(sample) < n, core_dist_n_jobs=1)
-    model.fit(reduced[sample])
+    reduced = pca.transform(vectors).astype(np.float32)
     labels = np.full(n, NOISE)
-    labels[sample] = model.labels_
+    labels[sample] = hdbscan_labels(reduced[sample], settings)
     if len(sample) < n:
         rest = np.setdiff1d(np.arange(n), sample)
-        labels[rest], _ = hdbscan.approximate_predict(model, reduced[rest])
+        labels[rest] = join_nearest(reduced[sample], labels[sample], reduced[rest])
     threshold = settings.merge_distance * typical_distance(vectors, settings.seed)
     return _summarize(vectors, _merge_close_clusters(vectors, labels, threshold))
+
+
+def compile_once() -> None:
+    """Compile fast_hdbscan's Numba code into its on-disk cache (about 30 s, once per
+    install: `make install` runs it), so no run pays for it."""
+    points = np.random.default_rng(0).normal(size=(200, MAX_PCA_DIMS))
+    hdbscan_labels(points, ClusterSettings())
+
+
+def hdbscan_labels(points: np.ndarray, settings: ClusterSettings) -> np.ndarray:
+    """HDBSCAN cluster of each point (NOISE for noise)."""
+    from fast_hdbscan import HDBSCAN  # compiles on first use (cached on disk after)
+    model = HDBSCAN(min_cluster_size=settings.min_cluster_size, min_samples=settings.min_samples,
+                    cluster_selection_method=settings.selection_method)
+    return model.fit(np.ascontiguousarray(points, dtype=np.float64)).labels_
+
+
+def _nearest(queries: np.ndarray, points: np.ndarray, exclude_self: bool = False,
+             block: int = 1024) -> tuple[np.ndarray, np.ndarray]:
+    """Index of and Euclidean distance to each query's nearest point: per block of queries one
+    float32 product into a reused buffer (|p|² - 2 q·p orders the points as the distance does)."""
+    queries, points = queries.astype(np.float32), points.astype(np.float32)
+    squared = np.einsum("ij,ij->i", points, points)
+    index, best = np.empty(len(queries), np.int64), np.empty(len(queries), np.float32)
+    buffer = np.empty((min(block, len(queries)), len(points)), np.float32)
+    for start in range(0, len(queries), block):
+        chunk = queries[start:start + block]
+        rows = np.arange(len(chunk))
+        scores = buffer[:len(chunk)]
+        np.matmul(chunk, points.T, out=scores)
+        scores *= -2
+        scores += squared
+        if exclude_self:
+            scores[rows, start + rows] = np.inf
+        index[start:start + len(chunk)] = scores.argmin(axis=1)
+        best[start:start + len(chunk)] = scores[rows, index[start:start + len(chunk)]]
+    distance = np.sqrt(np.maximum(best + np.einsum("ij,ij->i", queries, queries), 0))
+    return index, distance
+
+
+def join_nearest(sample: np.ndarray, sample_labels: np.ndarray, rest: np.ndarray) -> np.ndarray:
+    """Clusters of points outside the fitted sample: the nearest sample point's, when no
+    farther from it than the largest nearest-neighbour gap inside that cluster, else NOISE."""
+    clustered = sample_labels >= 0
+    if not clustered.any():
+        return np.full(len(rest), NOISE)
+    members, member_labels = sample[clustered], sample_labels[clustered]
+    _, gaps = _nearest(members, members, exclude_self=True)
+    reach = np.zeros(member_labels.max() + 1, np.float32)
+    np.maximum.at(reach, member_labels, gaps)
+    index, distance = _nearest(rest, members)
+    joined = member_labels[index]
+    return np.where(distance <= reach[joined], joined, NOISE)
+
+
+def _cluster_means(vectors: np.ndarray, labels: np.ndarray, count: int) -> np.ndarray:
+    """Mean vector per cluster (NOISE left out), as one sparse product."""
+    inside = np.flatnonzero(labels >= 0)
+    membership = sparse.csr_matrix((np.ones(len(inside), np.float32), (labels[inside], inside)),
+                                   shape=(count, len(labels)))
+    sizes = np.asarray(membership.sum(axis=1)).ravel()
+    return np.asarray(membership @ vectors) / np.maximum(sizes, 1)[:, None]
 
 
 def typical_distance(vectors: np.ndarray, seed: int = 0, pairs: int = 4000) -> float:
@@ -93,7 +159,7 @@ def _merge_close_clusters(vectors: np.ndarray, labels: np.ndarray, distance: flo
     count = labels.max() + 1
     if count < 2 or distance <= 0:
         return labels
-    centroids = _unit(np.stack([vectors[labels == c].mean(axis=0) for c in range(count)]))
+    centroids = _unit(_cluster_means(vectors, labels, count))
     groups = AgglomerativeClustering(n_clusters=None, distance_threshold=distance,
                                      metric="cosine", linkage="average").fit_predict(centroids)
     # number merged clusters by their first member, so that ids follow the input order
@@ -108,15 +174,26 @@ def _unit(matrix: np.ndarray) -> np.ndarray:
 def _summarize(vectors: np.ndarray, labels: np.ndarray) -> Clustering:
     count = int(labels.max()) + 1 if len(labels) else 0
     dim = vectors.shape[1] if vectors.ndim == 2 else 0
-    centroids, medoids, radii = np.zeros((count, dim), np.float32), [], []
-    for c in range(count):
-        members = np.flatnonzero(labels == c)
-        centroid = _unit(vectors[members].mean(axis=0, keepdims=True))[0]
-        similarity = vectors[members] @ centroid
-        centroids[c] = centroid
-        medoids.append(members[int(np.argmax(similarity))])
-        radii.append(float(np.quantile(1 - similarity, 0.95)))
-    return Clustering(labels, centroids, np.array(medoids, dtype=int), np.array(radii))
+    if count == 0:
+        return Clustering(labels, np.zeros((0, dim), np.float32), np.array([], dtype=int),
+                          np.array([]))
+    centroids = _unit(_cluster_means(vectors, labels, count)).astype(np.float32)
+    inside = np.flatnonzero(labels >= 0)
+    member_labels = labels[inside]
+    similarity = np.concatenate([
+        np.einsum("ij,ij->i", vectors[block], centroids[member_labels[i:i + len(block)]])
+        for i, block in ((i, inside[i:i + 65536]) for i in range(0, len(inside), 65536))])
+    # per cluster, members by falling similarity: the first is the medoid, the 95th percentile
+    # of 1 - similarity (linear interpolation, as numpy's) is the radius
+    order = np.lexsort((-similarity, member_labels))
+    starts = np.searchsorted(member_labels[order], np.arange(count))
+    sizes = np.bincount(member_labels, minlength=count)
+    medoids = inside[order[starts]]
+    distance = 1 - similarity[order]  # rising within each cluster
+    position = 0.95 * (sizes - 1)
+    low, high = np.floor(position).astype(int), np.ceil(position).astype(int)
+    radii = distance[starts + low] + (distance[starts + high] - distance[starts + low]) * (position - low)
+    return Clustering(labels, centroids, medoids.astype(int), radii.astype(float))
 
 
 def assign_to_clusters(vectors: np.ndarray, centroids: np.ndarray, radii: np.ndarray,
