@@ -125,7 +125,11 @@ def _nearest(queries: np.ndarray, points: np.ndarray, exclude_self: bool = False
 
 def join_nearest(sample: np.ndarray, sample_labels: np.ndarray, rest: np.ndarray) -> np.ndarray:
     """Clusters of points outside the fitted sample: the nearest sample point's, when no
-    farther from it than the largest nearest-neighbour gap inside that cluster, else NOISE."""
+    farther from it than that cluster's reach, else NOISE.
+
+    The reach is the largest distance from a member to its nearest sample neighbour: with
+    min_samples 1 HDBSCAN links points by plain distance, and a cluster holds what links to it
+    at most that far (a lower bound of its longest internal link)."""
     clustered = sample_labels >= 0
     if not clustered.any():
         return np.full(len(rest), NOISE)
