@@ -61,8 +61,11 @@ ui: install $(DAGSTER_HOME)/dagster.yaml
 demo-data: install
 	$(BIN)/python -m rag_loop.demo.generate --out data/demo
 
+SHARED_DATA ?= $(CURDIR)/../shared/data
 bench: install
 	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/intent_dedup.py --data $(SHARED_DATA)/banking77.csv
+	$(BIN)/python bench/intent_dedup.py --data $(SHARED_DATA)/hwu64.csv
 	$(BIN)/python bench/selection.py
 	$(BIN)/python bench/intent_dedup.py
 	$(BIN)/python bench/eval.py
