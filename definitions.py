@@ -17,10 +17,20 @@ from assets.ingestion import (
     raw_traces_quarantine_rate,
 )
 from assets.intents import curation_queue, intent_clusters, query_embeddings
-from assets.jobs import (ingest_job, label_job, rag_loop_job, regression_eval_job,
-                         release_goldens)
+from assets.jobs import (
+    ingest_job,
+    label_job,
+    rag_loop_job,
+    regression_eval_job,
+    release_goldens,
+)
 from assets.resources import build_resources
-from assets.selection import failure_candidates, quality_estimates, trace_novelty, trace_signals
+from assets.selection import (
+    failure_candidates,
+    quality_estimates,
+    trace_novelty,
+    trace_signals,
+)
 
 defs = Definitions(
     assets=[knowledge_base, raw_traces, trace_signals, trace_novelty, failure_candidates, quality_estimates,

@@ -26,8 +26,8 @@ from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
 from assets.resources import DUCKDB_WRITER, EmbedderResource
-from assets.tables import stage_asset
 from assets.selection import quality_estimates, trace_novelty, trace_signals
+from assets.tables import stage_asset
 from rag_loop import plots
 from rag_loop.drift import Limit, Verdict
 from rag_loop.drift_days import (

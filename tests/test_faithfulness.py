@@ -3,7 +3,11 @@
 import pytest
 from deepeval.test_case import LLMTestCase
 
-from rag_loop.evaluation.offline import OFFLINE_THRESHOLDS, OfflineAnswerRelevancy, OfflineFaithfulness
+from rag_loop.evaluation.offline import (
+    OFFLINE_THRESHOLDS,
+    OfflineAnswerRelevancy,
+    OfflineFaithfulness,
+)
 from rag_loop.evaluation.support import Context, terms
 
 OBEROI = ("The Oberoi family is an Indian family that is famous for its involvement in hotels, "

@@ -3,11 +3,11 @@
 import os
 
 import duckdb
+from conftest import trace_line
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rag_loop.ingest.pipeline as pipeline
-from conftest import trace_line
 from rag_loop.ingest import ingest_directory
 
 

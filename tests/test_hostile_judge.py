@@ -5,6 +5,8 @@ from conftest import DEMO_APP
 from deepeval.metrics.faithfulness.schema import Claims, Truths
 from deepeval.metrics.g_eval.schema import ReasonScore
 from pydantic import ValidationError
+from standin_openai import StandIn
+from test_evaluation import small_release  # noqa: F401  (fixture)
 
 from rag_loop.evaluation.judges import (
     JudgeReplyError,
@@ -14,8 +16,6 @@ from rag_loop.evaluation.judges import (
 )
 from rag_loop.evaluation.regression import EvalSettings, run_regression
 from rag_loop.evaluation.runner import EvalError
-from standin_openai import StandIn
-from test_evaluation import small_release  # noqa: F401  (fixture)
 
 
 @pytest.mark.parametrize("reply, schema, message", [

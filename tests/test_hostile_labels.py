@@ -6,9 +6,9 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_goldens import GOOD, db  # noqa: F401  (fixture)
 
 from rag_loop.labels import store_label_files
-from test_goldens import GOOD, db  # noqa: F401  (fixture)
 
 
 def outcome(con, name: str) -> tuple[list, list]:

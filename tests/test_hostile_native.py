@@ -4,11 +4,11 @@ give every line of a hostile file the same verdict, and every line gets exactly 
 import json
 
 import duckdb
+from conftest import trace_line
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rag_loop.ingest.pipeline as pipeline
-from conftest import trace_line
 from rag_loop.ingest import ingest_directory
 
 CHAINS = {"read_json": ("read_json", "lines"), "read_csv": ("read_csv", "lines"),

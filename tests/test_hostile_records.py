@@ -3,8 +3,8 @@
 import json
 
 import pytest
-
 from conftest import trace_line
+
 from rag_loop.ingest import ingest_directory
 
 

@@ -1,11 +1,11 @@
 """The regression eval's `http` rag_app: a user's RAG service over HTTP, on a loopback stand-in."""
 
 import pytest
+from standin_rag import RagService
 
 from assets.resources import RagAppResource
 from rag_loop.evaluation.http_app import HttpFields, HttpRagApp, RagAppError
 from rag_loop.evaluation.runner import build_cases
-from standin_rag import RagService
 
 
 @pytest.fixture

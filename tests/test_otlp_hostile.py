@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 import duckdb
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_otlp_spans import line, request_spans
 
 from rag_loop.ingest import ingest_directory
-from test_otlp_spans import line, request_spans
 
 NOW = datetime(2026, 11, 11, 10, 30, tzinfo=UTC)
 SPAN_KEYS = ("traceId", "spanId", "parentSpanId", "name", "startTimeUnixNano",

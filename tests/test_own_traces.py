@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import duckdb
-
 from standin_rag import RagService
 
 PROJECT = Path(__file__).resolve().parent.parent

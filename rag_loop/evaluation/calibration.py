@@ -34,19 +34,11 @@ from rag_loop.evaluation.judges import (
     build_metrics,
     judge_description,
 )
-from rag_loop.labels import DDL as LABELS_DDL
+from rag_loop.tables import AGREEMENT_DDL, CALIBRATIONS_DDL, LABELS_DDL
 
 LABEL_KEYS = ("label_faithful", "label", "human_label")
 _TRUE = {"true", "1", "yes", "faithful", "supported", "attributable"}
 _FALSE = {"false", "0", "no", "unfaithful", "unsupported", "not attributable"}
-DDL = """
-CREATE TABLE IF NOT EXISTS judge_calibrations (
-    calibration_id VARCHAR, created_at TIMESTAMPTZ, file VARCHAR, file_sha256 VARCHAR,
-    judge JSON, metric VARCHAR, rows BIGINT, errors BIGINT, roc_auc DOUBLE, threshold DOUBLE,
-    kappa DOUBLE, best_threshold DOUBLE, best_kappa DOUBLE, true_faithful BIGINT,
-    false_faithful BIGINT, true_unfaithful BIGINT, false_unfaithful BIGINT,
-    precision_unfaithful DOUBLE, recall_unfaithful DOUBLE, cases_per_second DOUBLE)
-"""
 
 
 @dataclass
@@ -195,7 +187,7 @@ def calibrate(scores: Sequence[float], faithful: Sequence[bool], threshold: floa
 def store_calibration(con: duckdb.DuckDBPyConnection, result: Calibration, path: Path,
                       judge: dict[str, Any], metric: str = "Faithfulness") -> str:
     """Append the figures to `judge_calibrations`; returns the calibration id."""
-    con.execute(DDL)
+    con.execute(CALIBRATIONS_DDL)
     calibration_id = f"cal-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
     figures = {k: v for k, v in asdict(result).items() if k not in ("errors", "scores")}
     con.execute(
@@ -263,12 +255,6 @@ def run_calibration(con: duckdb.DuckDBPyConnection | None, path: Path, settings:
         stored = store_calibration(con, result, path, judge_description(settings, evidence))
     return result, stored
 
-
-AGREEMENT_DDL = """
-CREATE OR REPLACE TABLE judge_agreement (
-    comparison VARCHAR, n BIGINT, kappa DOUBLE, agreement DOUBLE, confusion JSON,
-    computed_at TIMESTAMPTZ)
-"""
 
 
 def curator_agreement(con: duckdb.DuckDBPyConnection,

@@ -32,7 +32,6 @@ from deepeval.test_case import SingleTurnParams
 from pydantic import BaseModel
 
 from rag_loop.evaluation.evidence import Evidence
-from rag_loop.evaluation.settings import CORRECTNESS, METRIC_NAMES, JudgeSettings  # noqa: F401
 from rag_loop.evaluation.offline import (
     OFFLINE_JUDGE,
     OFFLINE_THRESHOLDS,
@@ -43,10 +42,8 @@ from rag_loop.evaluation.offline import (
     OfflineCorrectness,
     OfflineFaithfulness,
 )
-
-CACHE_DDL = """CREATE TABLE IF NOT EXISTS judge_cache (
-    key VARCHAR PRIMARY KEY, model VARCHAR, response VARCHAR, input_tokens BIGINT,
-    output_tokens BIGINT, created_at TIMESTAMPTZ DEFAULT now())"""
+from rag_loop.evaluation.settings import CORRECTNESS, METRIC_NAMES, JudgeSettings  # noqa: F401
+from rag_loop.tables import JUDGE_CACHE_DDL
 
 
 @dataclass
@@ -161,14 +158,14 @@ def _json_part(text: str) -> str:
 
 
 def load_judge_cache(con: duckdb.DuckDBPyConnection, model: str) -> dict[str, tuple[str, int, int]]:
-    con.execute(CACHE_DDL)
+    con.execute(JUDGE_CACHE_DDL)
     rows = con.execute("SELECT key, response, input_tokens, output_tokens FROM judge_cache "
                        "WHERE model = ?", [model]).fetchall()
     return {k: (r, i, o) for k, r, i, o in rows}
 
 
 def save_judge_cache(con: duckdb.DuckDBPyConnection, judge: OpenAICompatibleJudge) -> None:
-    con.execute(CACHE_DDL)
+    con.execute(JUDGE_CACHE_DDL)
     if not judge.new_entries:
         return
     con.executemany("INSERT OR IGNORE INTO judge_cache (key, model, response, input_tokens, "

@@ -19,9 +19,8 @@ from deepeval.metrics import BaseMetric
 from deepeval.test_case import LLMTestCase, SingleTurnParams
 
 from rag_loop.evaluation.evidence import Evidence, content_words, statements
-from rag_loop.evaluation.support import Context, faithfulness
-
 from rag_loop.evaluation.settings import OFFLINE_JUDGE, OFFLINE_THRESHOLDS  # noqa: F401
+from rag_loop.evaluation.support import Context, faithfulness
 
 # A claim counts as "supported" in the reason when its support reaches this (reason only).
 CLAIM_SUPPORTED = 0.5

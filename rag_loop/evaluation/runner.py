@@ -28,6 +28,7 @@ from deepeval.test_case import LLMTestCase
 from rag_loop.evaluation.settings import EvalError, load_app  # noqa: F401 (re-exported)
 from rag_loop.goldens import read_goldens, release_versions
 from rag_loop.storage import retrieval_contexts
+from rag_loop.tables import EVAL_DDL
 
 Log = Callable[[str], None]
 
@@ -133,34 +134,12 @@ async def _measure(metric: BaseMetric, case: Case) -> dict[str, Any]:
     return {**row, "score": float(score), "passed": passed, "reason": metric.reason}
 
 
-RUNS_DDL = """
-CREATE TABLE IF NOT EXISTS eval_runs (
-    run_id VARCHAR PRIMARY KEY, started_at TIMESTAMPTZ, seconds DOUBLE, release_version VARCHAR,
-    release_sha256 VARCHAR, mode VARCHAR, rag_app VARCHAR, rag_config JSON, judge JSON,
-    deepeval_version VARCHAR, metrics JSON, gates JSON, cases BIGINT, results BIGINT,
-    errored BIGINT, judge_calls BIGINT, judge_cache_hits BIGINT, input_tokens BIGINT,
-    output_tokens BIGINT, cost_usd DOUBLE, baseline_run_id VARCHAR, blocked BOOLEAN,
-    gate_failures JSON);
-CREATE TABLE IF NOT EXISTS eval_results (
-    run_id VARCHAR, golden VARCHAR, metric VARCHAR, score DOUBLE, threshold DOUBLE,
-    passed BOOLEAN, errored BOOLEAN, error VARCHAR, reason VARCHAR, actual_output VARCHAR,
-    input VARCHAR, language VARCHAR, query_type VARCHAR, origin VARCHAR, failure_type VARCHAR,
-    tags VARCHAR[]);
-CREATE TABLE IF NOT EXISTS eval_summary (
-    run_id VARCHAR, baseline_run_id VARCHAR, metric VARCHAR, slice VARCHAR, slice_value VARCHAR,
-    n BIGINT, errored BIGINT, mean DOUBLE, median DOUBLE, pass_rate DOUBLE, p10 DOUBLE,
-    severe BIGINT, baseline_mean DOUBLE, baseline_pass_rate DOUBLE, delta_mean DOUBLE,
-    delta_pass_rate DOUBLE);
-CREATE TABLE IF NOT EXISTS eval_flips (
-    run_id VARCHAR, baseline_run_id VARCHAR, golden VARCHAR, metric VARCHAR, input VARCHAR,
-    baseline_score DOUBLE, score DOUBLE, errored BOOLEAN, actual_output VARCHAR);
-"""
 
 
 def store_run(con: duckdb.DuckDBPyConnection, run: RunResult, cases: Sequence[Case],
               record: Mapping[str, Any]) -> str:
     """Store the run and its results; returns the run id."""
-    con.execute(RUNS_DDL)
+    con.execute(EVAL_DDL)
     run_id = record.get("run_id") or f"eval-{run.started_at:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
     meta = {c.golden.get("name"): c.golden for c in cases}
     results = run.results.copy()

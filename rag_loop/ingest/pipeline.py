@@ -30,13 +30,13 @@ from rag_loop.ingest.assembly import (
 from rag_loop.ingest.direct import read_native_file, read_native_lines, store_read_file
 from rag_loop.ingest.loader import BatchCounts, load_batch, quarantine_rejected
 from rag_loop.ingest.parallel import LazyPool
-from rag_loop.ingest.spans import read_spans
 from rag_loop.ingest.reader import (
     NeedsExactReader,
     Rejected,
     first_lines,
     iter_line_batches,
 )
+from rag_loop.ingest.spans import read_spans
 from rag_loop.storage import create_tables
 
 TRACE_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")

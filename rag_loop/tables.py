@@ -1,0 +1,181 @@
+"""Every rag-loop table with a fixed schema, in one place.
+
+Which asset writes each table is declared in `assets/` (a stage's own table, or a part of its
+multi_asset); tables a stage builds from a query (trace_signals, failure_candidates,
+quality_estimates, query_embeddings, intent_clusters, trace_clusters, curation_queue) take
+the schema of that SELECT. Columns added after a first release are added to existing
+databases by `ALTER TABLE ... ADD COLUMN IF NOT EXISTS` here too.
+"""
+
+# ingestion (raw_traces and its parts, knowledge_base's documents)
+TRACE_COLUMNS = """
+    trace_id VARCHAR NOT NULL, request_id VARCHAR, session_id VARCHAR, conversation_id VARCHAR,
+    turn_id BIGINT, "timestamp" TIMESTAMPTZ NOT NULL, environment VARCHAR,
+    rag_version VARCHAR, prompt_version VARCHAR, model_name VARCHAR, response_model VARCHAR,
+    provider VARCHAR, embedding_model VARCHAR, reranker_model VARCHAR, index_version VARCHAR,
+    chunking_version VARCHAR, retrieval_config_version VARCHAR,
+    original_query VARCHAR NOT NULL, rewritten_query VARCHAR, filters JSON,
+    answer VARCHAR, citations VARCHAR[], temperature DOUBLE, input_tokens BIGINT,
+    output_tokens BIGINT, llm_calls BIGINT, final_input_tokens BIGINT, final_output_tokens BIGINT,
+    finish_reason VARCHAR, status VARCHAR, error VARCHAR,
+    is_fallback BOOLEAN, latency_ms DOUBLE, cost_usd DOUBLE,
+    language VARCHAR, tenant VARCHAR, query_type VARCHAR, risk_level VARCHAR,
+    source_format VARCHAR, source_file VARCHAR, source_line BIGINT, ingested_at TIMESTAMPTZ
+"""
+
+INGESTION_DDL = f"""
+CREATE TABLE IF NOT EXISTS raw_traces ({TRACE_COLUMNS});
+CREATE TABLE IF NOT EXISTS trace_chunks (
+    trace_id VARCHAR NOT NULL, doc_id VARCHAR, chunk_id VARCHAR, doc_version VARCHAR,
+    score DOUBLE, rank BIGINT, rerank_score DOUBLE, rerank_rank BIGINT, selected BOOLEAN,
+    text VARCHAR, doc_id_from VARCHAR);
+-- columns added after the first release: databases made before get them here
+ALTER TABLE trace_chunks ADD COLUMN IF NOT EXISTS doc_id_from VARCHAR;
+ALTER TABLE raw_traces ADD COLUMN IF NOT EXISTS llm_calls BIGINT;
+ALTER TABLE raw_traces ADD COLUMN IF NOT EXISTS final_input_tokens BIGINT;
+ALTER TABLE raw_traces ADD COLUMN IF NOT EXISTS final_output_tokens BIGINT;
+CREATE TABLE IF NOT EXISTS trace_spans (
+    trace_id VARCHAR NOT NULL, span_id VARCHAR, parent_span_id VARCHAR, name VARCHAR,
+    kind VARCHAR, start_time TIMESTAMPTZ, duration_ms DOUBLE, status VARCHAR);
+CREATE TABLE IF NOT EXISTS trace_feedback (
+    trace_id VARCHAR NOT NULL, rating VARCHAR, category VARCHAR, comment VARCHAR);
+CREATE TABLE IF NOT EXISTS quarantine (
+    source_file VARCHAR, line_no BIGINT, format VARCHAR, reason VARCHAR, raw VARCHAR,
+    quarantined_at TIMESTAMPTZ, span_id VARCHAR);
+ALTER TABLE quarantine ADD COLUMN IF NOT EXISTS span_id VARCHAR;
+CREATE TABLE IF NOT EXISTS trace_duplicates (
+    source_file VARCHAR, line_no BIGINT, trace_id VARCHAR, format VARCHAR,
+    seen_at TIMESTAMPTZ, span_id VARCHAR);
+ALTER TABLE trace_duplicates ADD COLUMN IF NOT EXISTS span_id VARCHAR;
+-- OTLP: every span received (the unit of ingestion), and what became of each trace id
+CREATE TABLE IF NOT EXISTS otlp_spans (
+    trace_id VARCHAR NOT NULL, span_id VARCHAR NOT NULL, parent_span_id VARCHAR, name VARCHAR,
+    start_ns BIGINT, end_ns BIGINT, status_code VARCHAR, status_message VARCHAR,
+    attributes JSON, resource JSON, events JSON, source_file VARCHAR, source_line BIGINT,
+    received_at TIMESTAMPTZ);
+CREATE TABLE IF NOT EXISTS otlp_traces (
+    trace_id VARCHAR NOT NULL, state VARCHAR, complete BOOLEAN, spans BIGINT, reason VARCHAR,
+    source_file VARCHAR, source_line BIGINT, record_span_id VARCHAR, assembled_at TIMESTAMPTZ);
+CREATE TABLE IF NOT EXISTS ingested_files (
+    path VARCHAR, size BIGINT, mtime_ns BIGINT, format VARCHAR, records BIGINT,
+    ingested BIGINT, duplicates BIGINT, quarantined BIGINT, ingested_at TIMESTAMPTZ);
+CREATE TABLE IF NOT EXISTS documents (
+    doc_id VARCHAR NOT NULL, version VARCHAR NOT NULL, title VARCHAR, language VARCHAR,
+    source_updated_at TIMESTAMPTZ NOT NULL, indexed_at TIMESTAMPTZ,
+    PRIMARY KEY (doc_id, version));
+CREATE TABLE IF NOT EXISTS document_chunks (
+    chunk_id VARCHAR PRIMARY KEY, doc_id VARCHAR NOT NULL, version VARCHAR NOT NULL,
+    text VARCHAR NOT NULL);
+"""
+
+
+# selection: the novelty stream's input
+NOVELTY_DDL = ("CREATE OR REPLACE TABLE trace_novelty (day DATE, trace_id VARCHAR, language VARCHAR, "
+               "novel BOOLEAN, cluster_size BIGINT, rate DOUBLE)")
+
+
+# intents: vectors by model and text hash
+EMBEDDING_CACHE_DDL = """
+CREATE TABLE IF NOT EXISTS embedding_cache (
+    model_id VARCHAR NOT NULL, text_hash VARCHAR NOT NULL, vector FLOAT[] NOT NULL,
+    PRIMARY KEY (model_id, text_hash))"""
+
+
+# curation: labels, their errors and files, the latest label per trace
+LABELS_DDL = """
+CREATE TABLE IF NOT EXISTS curated_labels (
+    label_id VARCHAR PRIMARY KEY, trace_id VARCHAR NOT NULL, decision VARCHAR NOT NULL,
+    input VARCHAR, expected_output VARCHAR, expected_sources VARCHAR[], tags VARCHAR[],
+    origin VARCHAR, failure_type VARCHAR, curator VARCHAR, labeled_at TIMESTAMPTZ NOT NULL,
+    cluster_id VARCHAR, cluster_weight DOUBLE, priority VARCHAR, source_trace_ids VARCHAR[],
+    warnings VARCHAR[], source_file VARCHAR, line_no BIGINT, stored_at TIMESTAMPTZ,
+    suggested_failure_type VARCHAR, judge_score DOUBLE);
+-- what the curator was shown, for curator-versus-suggestion and -judge agreement
+ALTER TABLE curated_labels ADD COLUMN IF NOT EXISTS suggested_failure_type VARCHAR;
+ALTER TABLE curated_labels ADD COLUMN IF NOT EXISTS judge_score DOUBLE;
+CREATE TABLE IF NOT EXISTS label_errors (
+    source_file VARCHAR, line_no BIGINT, trace_id VARCHAR, errors VARCHAR[], raw VARCHAR,
+    found_at TIMESTAMPTZ);
+CREATE TABLE IF NOT EXISTS label_files (
+    path VARCHAR, size BIGINT, mtime_ns BIGINT, rows BIGINT, stored BIGINT, rejected BIGINT,
+    read_at TIMESTAMPTZ);
+CREATE OR REPLACE VIEW current_labels AS
+    SELECT * FROM curated_labels
+    QUALIFY row_number() OVER (PARTITION BY trace_id
+                               ORDER BY labeled_at DESC, source_file DESC, line_no DESC) = 1;
+"""
+
+
+# goldens: releases and lineage, rebuilt from the release files
+GOLDEN_RELEASES_COLUMNS = ("version VARCHAR, parent_version VARCHAR, created_at TIMESTAMPTZ, "
+                           "released_by VARCHAR, notes VARCHAR, goldens BIGINT, added BIGINT, "
+                           "removed BIGINT, changed BIGINT, redacted BIGINT, sha256 VARCHAR, "
+                           "path VARCHAR")
+GOLDEN_LINEAGE_COLUMNS = ("version VARCHAR, golden VARCHAR, label_id VARCHAR, trace_id VARCHAR, "
+                          "source_trace_ids VARCHAR[], cluster_id VARCHAR")
+
+
+# evaluation: runs, results, summaries, flips; the judge's cache; calibrations and agreement
+EVAL_DDL = """
+CREATE TABLE IF NOT EXISTS eval_runs (
+    run_id VARCHAR PRIMARY KEY, started_at TIMESTAMPTZ, seconds DOUBLE, release_version VARCHAR,
+    release_sha256 VARCHAR, mode VARCHAR, rag_app VARCHAR, rag_config JSON, judge JSON,
+    deepeval_version VARCHAR, metrics JSON, gates JSON, cases BIGINT, results BIGINT,
+    errored BIGINT, judge_calls BIGINT, judge_cache_hits BIGINT, input_tokens BIGINT,
+    output_tokens BIGINT, cost_usd DOUBLE, baseline_run_id VARCHAR, blocked BOOLEAN,
+    gate_failures JSON);
+CREATE TABLE IF NOT EXISTS eval_results (
+    run_id VARCHAR, golden VARCHAR, metric VARCHAR, score DOUBLE, threshold DOUBLE,
+    passed BOOLEAN, errored BOOLEAN, error VARCHAR, reason VARCHAR, actual_output VARCHAR,
+    input VARCHAR, language VARCHAR, query_type VARCHAR, origin VARCHAR, failure_type VARCHAR,
+    tags VARCHAR[]);
+CREATE TABLE IF NOT EXISTS eval_summary (
+    run_id VARCHAR, baseline_run_id VARCHAR, metric VARCHAR, slice VARCHAR, slice_value VARCHAR,
+    n BIGINT, errored BIGINT, mean DOUBLE, median DOUBLE, pass_rate DOUBLE, p10 DOUBLE,
+    severe BIGINT, baseline_mean DOUBLE, baseline_pass_rate DOUBLE, delta_mean DOUBLE,
+    delta_pass_rate DOUBLE);
+CREATE TABLE IF NOT EXISTS eval_flips (
+    run_id VARCHAR, baseline_run_id VARCHAR, golden VARCHAR, metric VARCHAR, input VARCHAR,
+    baseline_score DOUBLE, score DOUBLE, errored BOOLEAN, actual_output VARCHAR);
+"""
+JUDGE_CACHE_DDL = """CREATE TABLE IF NOT EXISTS judge_cache (
+    key VARCHAR PRIMARY KEY, model VARCHAR, response VARCHAR, input_tokens BIGINT,
+    output_tokens BIGINT, created_at TIMESTAMPTZ DEFAULT now())"""
+
+CALIBRATIONS_DDL = """
+CREATE TABLE IF NOT EXISTS judge_calibrations (
+    calibration_id VARCHAR, created_at TIMESTAMPTZ, file VARCHAR, file_sha256 VARCHAR,
+    judge JSON, metric VARCHAR, rows BIGINT, errors BIGINT, roc_auc DOUBLE, threshold DOUBLE,
+    kappa DOUBLE, best_threshold DOUBLE, best_kappa DOUBLE, true_faithful BIGINT,
+    false_faithful BIGINT, true_unfaithful BIGINT, false_unfaithful BIGINT,
+    precision_unfaithful DOUBLE, recall_unfaithful DOUBLE, cases_per_second DOUBLE)
+"""
+AGREEMENT_DDL = """
+CREATE OR REPLACE TABLE judge_agreement (
+    comparison VARCHAR, n BIGINT, kappa DOUBLE, agreement DOUBLE, confusion JSON,
+    computed_at TIMESTAMPTZ)
+"""
+
+
+# drift: one row set per day
+DRIFT_DAY_COLUMNS = {  # each table also has `day DATE`; a day's rows are replaced
+    "traffic_intents": "trace_id VARCHAR, language VARCHAR, cluster_id VARCHAR, similarity DOUBLE",
+    "query_mix_counts": "dimension VARCHAR, value VARCHAR, n BIGINT",
+    "query_mix": "dimension VARCHAR, n BIGINT, baseline_n BIGINT, js_divergence DOUBLE, psi DOUBLE, "
+                 "novel_share DOUBLE, top_movers JSON",
+    "freshness_lag": "doc_id VARCHAR, version VARCHAR, source_updated_at TIMESTAMPTZ, "
+                     "indexed_at TIMESTAMPTZ, lag_minutes DOUBLE, unindexed_at_end_of_day BOOLEAN, "
+                     "within_slo BOOLEAN",
+    "freshness_daily": "versions BIGINT, lag_p50_minutes DOUBLE, lag_p95_minutes DOUBLE, "
+                       "lag_max_minutes DOUBLE, within_slo_share DOUBLE, stale_documents JSON",
+    "stale_retrieval": "slice VARCHAR, slice_value VARCHAR, n BIGINT, stale_rate DOUBLE, "
+                       "baseline_n BIGINT, baseline_stale_rate DOUBLE",
+    "retrieval_scores": "slice VARCHAR, slice_value VARCHAR, n BIGINT, baseline_n BIGINT, "
+                        "retrieval_p10 DOUBLE, retrieval_p50 DOUBLE, retrieval_p90 DOUBLE, "
+                        "rerank_p10 DOUBLE, rerank_p50 DOUBLE, rerank_p90 DOUBLE, "
+                        "baseline_rerank_p50 DOUBLE, empty_rate DOUBLE, baseline_empty_rate DOUBLE, "
+                        "source_diversity DOUBLE, topk_overlap DOUBLE, ks_statistic DOUBLE, "
+                        "ks_pvalue DOUBLE, rerank_psi DOUBLE",
+    "quality_slis": "outcome VARCHAR, rate DOUBLE, n BIGINT, random_n BIGINT, baseline_rate DOUBLE, "
+                    "baseline_days BIGINT, increase DOUBLE",
+}
