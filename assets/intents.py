@@ -51,8 +51,8 @@ class ClusterConfig(Config):
                                   description="Clusters closer than this fraction of the median "
                                               "pairwise distance merge into one intent.")
     fit_sample: int = Field(_CLUSTER_DEFAULTS.fit_sample,
-                            description="Above this many queries, fit on a sample and place "
-                                        "the rest with approximate_predict.")
+                            description="Above this many queries, fit on a sample; the rest join "
+                                        "their nearest sample point's cluster.")
 
 
 @stage_asset(group_name="intents", deps=["query_embeddings", "embedding_cache"],

@@ -10,8 +10,8 @@ leaves as noise stay singletons: they are where novel queries live. Above `fit_s
 points, HDBSCAN (fast_hdbscan: parallel, Numba-compiled, the same clusters as the hdbscan
 package) is fitted on a sample and every other point joins the cluster of its nearest sample
 point when it is within that cluster's reach (the largest nearest-neighbour gap inside it),
-else it is noise: one matrix product per block of points, where hdbscan's approximate_predict
-loops point by point.
+else it is noise: one matrix product per block of points (hdbscan's approximate_predict
+loops point by point).
 """
 
 from __future__ import annotations
