@@ -89,6 +89,7 @@ def trace_novelty(context: AssetExecutionContext, config: NoveltyConfig, duckdb:
         "dagster/row_count": figures["judged"], "novel": figures["novel"],
         "sampled": figures["sampled"],
         "days_judged": figures["days_judged"],
+        "days_judged_this_run": figures["days_judged_this_run"],
         "days_without_history": ", ".join(figures["days_without_history"]) or "none",
         "novel_per_day": MetadataValue.json(figures["novel_per_day"]),
         "preview": MetadataValue.md(preview.to_markdown(index=False))})

@@ -70,8 +70,12 @@ CREATE TABLE IF NOT EXISTS document_chunks (
 
 
 # selection: the novelty stream's input
-NOVELTY_DDL = ("CREATE OR REPLACE TABLE trace_novelty (day DATE, trace_id VARCHAR, language VARCHAR, "
-               "novel BOOLEAN, cluster_size BIGINT, rate DOUBLE)")
+NOVELTY_DDL = """
+CREATE TABLE IF NOT EXISTS trace_novelty (
+    day DATE, trace_id VARCHAR, language VARCHAR, novel BOOLEAN, cluster_size BIGINT,
+    rate DOUBLE, settings VARCHAR);
+ALTER TABLE trace_novelty ADD COLUMN IF NOT EXISTS settings VARCHAR;
+"""
 
 
 # intents: vectors by model and text hash

@@ -71,6 +71,32 @@ def test_novelty_is_idempotent_and_never_looks_ahead(traffic_db):
     assert con.execute("SELECT * FROM trace_novelty ORDER BY trace_id").fetchall() == earlier
 
 
+def test_a_rerun_judges_only_the_new_day_and_agrees_with_judging_everything(con):
+    create_tables(con)
+    frame = _traffic(days=7, new_intent_day=5)
+    router = LanguageRouter(HASHING)
+
+    def load(days):
+        con.register("_rows", frame[frame["timestamp"].dt.day <= days].drop(columns="intent"))
+        con.execute("DELETE FROM raw_traces")
+        con.execute("INSERT INTO raw_traces BY NAME SELECT * FROM _rows")
+        con.unregister("_rows")
+
+    load(6)
+    assert detect_novelty(con, router, NoveltySettings())["days_judged_this_run"] == 3
+    load(7)  # the next day arrives
+    figures = detect_novelty(con, router, NoveltySettings())
+    assert figures["days_judged_this_run"] == 1 and figures["days_judged"] == 4
+    incremental = con.execute("SELECT * FROM trace_novelty ORDER BY trace_id").fetchall()
+    con.execute("DROP TABLE trace_novelty")
+    detect_novelty(con, router, NoveltySettings())
+    assert con.execute("SELECT * FROM trace_novelty ORDER BY trace_id").fetchall() == incremental
+    other = NoveltySettings(new_cluster_share=0.9)  # new settings: every day judged again
+    assert detect_novelty(con, router, other)["days_judged_this_run"] == 4
+    assert con.execute("SELECT DISTINCT settings FROM trace_novelty").fetchall() == [
+        (other.fingerprint(),)]
+
+
 def test_settings_refuse_meaningless_values():
     with pytest.raises(ValueError):
         NoveltySettings(new_cluster_share=0.3)
