@@ -101,7 +101,8 @@ def select_representatives(members: pd.DataFrame, vectors: np.ndarray, clusterin
     representative, a second when large, another when its members' suggested failure
     types differ; they are chosen best priority first, then for a failure type not yet
     represented, then farthest from those already chosen (phrasing). Queue order: priority,
-    then first representatives before extra ones, then cluster weight.
+    then first representatives before extra ones; within that, clusters by weight, then
+    singletons farthest first (`diversity_rank`, see `order_farthest_first`).
     """
     rows = []
     labels = clustering.labels
@@ -131,9 +132,42 @@ def select_representatives(members: pd.DataFrame, vectors: np.ndarray, clusterin
     if queue.empty:
         return queue
     queue["priority"] = [list(Priority)[r].value for r in queue["priority_rank"]]
-    queue = queue.sort_values(["priority_rank", "representative_rank", "cluster_weight", "point"],
-                              ascending=[True, True, False, True], kind="stable")
+    queue["singleton"] = queue["cluster"] == NOISE
+    queue = queue.sort_values(["priority_rank", "representative_rank", "singleton", "cluster_weight",
+                               "point"], ascending=[True, True, True, False, True], kind="stable")
+    queue["diversity_rank"] = 0
+    queued: list[int] = []
+    for _, tier in queue.groupby(["priority_rank", "representative_rank"], sort=True):
+        clustered = tier.loc[~tier["singleton"], "point"].tolist()
+        singles = tier.loc[tier["singleton"]]
+        order = order_farthest_first(vectors, singles["point"].to_numpy(), queued + clustered)
+        queue.loc[singles.index[order], "diversity_rank"] = np.arange(len(order))
+        queued += clustered + singles["point"].to_numpy()[order].tolist()
+    queue = queue.sort_values(["priority_rank", "representative_rank", "singleton", "diversity_rank",
+                               "cluster_weight", "point"],
+                              ascending=[True, True, True, True, False, True], kind="stable")
     return queue.drop(columns="priority_rank").reset_index(drop=True)
+
+
+def order_farthest_first(vectors: np.ndarray, points: np.ndarray, before: Sequence[int]) -> np.ndarray:
+    """Positions of `points` in farthest-first order: each next one is the least similar to
+    everything queued before it (`before`, then the points already ordered).
+
+    Singletons are queries no cluster took; in input order a curator's first rows would spend
+    themselves on neighbouring paraphrases (inputs often arrive grouped), while farthest first
+    each row reaches a part of the space no row above it covers."""
+    if len(points) == 0:
+        return np.array([], dtype=int)
+    candidates = vectors[points]
+    best = (candidates @ vectors[list(before)].T).max(axis=1) if len(before) else \
+        np.full(len(points), -np.inf, dtype=candidates.dtype)
+    order = np.empty(len(points), dtype=int)
+    for step in range(len(points)):
+        pick = int(np.argmin(best))
+        order[step] = pick
+        np.maximum(best, candidates @ candidates[pick], out=best)
+        best[pick] = np.inf
+    return order
 
 
 def _diverse(variants: list[list[int]], vectors: np.ndarray, types: np.ndarray,

@@ -281,8 +281,9 @@ def _queue_rows(con: duckdb.DuckDBPyConnection, queue: pd.DataFrame, members: pd
                 clusters: pd.DataFrame) -> list[dict]:
     contexts = retrieval_contexts(con, queue["trace_id"].tolist())
     order = {p.value: i for i, p in enumerate(Priority)}
-    rows = []
+    rows, positions = [], {}
     for item in queue.to_dict("records"):
+        positions[item["trace_id"]] = (bool(item["singleton"]), int(item["diversity_rank"]))
         trace = members.loc[item["trace_id"]]
         cluster = clusters.loc[item["cluster_id"]]
         priority = item["priority"]
@@ -305,6 +306,6 @@ def _queue_rows(con: duckdb.DuckDBPyConnection, queue: pd.DataFrame, members: pd
             **{key: (list(value) if isinstance(value, list) else value)
                for key, value in CURATOR_FIELDS.items()},
         })
-    rows.sort(key=lambda r: (order[r["priority"]], r["representative_rank"], -r["cluster_weight"],
-                             r["trace_id"]))
+    rows.sort(key=lambda r: (order[r["priority"]], r["representative_rank"], *positions[r["trace_id"]],
+                             -r["cluster_weight"], r["trace_id"]))
     return rows

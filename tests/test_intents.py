@@ -189,6 +189,24 @@ def test_large_and_mixed_clusters_get_diverse_representatives():
     assert (queue["cluster_weight"] == 60.0).all()
 
 
+def test_singletons_are_queued_farthest_first_after_the_clusters():
+    rng = np.random.default_rng(1)
+    directions = np.eye(8)[:4]  # one cluster (direction 0), then singletons grouped by topic 1-3
+    topic = np.array([0] * 6 + [1, 1, 1, 2, 2, 2, 3, 3, 3])
+    vectors = directions[topic] + rng.normal(0, 0.05, (len(topic), 8))
+    vectors = (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
+    members = pd.DataFrame({"trace_id": [f"t{i}" for i in range(len(topic))], "priority": "P3",
+                            "weight": 1.0, "suggested_failure_type": "none"})
+    from rag_loop.clustering import Clustering
+    labels = np.where(topic == 0, 0, -1)
+    clustering = Clustering(labels, directions[:1].astype(np.float32), np.array([0]), np.array([0.1]))
+    queue = select_representatives(members, vectors, clustering, QueueSettings(duplicate_similarity=0.999))
+    assert queue["cluster"].iloc[0] == 0 and not queue["singleton"].iloc[0]
+    # input order would give topics 1, 1, 1: farthest first gives each topic before any repeats
+    assert sorted(topic[queue["point"].iloc[1:4]]) == [1, 2, 3]
+    assert queue["diversity_rank"].iloc[1:].tolist() == list(range(len(topic) - 6))
+
+
 @pytest.mark.parametrize("trace, expected", [
     ({"signals": []}, FailureType.NONE),
     ({"signals": ["timeout", "latency_over_budget"]}, FailureType.NONE),
