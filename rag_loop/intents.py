@@ -77,6 +77,9 @@ def embed_candidates(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
                                   "model_id": model_id, "text_hash": hashes}))
         figures[f"embedded_{language}"] = len(group)
         figures[f"model_{language}"] = model_id
+        precision = getattr(router.for_language(language), "precision", None)
+        if precision:
+            figures[f"precision_{language}"] = precision
         if not router.configured(language):
             default_model[language] = len(group)
         cut = router.count_truncated(group["query"].drop_duplicates().tolist(), language) or 0

@@ -3,6 +3,7 @@
 import json
 import random
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import duckdb
@@ -29,7 +30,13 @@ from rag_loop.curation import (
     suggest_failure_type,
 )
 from rag_loop.demo.intents import INTENTS, paraphrase
-from rag_loop.embedding import LanguageRouter, SentenceTransformerEmbedder, embed_cached
+from rag_loop.embedding import (
+    LanguageRouter,
+    SentenceTransformerEmbedder,
+    cpu_has_bf16_matmul,
+    embed_cached,
+    resolve_precision,
+)
 from rag_loop.intents import build_curation_queue, cluster_intents
 from rag_loop.schema import FailureType
 
@@ -96,6 +103,31 @@ def test_clustering_recovers_labelled_intents(minilm):
     assert (placed == clustering.labels[clustered]).mean() > 0.9
 
 
+def test_bfloat16_weights_give_the_float32_vectors(minilm):
+    texts, _ = _labelled_queries(intent_count=3, per_intent=10)
+    exact = SentenceTransformerEmbedder(precision="float32").embed(texts + [""])
+    fast = SentenceTransformerEmbedder(precision="bfloat16")
+    vectors = fast.embed(texts + [""])
+    assert fast.precision == "bfloat16" and fast.model_id == "all-MiniLM-L6-v2"
+    assert vectors.dtype == np.float32 and np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
+    assert np.einsum("ij,ij->i", vectors, exact).min() > 0.999
+    assert fast.embed([]).shape == (0, 384)
+
+
+@pytest.mark.parametrize("flags, native", [("fpu sse avx512f amx_bf16 amx_tile", True),
+                                           ("fpu avx512f avx512_bf16", True),
+                                           ("fpu sse avx2 fma avx512f", False)])
+def test_auto_precision_is_bfloat16_only_on_cpus_that_multiply_it_natively(tmp_path, flags, native):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+    assert cpu_has_bf16_matmul(str(cpuinfo)) is native
+    assert resolve_precision("auto", str(cpuinfo)) == ("bfloat16" if native else "float32")
+    assert resolve_precision("float32", str(cpuinfo)) == "float32"
+    assert resolve_precision("auto", str(tmp_path / "missing")) == "float32"
+    with pytest.raises(ValueError, match="not one of"):
+        resolve_precision("int8")
+
+
 def test_vietnamese_with_and_without_accents_lands_together_on_the_bundled_e5():
     """Integration on the real multilingual model, as the default router runs it."""
     texts = ["Mình được bao nhiêu ngày phép năm?", "minh duoc bao nhieu ngay phep nam",
@@ -130,8 +162,10 @@ def test_points_outside_the_fitted_sample_join_as_a_fit_on_every_point_places_th
     outliers = rng.normal(0, 1, (5, 64)).astype(np.float32) * 10  # lone random directions
     vectors = np.vstack([blobs, outliers])
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    sampled = cluster_vectors(vectors, ClusterSettings(fit_sample=300))  # 905 points joined
-    whole = cluster_vectors(vectors, ClusterSettings())
+    # eom: one cluster per blob, so that "placed as a whole fit places them" is exact
+    settings = ClusterSettings(selection_method="eom")
+    sampled = cluster_vectors(vectors, replace(settings, fit_sample=300))  # 905 points joined
+    whole = cluster_vectors(vectors, settings)
     for clustering in (sampled, whole):
         labels = clustering.labels
         blob_labels = [set(labels[i * 400:(i + 1) * 400]) for i in range(3)]
