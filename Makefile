@@ -67,7 +67,6 @@ bench: install
 	$(BIN)/python bench/intent_dedup.py --data $(SHARED_DATA)/banking77.csv
 	$(BIN)/python bench/intent_dedup.py --data $(SHARED_DATA)/hwu64.csv
 	$(BIN)/python bench/selection.py
-	$(BIN)/python bench/intent_dedup.py
 	$(BIN)/python bench/eval.py
 	$(BIN)/python bench/drift.py
 
