@@ -86,6 +86,9 @@ class QueueConfig(Config):
     golden_similarity: float = Field(_QUEUE_DEFAULTS.golden_similarity,
                                      description="A representative this close to a released "
                                                  "golden's input is covered, not queued.")
+    diverse_singletons: int = Field(_QUEUE_DEFAULTS.diverse_singletons,
+                                    description="Per priority tier, this many singletons are "
+                                                "queued farthest first, the rest by weight.")
 
 
 @asset(group_name="intents", deps=["intent_clusters", "trace_clusters"],

@@ -101,7 +101,7 @@ def hdbscan_labels(points: np.ndarray, settings: ClusterSettings) -> np.ndarray:
     return model.fit(np.ascontiguousarray(points, dtype=np.float64)).labels_
 
 
-def _nearest(queries: np.ndarray, points: np.ndarray, exclude_self: bool = False,
+def nearest(queries: np.ndarray, points: np.ndarray, exclude_self: bool = False,
              block: int = 1024) -> tuple[np.ndarray, np.ndarray]:
     """Index of and Euclidean distance to each query's nearest point: per block of queries one
     float32 product into a reused buffer (|p|² - 2 q·p orders the points as the distance does)."""
@@ -135,10 +135,10 @@ def join_nearest(sample: np.ndarray, sample_labels: np.ndarray, rest: np.ndarray
     if not clustered.any():
         return np.full(len(rest), NOISE)
     members, member_labels = sample[clustered], sample_labels[clustered]
-    _, gaps = _nearest(members, members, exclude_self=True)
+    _, gaps = nearest(members, members, exclude_self=True)
     reach = np.zeros(member_labels.max() + 1, np.float32)
     np.maximum.at(reach, member_labels, gaps)
-    index, distance = _nearest(rest, members)
+    index, distance = nearest(rest, members)
     joined = member_labels[index]
     return np.where(distance <= reach[joined], joined, NOISE)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from rag_loop.clustering import NOISE, Clustering
+from rag_loop.clustering import NOISE, Clustering, nearest
 from rag_loop.schema import FailureType, Origin, Priority
 
 CURATOR_FIELDS = {"expected_output": "", "expected_sources": [], "tags": [], "origin": "",
@@ -35,6 +35,7 @@ class QueueSettings:
     large_cluster: int = 20  # from this size a cluster gets a second representative
     max_representatives: int = 3
     golden_similarity: float = 0.9  # a representative this close to a golden is covered
+    diverse_singletons: int = 2000  # per tier, singletons queued farthest first; then by weight
 
 
 def suggest_failure_type(trace: dict) -> tuple[FailureType, str]:
@@ -140,7 +141,8 @@ def select_representatives(members: pd.DataFrame, vectors: np.ndarray, clusterin
     for _, tier in queue.groupby(["priority_rank", "representative_rank"], sort=True):
         clustered = tier.loc[~tier["singleton"], "point"].tolist()
         singles = tier.loc[tier["singleton"]]
-        order = order_farthest_first(vectors, singles["point"].to_numpy(), queued + clustered)
+        order = order_farthest_first(vectors, singles["point"].to_numpy(), queued + clustered,
+                                     limit=settings.diverse_singletons)
         queue.loc[singles.index[order], "diversity_rank"] = np.arange(len(order))
         queued += clustered + singles["point"].to_numpy()[order].tolist()
     queue = queue.sort_values(["priority_rank", "representative_rank", "singleton", "diversity_rank",
@@ -149,25 +151,34 @@ def select_representatives(members: pd.DataFrame, vectors: np.ndarray, clusterin
     return queue.drop(columns="priority_rank").reset_index(drop=True)
 
 
-def order_farthest_first(vectors: np.ndarray, points: np.ndarray, before: Sequence[int]) -> np.ndarray:
-    """Positions of `points` in farthest-first order: each next one is the least similar to
-    everything queued before it (`before`, then the points already ordered).
+def order_farthest_first(vectors: np.ndarray, points: np.ndarray, before: Sequence[int],
+                         limit: int = 2000, pool: int = 20_000, seed: int = 0) -> np.ndarray:
+    """Positions of `points`: up to `limit` of them farthest first, each the least similar to
+    everything queued before it (`before`, then the points already ordered), then the rest
+    in their given order.
 
     Singletons are queries no cluster took; in input order a curator's first rows would spend
     themselves on neighbouring paraphrases (inputs often arrive grouped), while farthest first
-    each row reaches a part of the space no row above it covers."""
+    each row reaches a part of the space no row above it covers. The picks come from at most
+    `pool` points (a seeded sample beyond that), so the cost stays limit × pool products."""
     if len(points) == 0:
         return np.array([], dtype=int)
-    candidates = vectors[points]
-    best = (candidates @ vectors[list(before)].T).max(axis=1) if len(before) else \
-        np.full(len(points), -np.inf, dtype=candidates.dtype)
-    order = np.empty(len(points), dtype=int)
-    for step in range(len(points)):
+    eligible = np.arange(len(points)) if len(points) <= pool else \
+        np.sort(np.random.default_rng(seed).choice(len(points), pool, replace=False))
+    candidates = vectors[points[eligible]].astype(np.float32)
+    if len(before):
+        _, distance = nearest(candidates, vectors[list(before)])
+        best = 1 - distance ** 2 / 2  # unit vectors: the cosine of the most similar
+    else:
+        best = np.full(len(eligible), -np.inf, dtype=np.float32)
+    picks = np.empty(min(limit, len(eligible)), dtype=int)
+    for step in range(len(picks)):
         pick = int(np.argmin(best))
-        order[step] = pick
+        picks[step] = pick
         np.maximum(best, candidates @ candidates[pick], out=best)
         best[pick] = np.inf
-    return order
+    picked = eligible[picks]
+    return np.concatenate([picked, np.setdiff1d(np.arange(len(points)), picked)])
 
 
 def _diverse(variants: list[list[int]], vectors: np.ndarray, types: np.ndarray,

@@ -25,6 +25,7 @@ from rag_loop.curation import (
     QueueSettings,
     collapse_near_duplicates,
     export_queue,
+    order_farthest_first,
     read_queue,
     select_representatives,
     suggest_failure_type,
@@ -239,6 +240,20 @@ def test_singletons_are_queued_farthest_first_after_the_clusters():
     # input order would give topics 1, 1, 1: farthest first gives each topic before any repeats
     assert sorted(topic[queue["point"].iloc[1:4]]) == [1, 2, 3]
     assert queue["diversity_rank"].iloc[1:].tolist() == list(range(len(topic) - 6))
+
+
+def test_farthest_first_orders_at_most_limit_points_from_a_bounded_pool():
+    topic = np.repeat(np.arange(4), 5)  # grouped input: 5 points per topic
+    vectors = np.eye(4, dtype=np.float32)[topic] + np.random.default_rng(2).normal(0, 0.05, (20, 4))
+    vectors = (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
+    points = np.arange(20)
+    order = order_farthest_first(vectors, points, before=[0], limit=3)
+    assert sorted(order.tolist()) == list(range(20))
+    assert sorted(topic[order[:3]]) == [1, 2, 3]  # topic 0 is already queued
+    assert order[3:].tolist() == sorted(order[3:].tolist())  # the rest keep their given order
+    pooled = order_farthest_first(vectors, points, before=[], limit=4, pool=12)
+    assert sorted(pooled.tolist()) == list(range(20)) and len(set(topic[pooled[:4]])) >= 2
+    assert order_farthest_first(vectors, np.array([], dtype=int), before=[0]).size == 0
 
 
 @pytest.mark.parametrize("trace, expected", [
