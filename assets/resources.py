@@ -44,7 +44,7 @@ class EmbedderResource(ConfigurableResource):
     batch_size: int = 64
     precision: str = Field("auto", description="Weights of sentence-transformers models: "
                                                '"float32", "bfloat16" (vectors within cosine '
-                                               '0.9999, about twice as fast on CPUs with bfloat16 '
+                                               '0.9998, about twice as fast on CPUs with bfloat16 '
                                                'matrix units) or "auto" (bfloat16 where the CPU has them).')
     _router: LanguageRouter | None = PrivateAttr(default=None)
 

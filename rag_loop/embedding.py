@@ -65,7 +65,7 @@ class SentenceTransformerEmbedder:
     """A sentence-transformers model by name or path; default: the bundled all-MiniLM-L6-v2.
 
     Weights in bfloat16 (`precision`, by default where the CPU multiplies bfloat16 natively)
-    give vectors within cosine 0.9999 of float32 ones about twice as fast (bench/intent_dedup.py),
+    give vectors within cosine 0.9998 of float32 ones about twice as fast (bench/intent_dedup.py),
     so both share `model_id` and the cache."""
 
     def __init__(self, model: str | None = None, batch_size: int = 64, device: str = "cpu",
