@@ -5,7 +5,7 @@ import os
 from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from dagster import Config, ConfigurableResource, EnvVar
 from dagster_duckdb import DuckDBResource
@@ -42,10 +42,10 @@ class EmbedderResource(ConfigurableResource):
                                     "or a sentence-transformers name or path.")
     fold_accents_for: list[str] = Field(["vi"], description="Languages embedded without accents.")
     batch_size: int = 64
-    precision: str = Field("auto", description="Weights of sentence-transformers models: "
-                                               '"float32", "bfloat16" (vectors within cosine '
-                                               '0.9998, about twice as fast on CPUs with bfloat16 '
-                                               'matrix units) or "auto" (bfloat16 where the CPU has them).')
+    precision: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description='Weights of sentence-transformers models: "float32", "bfloat16" '
+                            "(vectors within cosine 0.9998, about twice as fast on CPUs with "
+                            'bfloat16 matrix units) or "auto" (bfloat16 where the CPU has them).')
     _router: LanguageRouter | None = PrivateAttr(default=None)
 
     def router(self) -> LanguageRouter:
