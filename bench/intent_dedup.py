@@ -29,11 +29,12 @@ import numpy as np
 import pandas as pd
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
-from rag_loop.clustering import ClusterSettings, cluster_vectors
+from rag_loop.clustering import Clustering, ClusterSettings, cluster_vectors
 from rag_loop.curation import select_representatives
 from rag_loop.embedding import SentenceTransformerEmbedder, embed_cached
 
 BUDGETS = (0.5, 1.0, 1.5, 2.0)
+TARGETS = {1.0: "  target >= 90 %", 1.5: "  target >= 97 %"}
 
 
 def singletons(labels: np.ndarray) -> np.ndarray:
@@ -44,11 +45,16 @@ def singletons(labels: np.ndarray) -> np.ndarray:
     return labels
 
 
-def queue_coverage(vectors: np.ndarray, intents: np.ndarray, settings: ClusterSettings) -> list[float]:
-    """Share of the intents among the first B queue rows, per budget in BUDGETS."""
+def queue_of(vectors: np.ndarray, clustering: Clustering) -> pd.DataFrame:
+    """The curation queue of unlabelled, equally weighted queries (row `point` = vector index)."""
     members = pd.DataFrame({"trace_id": np.arange(len(vectors)).astype(str), "priority": "P3",
                             "weight": 1.0, "suggested_failure_type": "none"})
-    order = select_representatives(members, vectors, cluster_vectors(vectors, settings))["point"].to_numpy()
+    return select_representatives(members, vectors, clustering)
+
+
+def queue_coverage(vectors: np.ndarray, intents: np.ndarray, settings: ClusterSettings) -> list[float]:
+    """Share of the intents among the first B queue rows, per budget in BUDGETS."""
+    order = queue_of(vectors, cluster_vectors(vectors, settings))["point"].to_numpy()
     count = len(set(intents))
     return [len(set(intents[order[:int(budget * count)]])) / count for budget in BUDGETS]
 
@@ -83,7 +89,8 @@ def main() -> None:
     bare_model = SentenceTransformerEmbedder(precision="float32").model
     bare_encode = lambda: bare_model.encode(texts, batch_size=embedder.batch_size,  # noqa: E731
                                             normalize_embeddings=True)
-    embedder.embed(texts[:64]), bare_model.encode(texts[:64])  # warm up both paths alike
+    embedder.embed(texts[:64])  # warm up both paths alike
+    bare_model.encode(texts[:64])
 
     # alternate bare and cold rounds (fresh cache each) over >= 5,000 texts, so that a small
     # set is timed long enough and load drifting during the run hits both sides
@@ -127,25 +134,22 @@ def main() -> None:
           f"NMI {100 * normalized_mutual_info_score(intents, singletons(labels)):.1f}, "
           f"ARI {100 * adjusted_rand_score(intents, singletons(labels)):.1f} "
           f"(noise as singletons) ({settings})")
-    members = pd.DataFrame({"trace_id": data.index[test].astype(str), "priority": "P3",
-                            "weight": 1.0, "suggested_failure_type": "none"})
-    queue = select_representatives(members, vectors[test], clustering)
+    queue = queue_of(vectors[test], clustering)
     order = queue["point"].to_numpy()
     intent_count = len(set(intents))
     for budget in BUDGETS:
         size = int(budget * intent_count)
         covered = len(set(intents[order[:size]]))
         print(f"  budget {budget:.1f}x = {size} representatives: {covered}/{intent_count} intents "
-              f"({covered / intent_count:.1%})" + {1.0: "  target >= 90 %", 1.5: "  target >= 97 %"}.get(budget, ""))
+              f"({covered / intent_count:.1%})" + TARGETS.get(budget, ""))
     print(f"  whole queue: {len(queue)} rows cover {len(set(intents[order]))}/{intent_count}")
-    for name, points in ((embedder.precision, vectors), ("float32", bare)):
+    compared = {embedder.precision: vectors, "float32": bare}  # one entry when both are float32
+    for name, points in compared.items():
         resampled = resampled_coverage(points[test], intents, settings, args.resamples)
         for budget, shares in zip(BUDGETS, resampled.T):
             print(f"  {name} vectors, resampled ({args.resamples} x 90 % of the rows, shuffled) "
                   f"budget {budget:.1f}x: mean {shares.mean():.1%}, min {shares.min():.1%}, "
                   f"max {shares.max():.1%}")
-        if embedder.precision == "float32":
-            break
 
     rng = np.random.default_rng(0)
     repeats = -(-args.large // len(vectors))

@@ -104,7 +104,7 @@ def test_clustering_recovers_labelled_intents(minilm):
     assert (placed == clustering.labels[clustered]).mean() > 0.9
 
 
-def test_bfloat16_weights_give_the_float32_vectors(minilm):
+def test_bfloat16_weights_give_the_float32_vectors():
     texts, _ = _labelled_queries(intent_count=3, per_intent=10)
     exact = SentenceTransformerEmbedder(precision="float32").embed(texts + [""])
     fast = SentenceTransformerEmbedder(precision="bfloat16")
