@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
-	$(BIN)/python -c "from rag_loop.clustering import compile_once; compile_once()"  # Numba cache
+	$(BIN)/python -c "from rag_loop.vectors.clustering import compile_once; compile_once()"  # Numba cache
 	touch $(STAMP)
 
 $(DAGSTER_HOME)/dagster.yaml: deploy/dagster.yaml
@@ -42,7 +42,7 @@ demo: install $(DAGSTER_HOME)/dagster.yaml
 	@echo "Evaluating the candidate deployment: its hard gate is expected to block it (exit code ignored)."
 	-$(DEMO_ENV) $(BIN)/dagster job execute -f definitions.py -j regression_eval_job -c data/demo/eval/candidate.yaml \
 		> $(DAGSTER_HOME)/candidate-eval.log 2>&1
-	$(BIN)/python -m rag_loop.summary
+	$(BIN)/rag-loop summary
 	@echo "Open the UI with: make ui  (then http://127.0.0.1:3000)"
 
 # the loop on your own traces: RAG_LOOP_TRACES_DIR (required), RAG_LOOP_DB, RAG_LOOP_KB_DIR (optional)
@@ -50,7 +50,7 @@ run: install $(DAGSTER_HOME)/dagster.yaml
 	@test -n "$$RAG_LOOP_TRACES_DIR" || { echo "make run: set RAG_LOOP_TRACES_DIR to the folder of your trace files"\
 		"(and RAG_LOOP_DB; RAG_LOOP_KB_DIR is optional)"; exit 2; }
 	RAG_LOOP_KB_DIR="$${RAG_LOOP_KB_DIR-}" $(BIN)/dagster job execute -f definitions.py -j rag_loop_job
-	$(BIN)/python -m rag_loop.summary --next-steps
+	$(BIN)/rag-loop summary --next-steps
 
 test: install
 	$(BIN)/python -m pytest

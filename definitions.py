@@ -1,36 +1,29 @@
 """The one Definitions object of rag-loop (loaded by workspace.yaml)."""
 
-from dagster import Definitions, in_process_executor
+from dagster import AssetSelection, Definitions, define_asset_job, in_process_executor
 
+from assets.curation import curated_labels, curation_queue, label_job, new_label_files_sensor
 from assets.drift import DRIFT_ASSETS, drift_job, drift_schedule
-from assets.evaluation import judge_calibration, judge_calibrations, regression_eval
-from assets.goldens import (
-    curated_labels,
-    golden_release,
-    golden_releases,
-    new_label_files_sensor,
-)
+from assets.evaluation import judge_calibration, judge_calibrations, regression_eval, regression_eval_job
+from assets.goldens import golden_release, golden_releases, release_goldens
 from assets.ingestion import (
+    ingest_job,
     knowledge_base,
     new_trace_files_sensor,
     raw_traces,
     raw_traces_quarantine_rate,
 )
-from assets.intents import curation_queue, intent_clusters, query_embeddings
-from assets.jobs import (
-    ingest_job,
-    label_job,
-    rag_loop_job,
-    regression_eval_job,
-    release_goldens,
-)
-from assets.resources import build_resources
-from assets.selection import (
-    failure_candidates,
-    quality_estimates,
-    trace_novelty,
-    trace_signals,
-)
+from assets.intents import intent_clusters, query_embeddings
+from assets.resources import DUCKDB_WRITER, build_resources
+from assets.selection import failure_candidates, quality_estimates, trace_novelty, trace_signals
+
+rag_loop_job = define_asset_job(
+    "rag_loop_job", tags=DUCKDB_WRITER,
+    selection=AssetSelection.all() - AssetSelection.assets(golden_release, regression_eval)
+    - AssetSelection.groups("drift"),
+    description="Materialize the loop up to the curation queue and labels; releases are the "
+                "curators' (release_goldens), evaluations run on a release (regression_eval_job) "
+                "and drift per day (drift_job, scheduled).")
 
 defs = Definitions(
     assets=[knowledge_base, raw_traces, trace_signals, trace_novelty, failure_candidates, quality_estimates,

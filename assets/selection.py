@@ -12,17 +12,12 @@ from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
 from assets.resources import EmbedderResource
-from rag_loop import plots
-from rag_loop.estimates import (
-    DEFAULT_SLICES,
-    estimate_rates,
-    parse_slices,
-    pooled_rates,
-)
-from rag_loop.novelty import NoveltySettings, detect_novelty
-from rag_loop.sampling import SamplingPolicy, select_candidates, selection_summary
-from rag_loop.signals import SIGNALS, SignalSettings, compute_signals, signal_counts
-from rag_loop.storage import replace_table
+from rag_loop.reporting import plots
+from rag_loop.selection.estimates import DEFAULT_SLICES, estimate_rates, parse_slices, pooled_rates
+from rag_loop.selection.novelty import NoveltySettings, detect_novelty
+from rag_loop.selection.sampling import SamplingPolicy, select_candidates, selection_summary
+from rag_loop.selection.signals import SIGNALS, SignalSettings, compute_signals, signal_counts
+from rag_loop.store.tables import replace_table
 
 _SIGNAL_DEFAULTS = SignalSettings()
 _POLICY_DEFAULTS = SamplingPolicy()

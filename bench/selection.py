@@ -18,10 +18,10 @@ from pathlib import Path
 import duckdb
 from ingest import write_traces
 
-from rag_loop.estimates import estimate_rates
-from rag_loop.sampling import SamplingPolicy, select_candidates
-from rag_loop.signals import SignalSettings, compute_signals
-from rag_loop.storage import create_tables
+from rag_loop.selection.estimates import estimate_rates
+from rag_loop.selection.sampling import SamplingPolicy, select_candidates
+from rag_loop.selection.signals import SignalSettings, compute_signals
+from rag_loop.store.tables import create_tables
 
 QUERIES = ["how many leave days do I get", "how many days of leave do i get",
            "what is the password rotation period", "ERR-PAY-942 meaning",

@@ -18,14 +18,8 @@ from pathlib import Path
 import click
 import duckdb
 
-from rag_loop.curation import read_queue
-from rag_loop.labels import (
-    DECISIONS,
-    MAX_TAG_CHARS,
-    KnownSources,
-    check_source,
-    label_files,
-)
+from rag_loop.curation.labels import DECISIONS, MAX_TAG_CHARS, KnownSources, check_source, label_files
+from rag_loop.curation.queue_files import read_queue
 from rag_loop.schema import FailureType, Origin
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -183,7 +177,7 @@ def calibrate(file: Path, kind: str, base_url: str, model: str, api_key_env: str
     """Judge FILE's human-labelled answers (JSONL/CSV: question, contexts, answer,
     label_faithful) and print how the judge agrees with the humans."""
     from rag_loop.evaluation.calibration import run_calibration, summary_lines
-    from rag_loop.evaluation.judges import JudgeSettings
+    from rag_loop.evaluation.judges.llm import JudgeSettings
     from rag_loop.evaluation.regression import DEFAULT_THRESHOLDS
     settings = JudgeSettings(kind=kind, base_url=base_url, model=model, api_key_env=api_key_env)
     cut = threshold if threshold is not None else DEFAULT_THRESHOLDS["Faithfulness"]
@@ -194,3 +188,12 @@ def calibrate(file: Path, kind: str, base_url: str, model: str, api_key_env: str
     for error in result.errors[:10]:
         click.echo(f"set aside: line {error['line']}: {error['reason']}")
     click.echo(f"stored as {stored} in {db} (judge_calibrations)")
+
+
+@main.command()
+@click.option("--db", default=DEFAULT_DB, show_default=True, help="The rag-loop database, read-only.")
+@click.option("--next-steps", is_flag=True, help="Then print what to do next (label, release, evaluate).")
+def summary(db: str, next_steps: bool) -> None:
+    """Print what the pipeline stored: tables, selection, clusters, releases, evals, drift."""
+    from rag_loop.reporting.summary import print_summary
+    print_summary(db, next_steps)

@@ -75,7 +75,7 @@ def drift_days(demo_run, tmp_path_factory):
     import shutil
     from datetime import date, timedelta
 
-    from rag_loop.drift_days import (
+    from rag_loop.drift.days import (
         FreshnessSettings,
         QualitySettings,
         QueryMixSettings,

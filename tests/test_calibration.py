@@ -9,7 +9,7 @@ from test_evaluation import small_release  # noqa: F401  (fixture)
 
 from rag_loop.cli import main as cli
 from rag_loop.evaluation.calibration import calibrate, latest_calibration, read_rows
-from rag_loop.evaluation.judges import JudgeSettings, judge_description
+from rag_loop.evaluation.judges.llm import JudgeSettings, judge_description
 from rag_loop.evaluation.regression import EvalSettings, run_regression
 
 ROWS = [
@@ -67,7 +67,7 @@ def test_the_command_prints_stores_and_the_next_eval_records_it(tmp_path, small_
         model = judge_description(JudgeSettings())["model"]
         assert latest_calibration(con, model)["rows"] == 4
     goldens_dir, con = small_release
-    from rag_loop.storage import create_tables
+    from rag_loop.store.tables import create_tables
     create_tables(con)  # replay mode: traces not found are errored cases, fine here
     con.execute("ATTACH ? AS cal", [db])
     con.execute("CREATE TABLE judge_calibrations AS SELECT * FROM cal.judge_calibrations")
@@ -81,10 +81,10 @@ def test_the_command_prints_stores_and_the_next_eval_records_it(tmp_path, small_
 def test_curator_agreement_with_what_they_were_shown(tmp_path):
     from test_goldens import GOOD
 
+    from rag_loop.curation.labels import store_label_files
     from rag_loop.evaluation.calibration import curator_agreement
-    from rag_loop.labels import store_label_files
     con = duckdb.connect(str(tmp_path / "db.duckdb"))
-    from rag_loop.storage import create_tables
+    from rag_loop.store.tables import create_tables
     create_tables(con)
     con.execute("INSERT INTO documents VALUES ('leave', '2026', 'Leave', 'en', "
                 "'2026-11-03 09:00:00+00', '2026-11-03 09:10:00+00')")

@@ -9,19 +9,9 @@ from conftest import fake_embedder, undeclared_tables
 from scipy.spatial.distance import jensenshannon
 from scipy.stats import ks_2samp
 
-from rag_loop.drift import (
-    Limit,
-    js_divergence,
-    judge,
-    ks_test,
-    psi,
-    psi_continuous,
-    top_movers,
-)
-from rag_loop.drift_days import (
-    RetrievalSettings,
-    retrieval_day,
-)
+from rag_loop.drift.checks import Limit, judge
+from rag_loop.drift.days import RetrievalSettings, retrieval_day
+from rag_loop.drift.stats import js_divergence, ks_test, psi, psi_continuous, top_movers
 
 
 def test_js_divergence_against_scipy_and_by_hand():

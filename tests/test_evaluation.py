@@ -11,9 +11,10 @@ from conftest import DEMO_APP, demo_config, undeclared_tables
 from deepeval.test_case import LLMTestCase
 from standin_openai import StandIn
 
-from rag_loop.evaluation.evidence import Evidence, key_tokens, statements
-from rag_loop.evaluation.judges import JudgeSettings
-from rag_loop.evaluation.offline import (
+from rag_loop.evaluation.gates import Gate, evaluate_gates, summarize
+from rag_loop.evaluation.judges.evidence import Evidence, key_tokens, statements
+from rag_loop.evaluation.judges.llm import JudgeSettings
+from rag_loop.evaluation.judges.offline import (
     OfflineAnswerRelevancy,
     OfflineContextualPrecision,
     OfflineContextualRecall,
@@ -23,7 +24,6 @@ from rag_loop.evaluation.offline import (
     average_precision,
 )
 from rag_loop.evaluation.regression import EvalSettings, run_regression
-from rag_loop.evaluation.report import Gate, evaluate_gates, summarize
 from rag_loop.evaluation.runner import EvalError
 
 
@@ -186,7 +186,7 @@ def test_a_judge_outage_marks_cases_errored_never_passed(small_release, mode):
 
 def test_replay_scores_what_production_answered(small_release):
     goldens_dir, con = small_release
-    from rag_loop.storage import create_tables
+    from rag_loop.store.tables import create_tables
     create_tables(con)
     con.execute("INSERT INTO raw_traces (trace_id, \"timestamp\", original_query, answer) VALUES "
                 "('t0', now(), 'q', 'Full-time employees get 15 days of paid annual leave per year.')")
@@ -205,7 +205,8 @@ def demo_release(demo_run, tmp_path_factory):
     from dagster import materialize
     from dagster_duckdb import DuckDBResource
 
-    from assets.goldens import curated_labels, golden_release, golden_releases
+    from assets.curation import curated_labels
+    from assets.goldens import golden_release, golden_releases
     from assets.resources import RagLoopPaths
     from rag_loop.demo.curator import curate
     _, database, paths = demo_run

@@ -3,12 +3,8 @@
 import pytest
 from deepeval.test_case import LLMTestCase
 
-from rag_loop.evaluation.offline import (
-    OFFLINE_THRESHOLDS,
-    OfflineAnswerRelevancy,
-    OfflineFaithfulness,
-)
-from rag_loop.evaluation.support import Context, terms
+from rag_loop.evaluation.judges.offline import OFFLINE_THRESHOLDS, OfflineAnswerRelevancy, OfflineFaithfulness
+from rag_loop.evaluation.judges.support import Context, terms
 
 OBEROI = ("The Oberoi family is an Indian family that is famous for its involvement in hotels, "
           "namely through The Oberoi Group. The Oberoi Group is a hotel company with its head office in Delhi.")

@@ -12,18 +12,14 @@ from click.testing import CliRunner
 from conftest import demo_config, query
 
 from rag_loop.cli import main as cli
-from rag_loop.curation import export_queue
-from rag_loop.goldens import (
-    build_goldens,
-    diff_goldens,
-    publish_release,
-    read_goldens,
-    refresh_release_tables,
-    release_versions,
-)
-from rag_loop.labels import KnownSources, check_label, store_label_files
-from rag_loop.redaction import Redactor
-from rag_loop.storage import create_tables
+from rag_loop.curation.labels import KnownSources, check_label, store_label_files
+from rag_loop.curation.queue_files import export_queue
+from rag_loop.goldens.lineage import refresh_release_tables
+from rag_loop.goldens.manifest import diff_goldens
+from rag_loop.goldens.redaction import Redactor
+from rag_loop.goldens.release import build_goldens, publish_release
+from rag_loop.store.releases import read_goldens, release_versions
+from rag_loop.store.tables import create_tables
 
 KNOWN = KnownSources(newest={"leave": "2026"}, versions={("leave", "2025"), ("leave", "2026")},
                      chunks={"leave@2026#annual-en"})
@@ -165,7 +161,7 @@ def test_diff_goldens():
 
 
 def test_a_failure_mid_release_leaves_no_version_directory(db, tmp_path, monkeypatch):
-    import rag_loop.goldens as goldens_module
+    import rag_loop.goldens.release as goldens_module
     real_write = goldens_module._write
 
     def failing_write(path, text):
@@ -261,7 +257,8 @@ def test_demo_curator_rounds_make_v0001_then_v0002(demo_run, tmp_path):
     from dagster import materialize
     from dagster_duckdb import DuckDBResource
 
-    from assets.goldens import curated_labels, golden_release, golden_releases
+    from assets.curation import curated_labels
+    from assets.goldens import golden_release, golden_releases
     from assets.resources import RagLoopPaths
     from rag_loop.demo.curator import curate
     _, database, paths = demo_run

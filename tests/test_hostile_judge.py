@@ -8,12 +8,7 @@ from pydantic import ValidationError
 from standin_openai import StandIn
 from test_evaluation import small_release  # noqa: F401  (fixture)
 
-from rag_loop.evaluation.judges import (
-    JudgeReplyError,
-    JudgeSettings,
-    OpenAICompatibleJudge,
-    checked_reply,
-)
+from rag_loop.evaluation.judges.llm import JudgeReplyError, JudgeSettings, OpenAICompatibleJudge, checked_reply
 from rag_loop.evaluation.regression import EvalSettings, run_regression
 from rag_loop.evaluation.runner import EvalError
 

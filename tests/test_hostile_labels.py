@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_goldens import GOOD, db  # noqa: F401  (fixture)
 
-from rag_loop.labels import store_label_files
+from rag_loop.curation.labels import store_label_files
 
 
 def outcome(con, name: str) -> tuple[list, list]:

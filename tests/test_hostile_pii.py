@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rag_loop.redaction import PLANTED, Redactor, false_positives, planted_recall
+from rag_loop.goldens.redaction import PLANTED, Redactor, false_positives, planted_recall
 
 SURVIVORS = [  # (kind, text) that the earlier redactor let through
     ("email", "nguyễn.văn@côngty.vn"), ("email", "user@[192.168.1.1]"),

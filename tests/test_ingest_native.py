@@ -4,10 +4,9 @@ import pytest
 from conftest import trace_line
 
 from rag_loop.ingest import ingest_directory
-from rag_loop.ingest.direct import line_stats
-from rag_loop.ingest.loader import structure_problem
+from rag_loop.ingest.native import line_stats
+from rag_loop.ingest.records import duckdb_type, structure_problem
 from rag_loop.schema import Trace
-from rag_loop.storage import duckdb_type
 
 
 def _ingest(con, directory, **kwargs):

@@ -13,7 +13,20 @@ import pytest
 from conftest import fake_embedder, metadata_of, query
 from sklearn.metrics import homogeneity_score
 
-from rag_loop.clustering import (
+from rag_loop.curation.queue import build_curation_queue
+from rag_loop.curation.queue_files import export_queue, read_queue
+from rag_loop.curation.representatives import (
+    QueueSettings,
+    collapse_near_duplicates,
+    order_farthest_first,
+    select_representatives,
+)
+from rag_loop.demo.intents import INTENTS, paraphrase
+from rag_loop.intents.clusters import cluster_intents
+from rag_loop.schema import FailureType
+from rag_loop.selection.suggestions import suggest_failure_type
+from rag_loop.vectors.cache import embed_cached
+from rag_loop.vectors.clustering import (
     NOISE,
     ClusterSettings,
     assign_to_clusters,
@@ -21,25 +34,12 @@ from rag_loop.clustering import (
     cluster_vectors,
     match_clusters,
 )
-from rag_loop.curation import (
-    QueueSettings,
-    collapse_near_duplicates,
-    export_queue,
-    order_farthest_first,
-    read_queue,
-    select_representatives,
-    suggest_failure_type,
-)
-from rag_loop.demo.intents import INTENTS, paraphrase
-from rag_loop.embedding import (
-    LanguageRouter,
+from rag_loop.vectors.embedding import (
     SentenceTransformerEmbedder,
     cpu_has_bf16_matmul,
-    embed_cached,
     resolve_precision,
 )
-from rag_loop.intents import build_curation_queue, cluster_intents
-from rag_loop.schema import FailureType
+from rag_loop.vectors.router import LanguageRouter
 
 
 class CountingEmbedder:
@@ -184,7 +184,7 @@ def test_cluster_summaries_match_a_direct_computation():
     vectors = rng.normal(size=(60, 8)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     labels = rng.integers(-1, 4, 60)
-    from rag_loop.clustering import _summarize
+    from rag_loop.vectors.clustering import _summarize
     summary = _summarize(vectors, labels)
     for c in range(4):
         members = np.flatnonzero(labels == c)
@@ -216,7 +216,7 @@ def test_large_and_mixed_clusters_get_diverse_representatives():
     vectors = (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
     members = pd.DataFrame({"trace_id": [f"t{i}" for i in range(30)], "priority": "P3",
                             "weight": 2.0, "suggested_failure_type": ["retrieval"] * 20 + ["generation"] * 10})
-    from rag_loop.clustering import Clustering
+    from rag_loop.vectors.clustering import Clustering
     clustering = Clustering(np.zeros(30, int), centre[None].astype(np.float32), np.array([0]), np.array([0.1]))
     queue = select_representatives(members, vectors, clustering, QueueSettings(duplicate_similarity=0.999))
     assert len(queue) == 3  # large (+1) and mixed (+1)
@@ -232,7 +232,7 @@ def test_singletons_are_queued_farthest_first_after_the_clusters():
     vectors = (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
     members = pd.DataFrame({"trace_id": [f"t{i}" for i in range(len(topic))], "priority": "P3",
                             "weight": 1.0, "suggested_failure_type": "none"})
-    from rag_loop.clustering import Clustering
+    from rag_loop.vectors.clustering import Clustering
     labels = np.where(topic == 0, 0, -1)
     clustering = Clustering(labels, directions[:1].astype(np.float32), np.array([0]), np.array([0.1]))
     queue = select_representatives(members, vectors, clustering, QueueSettings(duplicate_similarity=0.999))

@@ -8,9 +8,10 @@ import pytest
 from conftest import query
 
 from rag_loop.demo.intents import INTENTS, paraphrase
-from rag_loop.embedding import HASHING, LanguageRouter
-from rag_loop.novelty import NoveltySettings, detect_novelty
-from rag_loop.storage import create_tables
+from rag_loop.selection.novelty import NoveltySettings, detect_novelty
+from rag_loop.store.tables import create_tables
+from rag_loop.vectors.embedding import HASHING
+from rag_loop.vectors.router import LanguageRouter
 
 START = datetime(2026, 11, 1, 8, tzinfo=UTC)
 

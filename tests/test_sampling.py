@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 from scipy.stats import binomtest
 
-from rag_loop.estimates import estimate_rates, parse_slices, wilson_interval
-from rag_loop.sampling import SamplingPolicy, select_candidates
-from rag_loop.signals import SIGNALS
+from rag_loop.selection.estimates import estimate_rates, parse_slices, wilson_interval
+from rag_loop.selection.sampling import SamplingPolicy, select_candidates
+from rag_loop.selection.signals import SIGNALS
 
 NO_RISK = {"query_type_rates": {}, "risk_level_rates": {}}
 

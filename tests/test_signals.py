@@ -2,7 +2,7 @@ import pytest
 from conftest import trace_line
 
 from rag_loop.ingest import ingest_directory
-from rag_loop.signals import SIGNALS, SignalSettings, compute_signals
+from rag_loop.selection.signals import SIGNALS, SignalSettings, compute_signals
 
 CHUNK = {"doc_id": "faq", "chunk_id": "faq@1#a", "doc_version": "1", "score": 0.8, "rank": 1,
          "rerank_score": 0.7, "rerank_rank": 1, "selected": True}
@@ -85,7 +85,7 @@ def _load_documents(con):
 ])
 def test_stale_source_uses_the_newest_version_at_request_time(con, tmp_path, at, selected,
                                                              doc_version, stale):
-    from rag_loop.storage import create_tables
+    from rag_loop.store.tables import create_tables
     create_tables(con)
     _load_documents(con)
     chunk = {**CHUNK, "doc_id": "leave", "doc_version": doc_version, "selected": selected}

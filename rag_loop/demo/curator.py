@@ -17,7 +17,7 @@ import argparse
 import json
 from pathlib import Path
 
-from rag_loop.curation import read_queue
+from rag_loop.curation.queue_files import read_queue
 from rag_loop.demo.generate import read_truth
 from rag_loop.demo.intents import INTENTS
 from rag_loop.demo.knowledge import DOCUMENTS

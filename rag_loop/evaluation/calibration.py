@@ -27,14 +27,9 @@ import pandas as pd
 from deepeval.test_case import LLMTestCase
 from sklearn.metrics import cohen_kappa_score, confusion_matrix, roc_auc_score
 
-from rag_loop.evaluation.evidence import Evidence
-from rag_loop.evaluation.judges import (
-    JudgeSettings,
-    OpenAICompatibleJudge,
-    build_metrics,
-    judge_description,
-)
-from rag_loop.tables import AGREEMENT_DDL, CALIBRATIONS_DDL, LABELS_DDL
+from rag_loop.evaluation.judges.evidence import Evidence
+from rag_loop.evaluation.judges.llm import JudgeSettings, OpenAICompatibleJudge, build_metrics, judge_description
+from rag_loop.store.ddl import AGREEMENT_DDL, CALIBRATIONS_DDL, LABELS_DDL
 
 LABEL_KEYS = ("label_faithful", "label", "human_label")
 _TRUE = {"true", "1", "yes", "faithful", "supported", "attributable"}

@@ -12,27 +12,15 @@ import duckdb
 import pandas as pd
 
 from rag_loop.evaluation.calibration import latest_calibration
-from rag_loop.evaluation.evidence import (
-    RELEVANCE_SIMILARITY,
-    SUPPORT_SIMILARITY,
-    Evidence,
-)
-from rag_loop.evaluation.judges import (
+from rag_loop.evaluation.gates import GateOutcome, baseline_run, compare, evaluate_gates, flips, load_results, summarize
+from rag_loop.evaluation.judges.evidence import RELEVANCE_SIMILARITY, SUPPORT_SIMILARITY, Evidence
+from rag_loop.evaluation.judges.llm import (
     JudgeUsage,
     OpenAICompatibleJudge,
     build_metrics,
     judge_description,
     load_judge_cache,
     save_judge_cache,
-)
-from rag_loop.evaluation.report import (
-    GateOutcome,
-    baseline_run,
-    compare,
-    evaluate_gates,
-    flips,
-    load_results,
-    summarize,
 )
 from rag_loop.evaluation.runner import build_cases, release_of, score_cases, store_run
 from rag_loop.evaluation.settings import (  # noqa: F401 (the settings' home, re-exported)
@@ -43,6 +31,7 @@ from rag_loop.evaluation.settings import (  # noqa: F401 (the settings' home, re
     JudgeSettings,
     load_app,
 )
+from rag_loop.logs import Log, quiet
 
 
 @dataclass
@@ -60,7 +49,7 @@ class RegressionReport:
 
 
 def run_regression(con: duckdb.DuckDBPyConnection, goldens_dir: Path, judge_settings: JudgeSettings,
-                   settings: EvalSettings, log: Callable[[str], None] = lambda _: None,
+                   settings: EvalSettings, log: Log = quiet,
                    evidence: Evidence | None = None,
                    app: Callable[..., Mapping[str, Any]] | None = None) -> RegressionReport:
     """Score the release, store the run, compare with the baseline, evaluate the gates.

@@ -26,11 +26,10 @@ from deepeval.metrics import BaseMetric
 from deepeval.test_case import LLMTestCase
 
 from rag_loop.evaluation.settings import EvalError, load_app  # noqa: F401 (re-exported)
-from rag_loop.goldens import read_goldens, release_versions
-from rag_loop.storage import retrieval_contexts
-from rag_loop.tables import EVAL_DDL
-
-Log = Callable[[str], None]
+from rag_loop.logs import Log, quiet
+from rag_loop.store.ddl import EVAL_DDL
+from rag_loop.store.releases import read_goldens, release_versions
+from rag_loop.store.traces import retrieval_contexts
 
 
 @dataclass
@@ -92,7 +91,7 @@ class RunResult:
 
 
 def score_cases(cases: Sequence[Case], make_metrics: Callable[[], list[BaseMetric]],
-                concurrency: int = 8, log: Log = lambda _: None) -> RunResult:
+                concurrency: int = 8, log: Log = quiet) -> RunResult:
     """Every case × metric, concurrently; errors are caught per metric and kept."""
     started, start = datetime.now(UTC), time.perf_counter()
     rows: list[dict[str, Any]] = []

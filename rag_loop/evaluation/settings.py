@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rag_loop.evaluation.report import Gate
+from rag_loop.evaluation.gates import Gate
 
 OFFLINE_JUDGE = "offline-evidence-rules-v2"
 

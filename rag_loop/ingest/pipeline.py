@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Executor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -20,24 +20,14 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from rag_loop.ingest.assembly import (
-    DEFAULT_GRACE,
-    TRACE_FORMAT,
-    AssemblyCounts,
-    assemble_ready,
-    stage_spans,
-)
-from rag_loop.ingest.direct import read_native_file, read_native_lines, store_read_file
-from rag_loop.ingest.loader import BatchCounts, load_batch, quarantine_rejected
+from rag_loop.ingest.lines import NeedsExactReader, Rejected, first_lines, iter_line_batches
+from rag_loop.ingest.native import read_native_file, read_native_lines, store_read_file
+from rag_loop.ingest.otlp.assembly import DEFAULT_GRACE, TRACE_FORMAT, AssemblyCounts, assemble_ready, stage_spans
+from rag_loop.ingest.otlp.spans import read_spans
 from rag_loop.ingest.parallel import LazyPool
-from rag_loop.ingest.reader import (
-    NeedsExactReader,
-    Rejected,
-    first_lines,
-    iter_line_batches,
-)
-from rag_loop.ingest.spans import read_spans
-from rag_loop.storage import create_tables
+from rag_loop.ingest.records import BatchCounts, load_batch, quarantine_rejected
+from rag_loop.logs import Log, quiet
+from rag_loop.store.tables import create_tables
 
 TRACE_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")
 DEFAULT_MAX_RECORD_BYTES = 1 << 20
@@ -145,7 +135,7 @@ def display_name(path: Path, directory: Path) -> str:
 
 def ingest_directory(con: duckdb.DuckDBPyConnection, directory: Path,
                      max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-                     log: Callable[[str], None] = lambda _: None,
+                     log: Log = quiet,
                      batch_bytes: int = DEFAULT_BATCH_BYTES,
                      memory_limit: str | None = DEFAULT_MEMORY_LIMIT,
                      grace: timedelta = DEFAULT_GRACE, now: datetime | None = None,
@@ -195,7 +185,7 @@ def _settings(con: duckdb.DuckDBPyConnection, settings: dict[str, str]) -> Itera
 
 
 def _ingest_directory(con: duckdb.DuckDBPyConnection, directory: Path, max_record_bytes: int,
-                      log: Callable[[str], None], batch_bytes: int, pool: LazyPool) -> IngestReport:
+                      log: Log, batch_bytes: int, pool: LazyPool) -> IngestReport:
     create_tables(con)
     con.execute("SET TimeZone = 'UTC'")  # timestamps without an offset are UTC
     files, ignored = trace_files(directory)

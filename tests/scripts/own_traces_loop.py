@@ -14,7 +14,7 @@ from pathlib import Path
 from dagster import DagsterInstance
 
 from definitions import defs
-from rag_loop.curation import read_queue
+from rag_loop.curation.queue_files import read_queue
 
 instance = DagsterInstance.ephemeral()
 loop = defs.get_job_def("rag_loop_job").execute_in_process(instance=instance)

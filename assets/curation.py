@@ -1,0 +1,108 @@
+"""Curation: the queue of representatives curators label, and their label files back in."""
+
+from pathlib import Path
+
+import pandas as pd
+from dagster import (
+    AssetExecutionContext,
+    AssetSelection,
+    Config,
+    MaterializeResult,
+    MetadataValue,
+    RunRequest,
+    SensorEvaluationContext,
+    SkipReason,
+    asset,
+    define_asset_job,
+    sensor,
+)
+from dagster_duckdb import DuckDBResource
+from pydantic import Field
+
+from assets.intents import intent_clusters
+from assets.resources import DUCKDB_WRITER, EmbedderResource, RagLoopPaths
+from assets.stage import stage_asset
+from rag_loop.curation.labels import label_files, label_summary, store_label_files
+from rag_loop.curation.queue import build_curation_queue
+from rag_loop.curation.representatives import QueueSettings
+from rag_loop.store.files import directory_fingerprint
+
+_QUEUE_DEFAULTS = QueueSettings()
+
+
+class QueueConfig(Config):
+    duplicate_similarity: float = Field(_QUEUE_DEFAULTS.duplicate_similarity,
+                                        description="Cosine at which two queries are one variant.")
+    large_cluster: int = Field(_QUEUE_DEFAULTS.large_cluster,
+                               description="From this size a cluster gets a second representative.")
+    max_representatives: int = _QUEUE_DEFAULTS.max_representatives
+    golden_similarity: float = Field(_QUEUE_DEFAULTS.golden_similarity,
+                                     description="A representative this close to a released "
+                                                 "golden's input is covered, not queued.")
+    diverse_singletons: int = Field(_QUEUE_DEFAULTS.diverse_singletons,
+                                    description="Per priority tier, this many singletons are "
+                                                "queued farthest first, the rest by weight.")
+
+
+@asset(group_name="curation", deps=[intent_clusters, "trace_clusters"],
+       description="Representatives to label, sorted by priority then cluster weight, with "
+                   "suggested failure_type and origin; exported to "
+                   "data/curation/queue/<batch>.jsonl and .csv.")
+def curation_queue(context: AssetExecutionContext, config: QueueConfig, duckdb: DuckDBResource,
+                   embedder: EmbedderResource, paths: RagLoopPaths) -> MaterializeResult:
+    with duckdb.get_connection() as con:
+        figures = build_curation_queue(con, embedder.router(), QueueSettings(**config.model_dump()),
+                                       Path(paths.curation_dir) / "queue", Path(paths.goldens_dir),
+                                       log=context.log.info)
+        preview = con.sql("SELECT priority, language, input, cluster_label, cluster_weight, "
+                          "suggested_failure_type FROM curation_queue LIMIT 15").df() \
+            if figures["queued"] else None
+    metadata = {
+        "dagster/row_count": figures["queued"], "covered_by_goldens": figures["covered_by_goldens"],
+        "batch": figures["batch"],
+        **{f"priority_{k}": int(v) for k, v in figures["by_priority"].items()},
+        **{f"suggested_{k}": int(v) for k, v in figures["by_suggested_failure_type"].items()},
+    }
+    if figures["files"]:
+        metadata["queue_file"] = MetadataValue.path(figures["files"][0])
+        metadata["queue_csv"] = MetadataValue.path(figures["files"][1])
+    if preview is not None:
+        metadata["preview"] = MetadataValue.md(preview.to_markdown(index=False))
+    return MaterializeResult(metadata=metadata)
+
+
+@stage_asset(group_name="curation", deps=[curation_queue],
+             parts={"label_errors": "Every invalid label row with its file, line and errors",
+                    "label_files": "Label files read, by content hash (an edited file replaces "
+                                   "its rows)",
+                    "current_labels": "View: the latest label per trace"},
+       description="Curator labels from data/curation/labels/ (JSONL or CSV), validated row by "
+                   "row: valid rows in `curated_labels` (a relabel supersedes, both kept; "
+                   "`current_labels` is the latest per trace), invalid rows in `label_errors`.")
+def curated_labels(context: AssetExecutionContext, duckdb: DuckDBResource,
+                   paths: RagLoopPaths) -> MaterializeResult:
+    with duckdb.get_connection() as con:
+        report = store_label_files(con, Path(paths.curation_dir) / "labels", log=context.log.info)
+        summary = label_summary(con)
+    errors = pd.DataFrame(report.errors[:20])
+    if not errors.empty:
+        errors["errors"] = errors["errors"].map("; ".join)
+    return MaterializeResult(metadata={
+        "dagster/row_count": summary["labels"], **summary, "files_read": report.files,
+        "run_stored": report.stored, "run_rejected": report.rejected, "run_warnings": report.warnings,
+        "run_errors": MetadataValue.md(errors.to_markdown(index=False) if not errors.empty
+                                       else "no invalid rows")})
+
+
+@sensor(job_name="label_job", minimum_interval_seconds=30,
+        description="Stores curator label files when they appear or change.")
+def new_label_files_sensor(context: SensorEvaluationContext, paths: RagLoopPaths):
+    fingerprint = directory_fingerprint(Path(paths.curation_dir) / "labels", label_files)
+    if fingerprint == context.cursor:
+        return SkipReason("no new label files")
+    context.update_cursor(fingerprint)
+    return RunRequest(run_key=fingerprint)
+
+
+label_job = define_asset_job("label_job", selection=AssetSelection.assets(curated_labels),
+                             tags=DUCKDB_WRITER, description="Store new curator label files.")

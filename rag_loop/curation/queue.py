@@ -1,0 +1,130 @@
+"""`curation_queue`: representatives of every intent cluster and singleton, goldens already
+covered left out, suggestions pre-filled, in priority order, exported for curators."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+from rag_loop.curation.queue_files import CURATOR_FIELDS, batch_name, export_queue
+from rag_loop.curation.representatives import QueueSettings, covered_by_goldens, select_representatives
+from rag_loop.intents.members import candidate_members, load_vectors
+from rag_loop.logs import Log, quiet
+from rag_loop.schema import Priority
+from rag_loop.selection.suggestions import suggest_origin
+from rag_loop.store.tables import replace_table
+from rag_loop.store.traces import retrieval_contexts
+from rag_loop.vectors.clustering import (
+    NOISE,
+    Clustering,
+)
+from rag_loop.vectors.router import LanguageRouter
+
+
+def build_curation_queue(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
+                         settings: QueueSettings, queue_dir: Path, goldens_dir: Path,
+                         log: Log = quiet) -> dict[str, object]:
+    """(Re)build `curation_queue` from the clusters and export it as `<batch>.jsonl` / `.csv`.
+
+    Representatives already covered by the newest golden release are counted, not queued.
+    A representative of a cluster that is new since the previous clustering run is at
+    least P2 (novel).
+    """
+    members = candidate_members(con).set_index("trace_id")
+    clusters = con.execute("SELECT * FROM intent_clusters").df().set_index("cluster_id")
+    assigned = dict(con.execute("SELECT trace_id, cluster_id FROM trace_clusters").fetchall())
+    goldens = load_golden_inputs(goldens_dir)
+    parts, covered = [], 0
+    for language in sorted(members["language"].unique()):
+        trace_ids, vectors = load_vectors(con, language)
+        if not trace_ids:
+            continue
+        group = members.loc[trace_ids].reset_index()
+        clustering, cluster_ids = _clustering_from_tables(trace_ids, vectors, assigned, clusters)
+        queue = select_representatives(group, vectors, clustering, settings)
+        queue["cluster_id"] = [cluster_ids[c] if c != NOISE else assigned[trace_ids[p]]
+                               for c, p in zip(queue["cluster"], queue["point"])]
+        inputs = [g["input"] for g in goldens if g["language"] in (None, language)]
+        if inputs:
+            _, golden_vectors = router.embed(con, inputs, language, log=log)
+            hit, _ = covered_by_goldens(vectors[queue["point"]], golden_vectors,
+                                           settings.golden_similarity)
+            covered += int(hit.sum())
+            queue = queue[~hit]
+        queue = queue.assign(trace_id=[trace_ids[p] for p in queue["point"]])
+        parts.append(queue.drop(columns=["point", "cluster"]))
+    queue = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    rows = _queue_rows(con, queue, members, clusters) if len(queue) else []
+    last_day = str(members["timestamp"].max())[:10] if len(members) else "empty"
+    batch = batch_name(pd.DataFrame({"trace_id": [r["trace_id"] for r in rows]}), last_day)
+    for row in rows:
+        row["batch"] = batch
+    paths = export_queue(rows, queue_dir, batch) if rows else ()
+    replace_table(con, "curation_queue", pd.DataFrame(rows) if rows else pd.DataFrame(
+        {"trace_id": pd.Series(dtype=str), "batch": pd.Series(dtype=str)}))
+    by = lambda key: dict(pd.Series([r[key] for r in rows]).value_counts().sort_index())
+    return {"queued": len(rows), "covered_by_goldens": covered, "batch": batch,
+            "files": [str(p) for p in paths], "by_priority": by("priority") if rows else {},
+            "by_suggested_failure_type": by("suggested_failure_type") if rows else {}}
+
+
+def _clustering_from_tables(trace_ids: list[str], vectors: np.ndarray, assigned: dict[str, str],
+                            clusters: pd.DataFrame) -> tuple[Clustering, list[str]]:
+    """The stored clustering of one language, as `select_representatives` takes it."""
+    real = [c for c in dict.fromkeys(assigned[t] for t in trace_ids)
+            if not clusters.loc[c, "is_singleton"]]
+    index = {c: i for i, c in enumerate(real)}
+    labels = np.array([index.get(assigned[t], NOISE) for t in trace_ids])
+    centroids = np.array([clusters.loc[c, "centroid"] for c in real], dtype=np.float32).reshape(
+        len(real), vectors.shape[1])
+    medoids = np.array([trace_ids.index(clusters.loc[c, "medoid_trace_id"]) for c in real], dtype=int)
+    radii = np.array([clusters.loc[c, "radius"] for c in real], dtype=float)
+    return Clustering(labels, centroids, medoids, radii), real
+
+
+def _queue_rows(con: duckdb.DuckDBPyConnection, queue: pd.DataFrame, members: pd.DataFrame,
+                clusters: pd.DataFrame) -> list[dict]:
+    contexts = retrieval_contexts(con, queue["trace_id"].tolist())
+    order = {p.value: i for i, p in enumerate(Priority)}
+    rows, positions = [], {}
+    for item in queue.to_dict("records"):
+        positions[item["trace_id"]] = (bool(item["singleton"]), int(item["diversity_rank"]))
+        trace = members.loc[item["trace_id"]]
+        cluster = clusters.loc[item["cluster_id"]]
+        priority = item["priority"]
+        is_new = pd.notna(cluster["is_new"]) and bool(cluster["is_new"])
+        if is_new and order[priority] > order[Priority.P2.value]:
+            priority = Priority.P2.value  # a cluster the previous run did not have
+        rows.append({
+            "trace_id": item["trace_id"], "language": trace["language"], "input": trace["query"],
+            "actual_output": trace["answer"], "retrieval_context": contexts.get(item["trace_id"], []),
+            "cluster_id": item["cluster_id"], "cluster_label": cluster["label"],
+            "cluster_size": int(item["cluster_size"]),
+            "cluster_weight": round(float(item["cluster_weight"]), 3),
+            "representative_rank": int(item["representative_rank"]),
+            "variant_count": int(item["variant_count"]),
+            "variant_trace_ids": list(item["variant_trace_ids"]),
+            "signals": list(trace["signals"]), "feedback_category": trace["feedback_category"],
+            "priority": priority, "suggested_failure_type": trace["suggested_failure_type"],
+            "suggestion_reason": trace["suggestion_reason"],
+            "suggested_origin": str(suggest_origin(trace["signals"])),
+            **{key: (list(value) if isinstance(value, list) else value)
+               for key, value in CURATOR_FIELDS.items()},
+        })
+    rows.sort(key=lambda r: (order[r["priority"]], r["representative_rank"], *positions[r["trace_id"]],
+                             -r["cluster_weight"], r["trace_id"]))
+    return rows
+
+
+def load_golden_inputs(goldens_dir: Path) -> list[dict]:
+    """Inputs of the newest release under `goldens_dir` (vNNNN/goldens.json), if any."""
+    releases = sorted(p for p in goldens_dir.glob("v[0-9]*/goldens.json")) if goldens_dir.is_dir() else []
+    if not releases:
+        return []
+    goldens = json.loads(releases[-1].read_text(encoding="utf-8"))
+    return [{"input": g["input"], "release": releases[-1].parent.name,
+             "language": (g.get("additional_metadata") or {}).get("language")} for g in goldens]

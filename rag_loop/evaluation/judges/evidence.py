@@ -1,0 +1,102 @@
+"""The offline judge's evidence rules: deterministic, documented, and a heuristic instrument.
+
+- Statements: text split into sentences (., !, ?, ;, line breaks); bracketed citations such
+  as `[leave-policy@2026#annual-en]` are dropped first.
+- Key tokens: numbers (with their unit-free digits: "15", "7.5", "90"), codes with a digit
+  or a dash between capitals ("ERR-PAY-942", "MFA2"), and e-mail addresses. A claim whose key
+  tokens are not all in the evidence is never supported: "12 days" is not "15 days".
+- Similarity: the larger of the cosine of the two texts' embeddings (all-MiniLM-L6-v2,
+  accents folded) and the share of content words found in the other text (the claim's words
+  in the evidence for support; the query's words in the statement for relevance).
+- A claim is *supported* by an evidence sentence when the key tokens match and similarity
+  >= 0.6; a statement is *relevant* to a query when similarity >= 0.35.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from functools import lru_cache
+
+import numpy as np
+
+from rag_loop.text import fold_accents
+
+SUPPORT_SIMILARITY = 0.6
+RELEVANCE_SIMILARITY = 0.35
+_CITATION = re.compile(r"\[[^\]\s]+\]")
+_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|\n+")
+_KEY = re.compile(r"[\w.+-]+@[\w-]+\.[\w.]+|\b(?=[\w-]*\d)[\w-]+\b|\b[A-Z]{2,}(?:-[A-Z0-9]+)+\b")
+_WORD = re.compile(r"\w+")
+_STOP = frozenset(["a", "an", "the", "of", "to", "in", "on", "for", "and", "or", "is", "are", "be", "was", "were", "it", "its", "this", "that", "with", "as", "at", "by", "from", "do", "does", "did", "i", "you", "we", "they", "my", "your", "our", "can", "how", "what", "when", "where", "which", "who", "why", "per", "up", "la", "co", "duoc", "cho", "va", "khong", "voi", "cua", "toi", "ban", "minh", "thi", "nao", "the", "gi"])
+
+
+def statements(text: str | None) -> list[str]:
+    """Sentences of a text, citations removed, empty ones dropped."""
+    if not text:
+        return []
+    cleaned = _CITATION.sub(" ", text)
+    return [s.strip(" .;") for s in _SENTENCE_END.split(cleaned) if s.strip(" .;")]
+
+
+def key_tokens(text: str) -> set[str]:
+    """Numbers, codes and e-mail addresses: what must match exactly."""
+    return {t.lower().strip(".") for t in _KEY.findall(text)}
+
+
+def content_words(text: str) -> set[str]:
+    return {w for w in _WORD.findall(fold_accents(text).lower()) if w not in _STOP and len(w) > 1}
+
+
+class Evidence:
+    """Similarity, support and relevance between short texts, with an embedding cache."""
+
+    def __init__(self, embed=None):
+        self._embed = embed
+        self._cache: dict[str, np.ndarray] = {}
+
+    @property
+    def model_id(self) -> str:
+        return "all-MiniLM-L6-v2" if self._embed is None else getattr(self._embed, "model_id", "custom")
+
+    def vectors(self, texts: Sequence[str]) -> np.ndarray:
+        missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
+        if missing:
+            embed = self._embed or _default_embedder()
+            for text, vector in zip(missing, embed.embed([fold_accents(t) for t in missing])):
+                self._cache[text] = vector
+        return np.stack([self._cache[t] for t in texts]) if texts else np.zeros((0, 1))
+
+    def similarity(self, claims: Sequence[str], evidence: Sequence[str]) -> np.ndarray:
+        """claims × evidence: max(cosine, share of the claim's content words in the evidence)."""
+        if not claims or not evidence:
+            return np.zeros((len(claims), len(evidence)))
+        cosine = self.vectors(list(claims)) @ self.vectors(list(evidence)).T
+        words = [content_words(c) for c in claims]
+        other = [content_words(e) for e in evidence]
+        coverage = np.array([[len(w & o) / len(w) if w else 0.0 for o in other] for w in words])
+        return np.maximum(cosine, coverage)
+
+    def supported(self, claims: Sequence[str], evidence: Sequence[str]) -> list[bool]:
+        """Is each claim supported by one evidence sentence (key tokens match, similar enough)?"""
+        if not evidence:
+            return [False] * len(claims)
+        similarity = self.similarity(claims, evidence)
+        keys = [key_tokens(e) for e in evidence]
+        return [any(similarity[i, j] >= SUPPORT_SIMILARITY and key_tokens(c) <= keys[j]
+                    for j in range(len(evidence))) for i, c in enumerate(claims)]
+
+    def relevant(self, texts: Sequence[str], query: str) -> list[bool]:
+        """Is each text about the query (cosine, or the share of the query's words it has)?"""
+        if not texts:
+            return []
+        cosine = (self.vectors(list(texts)) @ self.vectors([query]).T)[:, 0]
+        wanted = content_words(query)
+        coverage = [len(wanted & content_words(t)) / len(wanted) if wanted else 0.0 for t in texts]
+        return [bool(max(c, w) >= RELEVANCE_SIMILARITY) for c, w in zip(cosine, coverage)]
+
+
+@lru_cache(maxsize=1)
+def _default_embedder():
+    from rag_loop.vectors.embedding import SentenceTransformerEmbedder
+    return SentenceTransformerEmbedder()

@@ -1,0 +1,222 @@
+"""Judges: an OpenAI-compatible LLM behind DeepEval's own metrics, or the offline rules.
+
+The LLM judge is a `DeepEvalBaseLLM` over any OpenAI-compatible chat endpoint (OpenAI,
+Azure, Ollama, vLLM, llama.cpp server). Every call is cached by (model, schema, prompt) in
+`judge_cache`, so a rerun costs nothing; tokens and cost are counted per run. A call that
+fails or times out raises, so DeepEval marks the metric errored, never passed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+from deepeval.metrics import (
+    AnswerRelevancyMetric,
+    BaseMetric,
+    ContextualPrecisionMetric,
+    ContextualRecallMetric,
+    ContextualRelevancyMetric,
+    FaithfulnessMetric,
+    GEval,
+)
+from deepeval.models.base_model import DeepEvalBaseLLM
+from deepeval.models.utils import EvaluationCost
+from deepeval.test_case import SingleTurnParams
+from pydantic import BaseModel
+
+from rag_loop.evaluation.judges.evidence import Evidence
+from rag_loop.evaluation.judges.offline import (
+    OFFLINE_JUDGE,
+    OFFLINE_THRESHOLDS,
+    OfflineAnswerRelevancy,
+    OfflineContextualPrecision,
+    OfflineContextualRecall,
+    OfflineContextualRelevancy,
+    OfflineCorrectness,
+    OfflineFaithfulness,
+)
+from rag_loop.evaluation.settings import CORRECTNESS, METRIC_NAMES, JudgeSettings  # noqa: F401
+from rag_loop.store.ddl import JUDGE_CACHE_DDL
+
+
+@dataclass
+class JudgeUsage:
+    """What a run's judge calls cost; cached answers count as hits and cost nothing."""
+
+    calls: int = 0
+    cache_hits: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+
+
+class OpenAICompatibleJudge(DeepEvalBaseLLM):
+    """DeepEval model over an OpenAI-compatible endpoint, with a response cache."""
+
+    def __init__(self, settings: JudgeSettings, cache: Mapping[str, tuple[str, int, int]] | None = None):
+        self.settings = settings
+        self.cache: dict[str, tuple[str, int, int]] = dict(cache or {})
+        self.new_entries: dict[str, tuple[str, int, int]] = {}
+        self.usage = JudgeUsage()
+        super().__init__(settings.model)
+
+    def load_model(self):
+        from openai import AsyncOpenAI, OpenAI
+        key = os.environ.get(self.settings.api_key_env) or "not-needed"
+        options = {"base_url": self.settings.base_url, "api_key": key,
+                   "timeout": self.settings.timeout_seconds, "max_retries": self.settings.max_retries}
+        self.client, self.async_client = OpenAI(**options), AsyncOpenAI(**options)
+        return self.client
+
+    def get_model_name(self) -> str:
+        return self.settings.model
+
+    def _key(self, prompt: str, schema: type[BaseModel] | None) -> str:
+        text = f"{self.settings.model}\n{schema.__name__ if schema else ''}\n{prompt}"
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def _request(self, prompt: str, schema: type[BaseModel] | None) -> dict[str, Any]:
+        request: dict[str, Any] = {"model": self.settings.model, "temperature": 0,
+                                   "messages": [{"role": "user", "content": prompt}]}
+        if schema is not None:
+            request["response_format"] = {"type": "json_schema", "json_schema": {
+                "name": schema.__name__, "schema": schema.model_json_schema()}}
+        return request
+
+    def _finish(self, key: str, text: str, input_tokens: int, output_tokens: int,
+                schema: type[BaseModel] | None, cached: bool):
+        result = checked_reply(schema.model_validate_json(_json_part(text))) if schema else text
+        if cached:
+            self.usage.cache_hits += 1
+            cost = EvaluationCost(0.0, 0, 0)
+        else:
+            self.usage.calls += 1
+            self.usage.input_tokens += input_tokens
+            self.usage.output_tokens += output_tokens
+            value = (input_tokens * self.settings.input_cost_per_million
+                     + output_tokens * self.settings.output_cost_per_million) / 1e6
+            self.usage.cost_usd += value
+            self.cache[key] = self.new_entries[key] = (text, input_tokens, output_tokens)
+            cost = EvaluationCost(value, input_tokens, output_tokens)
+        return result, cost
+
+    def generate(self, prompt: str, schema: type[BaseModel] | None = None):
+        key = self._key(prompt, schema)
+        if key in self.cache:
+            return self._finish(key, *self.cache[key], schema, cached=True)
+        response = self.client.chat.completions.create(**self._request(prompt, schema))
+        usage = response.usage
+        return self._finish(key, response.choices[0].message.content or "",
+                            getattr(usage, "prompt_tokens", 0) or 0,
+                            getattr(usage, "completion_tokens", 0) or 0, schema, cached=False)
+
+    async def a_generate(self, prompt: str, schema: type[BaseModel] | None = None):
+        key = self._key(prompt, schema)
+        if key in self.cache:
+            return self._finish(key, *self.cache[key], schema, cached=True)
+        response = await asyncio.wait_for(
+            self.async_client.chat.completions.create(**self._request(prompt, schema)),
+            timeout=self.settings.timeout_seconds * (1 + self.settings.max_retries) + 1)
+        usage = response.usage
+        return self._finish(key, response.choices[0].message.content or "",
+                            getattr(usage, "prompt_tokens", 0) or 0,
+                            getattr(usage, "completion_tokens", 0) or 0, schema, cached=False)
+
+
+class JudgeReplyError(ValueError):
+    """A reply that parses but judges nothing, or out of range: the result is errored."""
+
+
+_JUDGEMENT_LISTS = ("claims", "statements", "verdicts")  # truths may be none: no context
+GEVAL_SCORE_RANGE = (0, 10)  # DeepEval's GEval asks for an integer score in 0..10
+
+
+def checked_reply(reply: BaseModel) -> BaseModel:
+    """Refuse empty judgements (no claims or verdicts: DeepEval would score 1.0) and scores
+    outside the range the prompt asked for (a GEval 1000 would be stored as 100)."""
+    for name in _JUDGEMENT_LISTS:
+        if getattr(reply, name, None) == []:
+            raise JudgeReplyError(f"the judge returned no {name}")
+    score = getattr(reply, "score", None)
+    low, high = GEVAL_SCORE_RANGE
+    if isinstance(score, (int, float)) and not low <= score <= high:
+        raise JudgeReplyError(f"score {score} is outside {low}..{high}")
+    return reply
+
+
+def _json_part(text: str) -> str:
+    """The JSON object in a reply, tolerating code fences and prose around it."""
+    start, end = text.find("{"), text.rfind("}")
+    return text[start:end + 1] if start >= 0 and end > start else text
+
+
+def load_judge_cache(con: duckdb.DuckDBPyConnection, model: str) -> dict[str, tuple[str, int, int]]:
+    con.execute(JUDGE_CACHE_DDL)
+    rows = con.execute("SELECT key, response, input_tokens, output_tokens FROM judge_cache "
+                       "WHERE model = ?", [model]).fetchall()
+    return {k: (r, i, o) for k, r, i, o in rows}
+
+
+def save_judge_cache(con: duckdb.DuckDBPyConnection, judge: OpenAICompatibleJudge) -> None:
+    con.execute(JUDGE_CACHE_DDL)
+    if not judge.new_entries:
+        return
+    con.executemany("INSERT OR IGNORE INTO judge_cache (key, model, response, input_tokens, "
+                    "output_tokens) VALUES (?, ?, ?, ?, ?)",
+                    [(k, judge.settings.model, *v) for k, v in judge.new_entries.items()])
+    judge.new_entries.clear()
+
+
+def build_metrics(settings: JudgeSettings, thresholds: Mapping[str, float | None],
+                  judge: OpenAICompatibleJudge | None = None,
+                  evidence: Evidence | None = None) -> list[BaseMetric]:
+    """One fresh metric object per name (metrics hold per-case state: build one set per case).
+
+    `thresholds` maps a metric name to its threshold; None keeps the metric for monitoring.
+    """
+    if settings.kind == "offline":
+        evidence = evidence or Evidence()
+        classes = {c.name: c for c in (OfflineFaithfulness, OfflineAnswerRelevancy,
+                                       OfflineContextualRecall, OfflineContextualPrecision,
+                                       OfflineContextualRelevancy)}
+        metrics = [classes[name](evidence, threshold=thresholds.get(name, OFFLINE_THRESHOLDS[name]))
+                   for name in METRIC_NAMES if name in thresholds]
+        return metrics + [OfflineCorrectness(evidence, threshold=spec.get("threshold", 0.5))
+                          for spec in settings.geval if spec["name"] == "Correctness"]
+    if settings.kind != "openai-compatible":
+        raise ValueError(f"unknown judge kind {settings.kind!r}: offline or openai-compatible")
+    native = {"Faithfulness": FaithfulnessMetric, "Answer Relevancy": AnswerRelevancyMetric,
+              "Contextual Recall": ContextualRecallMetric,
+              "Contextual Precision": ContextualPrecisionMetric,
+              "Contextual Relevancy": ContextualRelevancyMetric}
+    metrics: list[BaseMetric] = [
+        native[name](model=judge, threshold=thresholds.get(name, OFFLINE_THRESHOLDS[name]),
+                     async_mode=True,
+                     include_reason=True)
+        for name in METRIC_NAMES if name in thresholds]
+    for spec in settings.geval:
+        metrics.append(GEval(
+            name=spec["name"], model=judge, threshold=spec.get("threshold", 0.5),
+            criteria=spec.get("criteria"), evaluation_steps=spec.get("evaluation_steps"),
+            rubric=spec.get("rubric"),
+            evaluation_params=[SingleTurnParams(p) for p in spec.get(
+                "evaluation_params", ["input", "actual_output", "expected_output"])]))
+    return metrics
+
+
+def judge_description(settings: JudgeSettings, evidence: Evidence | None = None) -> dict[str, Any]:
+    """What identifies the instrument, recorded with every run (seed 000 §14)."""
+    if settings.kind == "offline":
+        skipped = [s["name"] for s in settings.geval if s["name"] != "Correctness"]
+        return {"kind": "offline", "model": f"{OFFLINE_JUDGE} ({(evidence or Evidence()).model_id})",
+                "geval": [s["name"] for s in settings.geval if s["name"] == "Correctness"],
+                "geval_skipped_offline": skipped}
+    return {"kind": settings.kind, "model": settings.model, "base_url": settings.base_url,
+            "geval": json.loads(json.dumps(list(settings.geval), default=str))}

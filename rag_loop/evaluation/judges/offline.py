@@ -1,0 +1,209 @@
+"""The offline judge: DeepEval's five RAG metrics as DeepEval custom metrics (`BaseMetric`).
+
+They keep DeepEval's names and score definitions (seed 000 §06-§10) but decide the semantic
+verdicts with the deterministic rules of `evidence.py` and `support.py` instead of an LLM.
+Faithfulness, Answer Relevancy and Contextual Relevancy are graded (a mean of per-statement
+grades in [0, 1], the k/n verdict count kept in the reason); Recall, Precision and Correctness
+still count verdicts. They are a
+heuristic instrument for offline runs and CI, not an LLM judge. A GEval criterion named
+"Correctness" has an offline stand-in too; other GEval criteria need the LLM judge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+
+import numpy as np
+from deepeval.metrics import BaseMetric
+from deepeval.test_case import LLMTestCase, SingleTurnParams
+
+from rag_loop.evaluation.judges.evidence import Evidence, content_words, statements
+from rag_loop.evaluation.judges.support import Context, faithfulness
+from rag_loop.evaluation.settings import OFFLINE_JUDGE, OFFLINE_THRESHOLDS  # noqa: F401
+
+# A claim counts as "supported" in the reason when its support reaches this (reason only).
+CLAIM_SUPPORTED = 0.5
+# Graded relevance: 0 below RELEVANCE_FLOOR similarity, 1 from RELEVANCE_CEILING, linear between
+# (centred on 0.3; the seed worked examples sit outside the ramp, so keep their k/n figures).
+RELEVANCE_FLOOR, RELEVANCE_CEILING = 0.2, 0.4
+_DEFAULT = object()
+
+
+@lru_cache(maxsize=1)
+def shared_evidence() -> Evidence:
+    """One Evidence (embedding cache) for every metric built without one."""
+    return Evidence()
+
+
+def average_precision(relevant: Sequence[bool]) -> float:
+    """DeepEval's contextual precision: (1/R) Σ_k (R_k / k) · r_k over the ranked nodes."""
+    hits, total = 0, 0.0
+    for k, is_relevant in enumerate(relevant, start=1):
+        if is_relevant:
+            hits += 1
+            total += hits / k
+    return total / hits if hits else 0.0
+
+
+def ratio(verdicts: Sequence[bool], empty: float = 0.0) -> float:
+    return sum(verdicts) / len(verdicts) if verdicts else empty
+
+
+def context_statements(case: LLMTestCase) -> list[str]:
+    return [s for node in case.retrieval_context or [] for s in statements(node)]
+
+
+def reason(texts: Sequence[str], verdicts: Sequence[bool], what: str, failing: str) -> str:
+    """"k/n <what>", then the first few texts that failed, e.g. "; missing: [...]"."""
+    failed = [t for t, ok in zip(texts, verdicts) if not ok]
+    return f"{sum(verdicts)}/{len(texts)} {what}" + (f"; {failing}: {failed[:3]}" if failed else "")
+
+
+class OfflineMetric(BaseMetric):
+    """Shared plumbing: threshold, verdicts kept for the reason, sync and async alike."""
+
+    name = "Offline"
+    _required_params: list[SingleTurnParams] = []
+
+    def __init__(self, evidence: Evidence | None = None, threshold: float | None = _DEFAULT,
+                 include_reason: bool = True):
+        self._evidence = evidence
+        self.threshold = OFFLINE_THRESHOLDS.get(self.name, 0.5) if threshold is _DEFAULT else threshold
+        self.include_reason = include_reason
+        self.evaluation_model = (f"{OFFLINE_JUDGE} ({evidence.model_id})" if evidence is not None
+                                 else f"{OFFLINE_JUDGE} (all-MiniLM-L6-v2)")
+        self.async_mode = False
+        self.strict_mode = False
+        self.verbose_mode = False
+
+    def measure(self, test_case: LLMTestCase, *args, **kwargs) -> float:
+        self.error = None
+        self.score, self.reason = self.score_case(test_case)
+        self.success = self.is_successful()
+        return self.score
+
+    async def a_measure(self, test_case: LLMTestCase, *args, **kwargs) -> float:
+        return self.measure(test_case)
+
+    @property
+    def evidence(self) -> Evidence:
+        if self._evidence is None:  # built lazily: Faithfulness never needs the embedder
+            self._evidence = shared_evidence()
+        return self._evidence
+
+    @evidence.setter
+    def evidence(self, value: Evidence) -> None:
+        self._evidence = value
+
+    def score_case(self, case: LLMTestCase) -> tuple[float, str]:
+        raise NotImplementedError
+
+    @property
+    def __name__(self) -> str:
+        return self.name
+
+
+def graded_reason(texts: Sequence[str], grades: Sequence[float], what: str, failing: str,
+                  cut: float) -> str:
+    """"k/n <what> (mean 0.83)", the verdict count at `cut` kept, then the weakest texts."""
+    verdicts = [g >= cut for g in grades]
+    mean = sum(grades) / len(grades) if grades else 0.0
+    weakest = sorted((g, t) for t, g in zip(texts, grades) if g < cut)[:3]
+    return (f"{sum(verdicts)}/{len(texts)} {what} (mean {mean:.2f})"
+            + (f"; {failing}: {[f'{t} ({g:.2f})' for g, t in weakest]}" if weakest else ""))
+
+
+def relevance_grades(evidence: Evidence, texts: Sequence[str], query: str) -> list[float]:
+    """Graded relevance of each text to the query: max(cosine, share of the query's content
+    words in the text), ramped from 0 at RELEVANCE_FLOOR to 1 at RELEVANCE_CEILING."""
+    if not texts:
+        return []
+    cosine = (evidence.vectors(list(texts)) @ evidence.vectors([query]).T)[:, 0]
+    wanted = content_words(query)
+    coverage = np.array([len(wanted & content_words(t)) / len(wanted) if wanted else 0.0 for t in texts])
+    similarity = np.maximum(cosine, coverage)
+    ramp = (similarity - RELEVANCE_FLOOR) / (RELEVANCE_CEILING - RELEVANCE_FLOOR)
+    return [float(g) for g in np.clip(ramp, 0.0, 1.0)]
+
+
+class OfflineFaithfulness(OfflineMetric):
+    """Mean graded support of the answer's claims by the retrieval context (`support.py`):
+    a continuous score in [0, 1]; an answer with no claims scores 0."""
+
+    name = "Faithfulness"
+
+    def score_case(self, case):
+        judged = faithfulness(statements(case.actual_output), Context(case.retrieval_context or []),
+                              case.input or "")
+        if not judged:
+            return 0.0, "no claims in the answer"
+        claims, grades = zip(*judged)
+        return (sum(grades) / len(grades),
+                graded_reason(claims, grades, "claims supported", "unsupported", CLAIM_SUPPORTED))
+
+
+class OfflineAnswerRelevancy(OfflineMetric):
+    """Mean graded relevance of the answer's statements to the input."""
+
+    name = "Answer Relevancy"
+
+    def score_case(self, case):
+        found = statements(case.actual_output)
+        grades = relevance_grades(self.evidence, found, case.input)
+        return (sum(grades) / len(grades) if grades else 0.0,
+                graded_reason(found, grades, "statements relevant to the input", "irrelevant", 0.5))
+
+
+class OfflineContextualRecall(OfflineMetric):
+    """Statements of the expected output attributable to the retrieval context / all."""
+
+    name = "Contextual Recall"
+
+    def score_case(self, case):
+        expected = statements(case.expected_output)
+        verdicts = self.evidence.supported(expected, context_statements(case))
+        return ratio(verdicts), reason(expected, verdicts, "expected statements found in the context",
+                                       "missing")
+
+
+class OfflineContextualPrecision(OfflineMetric):
+    """Average precision of the ranked context nodes; a node is relevant when it supports a
+    statement of the expected output."""
+
+    name = "Contextual Precision"
+
+    def score_case(self, case):
+        expected = statements(case.expected_output)
+        relevant = [any(self.evidence.supported(expected, statements(node)))
+                    for node in case.retrieval_context or []]
+        marks = "".join("R" if r else "-" for r in relevant)
+        return average_precision(relevant), f"relevance by rank: {marks or 'no context'}"
+
+
+class OfflineContextualRelevancy(OfflineMetric):
+    """Mean graded relevance of the retrieval context's statements to the input."""
+
+    name = "Contextual Relevancy"
+
+    def score_case(self, case):
+        found = context_statements(case)
+        grades = relevance_grades(self.evidence, found, case.input)
+        return (sum(grades) / len(grades) if grades else 0.0,
+                graded_reason(found, grades, "context statements relevant to the input", "irrelevant", 0.5))
+
+
+class OfflineCorrectness(OfflineMetric):
+    """Stand-in for a GEval "Correctness" criterion: statements of the expected output that
+    the actual output supports / all expected statements (reference-based)."""
+
+    name = "Correctness [GEval]"
+
+    def score_case(self, case):
+        expected = statements(case.expected_output)
+        verdicts = self.evidence.supported(expected, statements(case.actual_output))
+        return ratio(verdicts), reason(expected, verdicts, "expected statements in the answer", "missing")
+
+
+OFFLINE_METRICS = (OfflineFaithfulness, OfflineAnswerRelevancy, OfflineContextualRecall,
+                   OfflineContextualPrecision, OfflineContextualRelevancy, OfflineCorrectness)

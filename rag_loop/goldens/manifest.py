@@ -1,0 +1,63 @@
+"""What a release says about itself: its manifest (counts, hash, redaction, diff) and CHANGES.md,
+and the diff of two releases' goldens by name."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass
+class Diff:
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        return {"added": len(self.added), "removed": len(self.removed), "changed": len(self.changed)}
+
+
+def diff_goldens(parent: Sequence[dict], current: Sequence[dict]) -> Diff:
+    """Goldens added, removed and changed (same name, other content), by name."""
+    before, after = {g["name"]: g for g in parent}, {g["name"]: g for g in current}
+    return Diff(added=sorted(after.keys() - before.keys()), removed=sorted(before.keys() - after.keys()),
+                changed=sorted(n for n in after.keys() & before.keys() if after[n] != before[n]))
+
+
+def manifest_of(version: str, parent: str | None, goldens: Sequence[dict], payload: str, notes: str,
+              released_by: str, redaction: dict[str, int], diff: Diff, now: datetime) -> dict[str, Any]:
+    meta = [g["additional_metadata"] for g in goldens]
+    return {
+        "version": version, "parent_version": parent, "created_at": now.isoformat(),
+        "released_by": released_by, "notes": notes, "goldens": len(goldens),
+        "counts": {
+            "origin": dict(sorted(Counter(m["origin"] for m in meta).items())),
+            "failure_type": dict(sorted(Counter(m["failure_type"] for m in meta).items())),
+            "tag": dict(sorted(Counter(t for m in meta for t in m["tags"]).items())),
+            "language": dict(sorted(Counter(str(m.get("language")) for m in meta).items())),
+        },
+        "sha256": hashlib.sha256(payload.encode()).hexdigest(), "redaction": redaction,
+        "diff": diff.counts(), "format": "DeepEval goldens JSON (EvaluationDataset.add_goldens_from_json_file)",
+    }
+
+
+def changes_markdown(manifest: dict, diff: Diff, parent: Sequence[dict], current: Sequence[dict]) -> str:
+    before, after = {g["name"]: g for g in parent}, {g["name"]: g for g in current}
+    lines = [f"## {manifest['version']} ({manifest['created_at'][:19]}Z, by {manifest['released_by'] or 'unknown'})",
+             "", manifest["notes"] or "(no notes)", "",
+             (f"{manifest['goldens']} goldens; parent {manifest['parent_version'] or 'none'}: "
+              f"{len(diff.added)} added, {len(diff.removed)} removed, {len(diff.changed)} changed."), ""]
+    for title, names, source in (("Added", diff.added, after), ("Removed", diff.removed, before),
+                                 ("Changed", diff.changed, after)):
+        if names:
+            lines.append(f"### {title}")
+            lines += [f"- `{n}` {source[n]['additional_metadata']['failure_type']}: "
+                      f"{source[n]['input'][:100]}" for n in names]
+            lines.append("")
+    return "\n".join(lines) + "\n"
+
+

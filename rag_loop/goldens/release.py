@@ -1,0 +1,174 @@
+"""Versioned golden releases: DeepEval's goldens JSON, manifest, changelog, immutable on disk.
+
+A release directory `vNNNN/` appears only by renaming a complete temporary directory, so a
+failed run leaves no half-written release and a version is never rewritten. Two releases
+started at once: the second rename fails, it re-reads the newest release and either finds
+nothing left to release or takes the next number.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from rag_loop.goldens.manifest import Diff, changes_markdown, diff_goldens, manifest_of
+from rag_loop.goldens.redaction import Redactor, false_positives, planted_recall
+from rag_loop.store.files import fsync_directory, write_atomically
+from rag_loop.store.releases import read_goldens, release_versions, serialize
+from rag_loop.store.traces import retrieval_contexts
+
+# what a killed release leaves: its staging folder, a temporary of the changelog
+STAGING_PREFIX, CHANGELOG_PREFIX = ".tmp-", ".CHANGELOG."
+STALE_STAGING = timedelta(hours=1)
+# releases are published artifacts: readable by an evaluator running as another user
+PUBLISHED_DIR_MODE, PUBLISHED_FILE_MODE = 0o755, 0o644
+
+
+def redaction_quality(con: duckdb.DuckDBPyConnection, redactor: Redactor) -> dict[str, float]:
+    """How well `redactor` works, for the release metadata: recall on the planted set per
+    kind, and what it would remove from the knowledge base (likely false positives)."""
+    knowledge = [t for (t,) in con.execute("SELECT text FROM document_chunks").fetchall()]
+    return {**{f"redaction_recall_{k}": v for k, v in planted_recall(redactor).items()},
+            **{f"redaction_kb_false_positives_{k}": v
+               for k, v in false_positives(redactor, knowledge).items()}}
+
+
+def golden_id(trace_id: str) -> str:
+    """One golden per labeled trace: a relabel changes the golden, it does not add one."""
+    return "g-" + hashlib.sha256(trace_id.encode()).hexdigest()[:12]
+
+
+def build_goldens(con: duckdb.DuckDBPyConnection, redactor: Redactor) -> list[dict[str, Any]]:
+    """DeepEval goldens from the current accepted labels, redacted, sorted by name."""
+    rows = con.execute("""
+        SELECT l.*, coalesce(l.input, t.original_query) AS golden_input, t.language,
+               t.query_type, t.tenant
+        FROM current_labels l JOIN raw_traces t USING (trace_id)
+        WHERE l.decision = 'accept' ORDER BY l.trace_id""").df()
+    if rows.empty:
+        return []
+    contexts = retrieval_contexts(con, rows["trace_id"].tolist())
+    chunk_text = dict(con.execute("SELECT chunk_id, text FROM document_chunks").fetchall())
+    goldens = []
+    for row in rows.to_dict("records"):
+        sources = list(row["expected_sources"])
+        context = [chunk_text[s] for s in sources if s in chunk_text]
+        goldens.append({
+            "name": golden_id(row["trace_id"]),
+            "input": redactor.redact(row["golden_input"]),
+            "expected_output": redactor.redact(row["expected_output"]),
+            "context": [redactor.redact(t) for t in context] or None,
+            "retrieval_context": [redactor.redact(c["text"]) for c in contexts.get(row["trace_id"], [])
+                                  if c["text"]] or None,
+            "additional_metadata": {
+                "origin": row["origin"], "failure_type": row["failure_type"],
+                "tags": [redactor.redact(t) for t in row["tags"]], "expected_sources": sources,
+                "source_trace_ids": list(row["source_trace_ids"]), "trace_id": row["trace_id"],
+                "cluster_id": row["cluster_id"], "cluster_weight": _number(row["cluster_weight"]),
+                "priority": row["priority"], "curator": redactor.redact(row["curator"]),
+                "labeled_at": row["labeled_at"].isoformat(), "label_id": row["label_id"],
+                "language": row["language"], "query_type": row["query_type"], "tenant": row["tenant"],
+            },
+        })
+    return goldens
+
+
+def _number(value: Any) -> float | None:
+    return None if value is None or math.isnan(value) else round(float(value), 3)
+
+
+@dataclass
+class ReleaseResult:
+    version: str | None  # the new version, or None when nothing changed
+    parent: str | None
+    message: str
+    diff: Diff = field(default_factory=Diff)
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+
+def publish_release(goldens_dir: Path, goldens: Sequence[dict], notes: str, released_by: str,
+                    redaction: dict[str, int], now: datetime | None = None,
+                    attempts: int = 50) -> ReleaseResult:
+    """Write the next `vNNNN/` unless it would equal the newest release."""
+    goldens_dir.mkdir(parents=True, exist_ok=True)
+    sweep_stale_staging(goldens_dir)
+    payload = serialize(goldens)
+    for _ in range(attempts):
+        versions = release_versions(goldens_dir)
+        parent = versions[-1] if versions else None
+        parent_goldens = read_goldens(goldens_dir, parent) if parent else []
+        if parent and serialize(parent_goldens) == payload:
+            return ReleaseResult(None, parent, f"nothing changed since {parent}: no new release")
+        if not goldens:
+            return ReleaseResult(None, parent, "no accepted labels: nothing to release")
+        number = max((int(v[1:]) for v in versions), default=0) + 1
+        version = f"v{number:04d}"
+        diff = diff_goldens(parent_goldens, goldens)
+        manifest = manifest_of(version, parent, goldens, payload, notes, released_by, redaction,
+                             diff, now or datetime.now(UTC))
+        staging = Path(tempfile.mkdtemp(dir=goldens_dir, prefix=STAGING_PREFIX))
+        try:
+            _write(staging / "goldens.json", payload)
+            _write(staging / "manifest.json", json.dumps(manifest, ensure_ascii=False, indent=1) + "\n")
+            _write(staging / "CHANGES.md", changes_markdown(manifest, diff, parent_goldens, goldens))
+            os.chmod(staging, PUBLISHED_DIR_MODE)  # mkdtemp makes it 0700
+            os.rename(staging, goldens_dir / version)  # fails if another release took the number
+            fsync_directory(goldens_dir)
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
+            if (goldens_dir / version).exists():
+                continue
+            raise
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        write_changelog(goldens_dir)
+        return ReleaseResult(version, parent, f"released {version} ({diff.counts()})", diff, manifest)
+    raise RuntimeError(f"could not take a release number after {attempts} attempts")
+
+
+def _write(path: Path, text: str) -> None:
+    write_atomically(path, text, PUBLISHED_FILE_MODE, durable=True)
+
+
+def sweep_stale_staging(goldens_dir: Path, age: timedelta = STALE_STAGING) -> list[str]:
+    """Remove what killed releases left behind: staging folders and changelog temporaries not
+    touched for `age` (a release in progress writes its staging folder within seconds)."""
+    removed = []
+    for path in goldens_dir.iterdir():
+        if not path.name.startswith((STAGING_PREFIX, CHANGELOG_PREFIX)):
+            continue
+        try:
+            if time.time() - path.stat().st_mtime < age.total_seconds():
+                continue
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+            removed.append(path.name)
+        except FileNotFoundError:
+            continue  # another release swept it
+    return removed
+
+
+def write_changelog(goldens_dir: Path) -> None:
+    """CHANGELOG.md: every release's CHANGES.md, newest first (rewritten atomically).
+
+    Under a lock, so that of two releases finishing together the one writing last lists both.
+    """
+    with open(goldens_dir / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        entries = [(goldens_dir / v / "CHANGES.md").read_text(encoding="utf-8")
+                   for v in reversed(release_versions(goldens_dir))]
+        write_atomically(goldens_dir / "CHANGELOG.md", "# Golden releases\n\n" + "\n".join(entries),
+                         PUBLISHED_FILE_MODE, durable=True)

@@ -1,0 +1,1 @@
+"""OTLP JSON: spans read one by one, staged, and assembled into native trace records."""

@@ -1,0 +1,296 @@
+"""Validate numbered JSON lines in DuckDB and store the good ones, quarantining the rest.
+
+DuckDB parses each line three times: `json_valid`, `json_transform` into the typed trace
+struct (lenient: a wrongly typed value would silently become NULL) and `json_structure` (the
+JSON type of every value). The few distinct structures of a batch are checked in Python against the trace model,
+so a wrongly typed value is quarantined with its path instead of being lost.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+import typing
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cache
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+from pydantic import BaseModel
+
+from rag_loop.ingest.lines import RAW_PREVIEW_CHARS, Rejected
+from rag_loop.schema import NESTED_FIELDS, Trace
+
+_SCALARS: dict[Any, str] = {
+    str: "VARCHAR", int: "BIGINT", float: "DOUBLE", bool: "BOOLEAN",
+    # kept as text by the parser, validated with TRY_CAST so a bad value gets its own reason
+    datetime: "VARCHAR",
+}
+
+
+def duckdb_type(annotation: Any) -> Any:
+    """DuckDB `json_transform` structure for a type annotation of the trace model."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        (inner,) = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return duckdb_type(inner)
+    if origin is list:
+        return [duckdb_type(typing.get_args(annotation)[0])]
+    if origin is dict:
+        return "JSON"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return {name: duckdb_type(f.annotation) for name, f in annotation.model_fields.items()}
+    return _SCALARS[annotation]
+
+
+def trace_struct() -> str:
+    """The JSON structure string that parses a native trace line in DuckDB."""
+    return json.dumps(duckdb_type(Trace))
+
+
+_COMPATIBLE = {
+    "VARCHAR": {"VARCHAR"},
+    "BIGINT": {"UBIGINT", "BIGINT"},
+    "DOUBLE": {"DOUBLE", "UBIGINT", "BIGINT"},
+    "BOOLEAN": {"BOOLEAN"},
+}
+
+
+@dataclass
+class BatchCounts:
+    """What happened to the lines of one batch: every line lands in exactly one count."""
+
+    ingested: int = 0
+    duplicates: int = 0
+    quarantined: int = 0
+
+    def __iadd__(self, other: BatchCounts) -> BatchCounts:
+        self.ingested += other.ingested
+        self.duplicates += other.duplicates
+        self.quarantined += other.quarantined
+        return self
+
+
+def structure_problem(found: Any, expected: Any, path: str = "") -> str | None:
+    """The path of the first value whose JSON type does not fit the model, or None.
+
+    `found` is DuckDB's `json_structure` of a record (element types of a list are merged,
+    "JSON" where they disagree or for an empty object); `expected` is `duckdb_type(Trace)`.
+    Keys the model does not know are ignored, as the model ignores them.
+    """
+    if found == "NULL":
+        return None
+    if isinstance(expected, dict):
+        if found == "JSON" and not path.endswith("[]"):
+            return None  # an empty object
+        if not isinstance(found, dict):
+            return path or "$"
+        for key, value in found.items():
+            if key in expected:
+                problem = structure_problem(value, expected[key], f"{path}.{key}".lstrip("."))
+                if problem:
+                    return problem
+        return None
+    if isinstance(expected, list):
+        if not isinstance(found, list):
+            return path
+        return structure_problem(found[0], expected[0], f"{path}[]")
+    if expected == "JSON":  # a free-form object such as filters
+        return None if found == "JSON" or isinstance(found, dict) else path
+    return None if isinstance(found, str) and found in _COMPATIBLE[expected] else path
+
+
+@cache
+def _trace_columns() -> str:
+    """SELECT list that maps the parsed struct `t` onto raw_traces' columns."""
+    names = [n for n in Trace.model_fields if n not in NESTED_FIELDS]
+    exprs = [f't."{n}" AS "{n}"' for n in names]
+    return ", ".join(exprs)
+
+
+def _classify_structures(con: duckdb.DuckDBPyConnection) -> None:
+    expected = duckdb_type(Trace)
+    rows = con.execute("SELECT DISTINCT structure FROM _parsed WHERE structure IS NOT NULL").fetchall()
+    problems = []
+    for (structure,) in rows:
+        try:
+            found = json.loads(structure)
+        except RecursionError:
+            problems.append((structure, "wrong_type: nested too deeply"))
+            continue
+        if not isinstance(found, dict):
+            problems.append((structure, "not_an_object"))
+        elif problem := structure_problem(found, expected):
+            problems.append((structure, f"wrong_type: {problem}"))
+    con.execute("CREATE OR REPLACE TEMP TABLE _structure_problems (structure VARCHAR, problem VARCHAR)")
+    if problems:
+        con.executemany("INSERT INTO _structure_problems VALUES (?, ?)", problems)
+
+
+def load_batch(con: duckdb.DuckDBPyConnection, lines: pa.Table, source_file: str,
+               source_format: str, set_aside_format: str | None = None) -> BatchCounts:
+    """Store the valid, unseen traces of `lines` (line_no, raw); quarantine the invalid ones.
+
+    Duplicates (a trace id already stored, or repeated in the batch) keep the first copy:
+    the earliest ingested, then the lowest line number. Later copies are listed in
+    `trace_duplicates`, so every line read is accounted for. `line_no` is the row key; an
+    optional `source_line` column gives the position stored instead (OTLP traces assembled
+    from spans: several traces may share their root span's line), an optional `span_id` the span
+    that placed it. Quarantine and duplicate rows are written with `set_aside_format` when
+    given (default `source_format`). `_verdict` and `_keep` stay for the caller to read.
+    """
+    if "source_line" not in lines.column_names:
+        lines = lines.append_column("source_line", lines.column("line_no"))
+    if "span_id" not in lines.column_names:
+        lines = lines.append_column("span_id", pa.nulls(lines.num_rows, pa.string()))
+    con.register("_batch", lines)
+    try:
+        return _load_registered_batch(con, source_file, source_format,
+                                      set_aside_format or source_format)
+    finally:
+        con.unregister("_batch")
+
+
+# ISO 8601 as traces write it: a 4-digit year, an optional real offset (at most +-14:00)
+_ISO_TIME = r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?(Z|z|[+-](0\d|1[0-4])(:?\d{2})?)?$"
+_BLANK = r"[\s\x{200B}-\x{200D}\x{2060}\x{FEFF}]"  # whitespace and zero-width characters
+_FINITE = ("latency_ms", "cost_usd", "temperature")  # DOUBLE fields: NaN and 1e400 are refused
+_FINITE_CHUNK = ("score", "rerank_score")
+
+
+def valid_time_sql(text: str) -> str:
+    """SQL true when `text` is an ISO 8601 time between 1970 and 2262 (not 'epoch', 'infinity',
+    year 0 or 10000, an offset of +25:00)."""
+    return (f"(regexp_matches({text}, '{_ISO_TIME}') AND "
+            f"coalesce(year(try_cast({text} AS TIMESTAMPTZ)) BETWEEN 1970 AND 2262, false))")
+
+
+def record_problem_sql(t: str) -> str:
+    """SQL naming what a typed trace `t` misses (trace id, query, a good timestamp...), or NULL."""
+    finite = " ".join(f"WHEN NOT coalesce(isfinite({t}.{f}), true) THEN 'wrong_type: {f}'"
+                      for f in _FINITE)
+    finite_chunks = " ".join(
+        f"""WHEN list_bool_or(list_transform({t}.chunks, lambda c: NOT coalesce(isfinite(c.{f}), true)))
+                 THEN 'wrong_type: chunks[].{f}'""" for f in _FINITE_CHUNK)
+    return f"""CASE WHEN coalesce(regexp_replace({t}.trace_id, '{_BLANK}', '', 'g'), '') = ''
+                    THEN 'missing_trace_id'
+               WHEN coalesce(trim({t}.original_query), '') = '' THEN 'missing_query'
+               WHEN {t}."timestamp" IS NULL THEN 'missing_timestamp'
+               WHEN NOT {valid_time_sql(f'{t}."timestamp"')} THEN 'bad_timestamp'
+               WHEN list_bool_or(list_transform({t}.chunks, lambda c: c.doc_id IS NULL))
+                    THEN 'missing_field: chunks[].doc_id'
+               WHEN list_bool_or(list_transform({t}.spans, lambda x: x.name IS NULL))
+                    THEN 'missing_field: spans[].name'
+               WHEN list_bool_or(list_transform({t}.spans, lambda x: x.start_time IS NOT NULL
+                                                 AND NOT {valid_time_sql('x.start_time')}))
+                    THEN 'wrong_type: spans[].start_time'
+               WHEN list_bool_or(list_transform({t}.spans,
+                                                 lambda x: NOT coalesce(isfinite(x.duration_ms), true)))
+                    THEN 'wrong_type: spans[].duration_ms'
+               {finite} {finite_chunks}
+          END"""
+
+
+@cache
+def _overflow_sql(raw: str) -> str:
+    """SQL naming the first integer field of `raw` outside BIGINT, or NULL.
+
+    `json_structure` calls 2^63 a UBIGINT like any positive integer, and `json_transform` into
+    BIGINT turns it into NULL: read as HUGEINT and compared instead.
+    """
+    expected = duckdb_type(Trace)
+    top = [k for k, v in expected.items() if v == "BIGINT"]
+    nested = {k: [f for f, t in v[0].items() if t == "BIGINT"] for k, v in expected.items()
+              if isinstance(v, list) and isinstance(v[0], dict)}
+    nested = {k: fields for k, fields in nested.items() if fields}
+    shape = {**dict.fromkeys(top, "HUGEINT"),
+             **{k: [dict.fromkeys(fields, "HUGEINT")] for k, fields in nested.items()}}
+    fits = "BETWEEN -9223372036854775808 AND 9223372036854775807"
+    whens = [f"WHEN NOT coalesce(big.\"{f}\" {fits}, true) THEN 'wrong_type: {f}'" for f in top]
+    whens += [f"""WHEN list_bool_or(list_transform(big."{k}", lambda x: NOT coalesce(x."{f}" {fits}, true)))
+                  THEN 'wrong_type: {k}[].{f}'""" for k, fields in nested.items() for f in fields]
+    return (f"(SELECT CASE {' '.join(whens)} END FROM "
+            f"(SELECT json_transform({raw}, '{json.dumps(shape)}') AS big))")
+
+
+def _load_registered_batch(con: duckdb.DuckDBPyConnection, source_file: str,
+                           source_format: str, set_aside_format: str) -> BatchCounts:
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE _parsed AS
+        SELECT line_no, structure, t, t.trace_id AS trace_id,
+               coalesce(overflow, {record_problem_sql('t')}) AS problem
+        FROM (SELECT line_no, json_structure(raw) AS structure,
+                     json_transform(raw, '{trace_struct()}') AS t, {_overflow_sql('raw')} AS overflow
+              FROM _batch WHERE json_valid(raw))""")
+    _classify_structures(con)
+    con.execute("""
+        CREATE OR REPLACE TEMP TABLE _verdict AS
+        SELECT b.line_no, b.source_line, b.span_id, p.trace_id,
+               CASE WHEN p.line_no IS NULL THEN 'invalid_json'
+                    ELSE coalesce(s.problem, p.problem) END AS reason
+        FROM (SELECT line_no, source_line, span_id FROM _batch
+              WHERE trim(raw, ' \t\r') <> '') b  -- blank lines are skipped, as in OTLP files
+        LEFT JOIN _parsed p ON p.line_no = b.line_no
+        LEFT JOIN _structure_problems s ON s.structure = p.structure""")
+    con.execute(f"""
+        INSERT INTO quarantine
+        SELECT ?, v.source_line, ?, v.reason, left(b.raw, {RAW_PREVIEW_CHARS}), now(), v.span_id
+        FROM _verdict v JOIN _batch b USING (line_no) WHERE v.reason IS NOT NULL""",
+                [source_file, set_aside_format])
+    return store_verdicts(con, source_file, source_format, set_aside_format=set_aside_format)
+
+
+def store_verdicts(con: duckdb.DuckDBPyConnection, source_file: str, source_format: str,
+                   parsed: str = "_parsed", set_aside_format: str | None = None) -> BatchCounts:
+    """Store the traces `_verdict` (line_no, source_line, span_id, trace_id, reason) accepts,
+    typed in `{parsed}.t` (joined on line_no).
+
+    Rows with a reason are counted as quarantined; the caller stored them with their text.
+    """
+    con.execute("""
+        CREATE OR REPLACE TEMP TABLE _keep AS
+        SELECT line_no, source_line FROM _verdict
+        WHERE reason IS NULL AND trace_id NOT IN (SELECT trace_id FROM raw_traces)
+        QUALIFY row_number() OVER (PARTITION BY trace_id ORDER BY line_no) = 1""")
+    params = [source_file, set_aside_format or source_format]
+    con.execute("""
+        INSERT INTO trace_duplicates
+        SELECT ?, v.source_line, v.trace_id, ?, now(), v.span_id FROM _verdict v
+        WHERE v.reason IS NULL AND v.line_no NOT IN (SELECT line_no FROM _keep)
+          AND NOT EXISTS (SELECT 1 FROM raw_traces r  -- the same record, read again
+                          WHERE r.trace_id = v.trace_id AND r.source_file = ? AND r.source_line = v.source_line)
+        """, [*params, source_file])
+    new = f"{parsed} JOIN _keep USING (line_no)"
+    con.execute(f"""
+        INSERT INTO raw_traces BY NAME
+        SELECT {_trace_columns()}, ? AS source_format, ? AS source_file,
+               source_line, now() AS ingested_at
+        FROM {new}""", [source_format, source_file])
+    con.execute(f"""
+        INSERT INTO trace_chunks BY NAME
+        SELECT t.trace_id, unnest(t.chunks, recursive := true) FROM {new}""")
+    con.execute(f"""
+        INSERT INTO trace_spans BY NAME
+        SELECT trace_id, span_id, parent_span_id, name, kind,
+               try_cast(start_time AS TIMESTAMPTZ) AS start_time, duration_ms, status
+        FROM (SELECT t.trace_id, unnest(t.spans, recursive := true) FROM {new})""")
+    con.execute(f"""
+        INSERT INTO trace_feedback BY NAME
+        SELECT t.trace_id, t.feedback.rating, t.feedback.category, t.feedback.comment
+        FROM {new} WHERE t.feedback IS NOT NULL""")
+    total, bad, kept = con.execute("""
+        SELECT count(*), count(reason), (SELECT count(*) FROM _keep) FROM _verdict""").fetchall()[0]
+    return BatchCounts(ingested=kept, duplicates=total - bad - kept, quarantined=bad)
+
+
+def quarantine_rejected(con: duckdb.DuckDBPyConnection, rejected: list[Rejected],
+                        source_file: str, source_format: str) -> BatchCounts:
+    """Store records refused before parsing (not UTF-8, oversized, unreadable file)."""
+    if rejected:
+        con.executemany(
+            "INSERT INTO quarantine (source_file, line_no, format, reason, raw, quarantined_at, "
+            "span_id) VALUES (?, ?, ?, ?, ?, now(), ?)",
+            [(source_file, r.line_no, source_format, r.reason, r.raw, r.span_id) for r in rejected])
+    return BatchCounts(quarantined=len(rejected))

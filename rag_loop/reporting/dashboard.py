@@ -1,0 +1,76 @@
+"""The four-layer dashboard of seed 004 §10 (product, quality, performance, change) as daily
+series, with deploy, prompt, index and document markers."""
+
+from __future__ import annotations
+
+import duckdb
+import pandas as pd
+
+from rag_loop.reporting import plots
+from rag_loop.reporting.html import image, table
+from rag_loop.store.tables import has_table
+
+
+def change_markers(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """Days on which a new rag_version, prompt_version or index_version first served traffic,
+    and days a document version was published (within the traffic's range)."""
+    parts = [con.execute(f"""
+        SELECT min(CAST(timezone('UTC', "timestamp") AS DATE)) AS day, '{column}' AS kind,
+               {column} AS label FROM raw_traces WHERE {column} IS NOT NULL GROUP BY {column}""").df()
+             for column in ("rag_version", "prompt_version", "index_version")]
+    parts.append(con.execute("""
+        SELECT CAST(timezone('UTC', source_updated_at) AS DATE) AS day, 'document' AS kind,
+               doc_id || '@' || version AS label FROM documents""").df())
+    markers = pd.concat(parts, ignore_index=True)
+    markers["day"] = pd.to_datetime(markers["day"]).dt.date
+    first, last = con.execute('SELECT min(CAST(timezone(\'UTC\', "timestamp") AS DATE)), '
+                              'max(CAST(timezone(\'UTC\', "timestamp") AS DATE)) FROM raw_traces').fetchall()[0]
+    return markers[(markers["day"] > first) & (markers["day"] <= last)].sort_values("day")
+
+
+def daily_layers(con: duckdb.DuckDBPyConnection) -> dict[str, pd.DataFrame]:
+    """The four dashboard layers as daily frames."""
+    product = con.execute("""
+        SELECT day, count(*) AS requests, avg(thumbs_down::INT) AS thumbs_down_rate,
+               1 - avg(fallback::INT) AS answered_rate FROM trace_signals GROUP BY 1 ORDER BY 1""").df()
+    performance = con.execute("""
+        SELECT CAST(timezone('UTC', "timestamp") AS DATE) AS day,
+               quantile_cont(latency_ms, 0.5) / 1000 AS latency_p50_s,
+               quantile_cont(latency_ms, 0.95) / 1000 AS latency_p95_s,
+               avg((status = 'timeout')::INT) AS timeout_rate, sum(cost_usd) AS cost_usd,
+               avg(coalesce(input_tokens, 0) + coalesce(output_tokens, 0)) AS tokens_per_request
+        FROM raw_traces GROUP BY 1 ORDER BY 1""").df()
+    quality = con.execute("""
+        PIVOT (SELECT day, outcome, ht_rate FROM quality_estimates WHERE slice = 'all'
+               AND outcome IN ('any_signal', 'no_citation', 'stale_source', 'low_rerank_score'))
+        ON outcome USING any_value(ht_rate) GROUP BY day ORDER BY day""").df() \
+        if has_table(con, "quality_estimates") else pd.DataFrame(columns=["day"])
+    change = con.execute("""
+        SELECT day, quantile_cont(top_rerank_score, 0.5) AS rerank_p50,
+               quantile_cont(top_retrieval_score, 0.5) AS retrieval_p50 FROM trace_signals
+        GROUP BY 1 ORDER BY 1""").df()
+    if has_table(con, "query_mix"):
+        mix = con.execute("SELECT day, js_divergence AS query_type_js FROM query_mix "
+                          "WHERE dimension = 'query_type'").df()
+        change = change.merge(mix, on="day", how="left")
+    return {"product": product, "quality": quality, "performance": performance, "change": change}
+
+
+def dashboard_sections(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
+    layers, markers = daily_layers(con), change_markers(con)
+    charts = {
+        "product": (["thumbs_down_rate", "answered_rate"], "Product: feedback and answered requests"),
+        "quality": ([c for c in ("any_signal", "no_citation", "stale_source", "low_rerank_score")
+                     if c in layers["quality"]], "Quality: unbiased daily failure rates (Horvitz-Thompson)"),
+        "performance": (["latency_p50_s", "latency_p95_s", "timeout_rate"], "Performance: latency and timeouts"),
+        "change": ([c for c in ("rerank_p50", "retrieval_p50", "query_type_js") if c in layers["change"]],
+                   "Change: retrieval scores and query mix"),
+    }
+    sections = []
+    for layer, (columns, title) in charts.items():
+        frame = layers[layer]
+        if len(frame) and columns:
+            chart = image(plots.time_series(frame, columns, title, markers), title)
+            sections.append((f"{layer.upper()} layer", chart + table(frame.round(4), 31)))
+    sections.append(("Change markers", table(markers)))
+    return sections

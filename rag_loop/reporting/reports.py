@@ -1,0 +1,81 @@
+"""Self-contained HTML reports (charts inlined) per golden release and per eval run; the eval
+report carries the four-layer dashboard of seed 004 §10."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+
+from rag_loop.reporting import plots
+from rag_loop.reporting.dashboard import dashboard_sections
+from rag_loop.reporting.html import image, page, table
+from rag_loop.store.files import write_atomically
+
+
+def release_report(goldens_dir: Path, version: str, out_dir: Path) -> Path:
+    """HTML report of one golden release: manifest, counts, diff, goldens."""
+    release = goldens_dir / version
+    manifest = json.loads((release / "manifest.json").read_text(encoding="utf-8"))
+    goldens = json.loads((release / "goldens.json").read_text(encoding="utf-8"))
+    counts = plots.grouped_counts({k: v for k, v in manifest["counts"].items() if v}, f"Goldens of {version}")
+    rows = pd.DataFrame([{"name": g["name"], "language": g["additional_metadata"].get("language"),
+                          "origin": g["additional_metadata"]["origin"],
+                          "failure_type": g["additional_metadata"]["failure_type"],
+                          "input": g["input"], "expected_output": g["expected_output"]} for g in goldens])
+    summary = pd.DataFrame([{k: manifest[k] for k in ("version", "parent_version", "created_at",
+                                                       "released_by", "goldens", "sha256")}])
+    sections = [("Release", table(summary) + f"<p>{html.escape(manifest['notes'] or '')}</p>"),
+                ("Counts", image(counts, "counts")),
+                ("Changes against the parent", "<pre>" + html.escape((release / "CHANGES.md")
+                                                                     .read_text(encoding="utf-8")) + "</pre>"),
+                ("Redaction", table(pd.DataFrame([manifest["redaction"]]))),
+                ("Goldens", table(rows, 500))]
+    return write_atomically(out_dir / f"release-{version}.html", page(f"Golden release {version}", sections))
+
+
+def eval_report(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path) -> Path:
+    """HTML report of one eval run: verdict, quality vector per slice, histograms vs the
+    baseline, flipped cases, and the four-layer dashboard of the traffic."""
+    run = con.execute("SELECT * FROM eval_runs WHERE run_id = ?", [run_id]).df().iloc[0]
+    results = con.execute("SELECT * FROM eval_results WHERE run_id = ?", [run_id]).df()
+    baseline = con.execute("SELECT * FROM eval_results WHERE run_id = ?", [run["baseline_run_id"]]).df() \
+        if run["baseline_run_id"] else None
+    vector = con.execute("SELECT * FROM eval_summary WHERE run_id = ?", [run_id]).df()
+    flips = con.execute("SELECT metric, input, baseline_score, score, actual_output FROM eval_flips "
+                        "WHERE run_id = ?", [run_id]).df()
+    failures = pd.DataFrame(json.loads(run["gate_failures"] or "[]"))
+    verdict = ('<p class="bad">BLOCKED by a hard gate</p>' if run["blocked"]
+               else '<p class="ok">passes its hard gates</p>')
+    verdict += _judge_agreement(json.loads(run["judge"] or "{}"))
+    evaluator = pd.DataFrame([{k: run[k] for k in ("release_version", "release_sha256", "mode", "rag_app",
+                                                    "rag_config", "judge", "deepeval_version",
+                                                    "baseline_run_id", "cases", "errored", "cost_usd")}])
+    overall = vector[vector["slice"] == "all"][["metric", "n", "errored", "mean", "median", "pass_rate",
+                                             "p10", "severe", "delta_mean", "delta_pass_rate"]]
+    sections = [
+        ("Verdict", verdict + (table(failures) if len(failures) else "")),
+        ("Evaluator version", table(evaluator)),
+        ("Quality vector", table(overall)),
+        ("By language", image(plots.quality_heatmap(vector, "language"), "by language")),
+        ("By query type", image(plots.quality_heatmap(vector, "query_type"), "by query type")),
+        ("Scores against the baseline", image(plots.score_histograms(results, baseline), "histograms")),
+        ("Cases that flipped from pass to fail", table(flips) if len(flips) else "<p>none</p>"),
+        *dashboard_sections(con),
+    ]
+    return write_atomically(out_dir / f"{run_id}.html", page(f"Regression eval {run_id}", sections))
+
+
+def _judge_agreement(judge: dict) -> str:
+    """How far the judge behind the verdict agrees with humans (its latest calibration)."""
+    found = judge.get("calibration")
+    if not found:
+        return ('<p class="bad">The judge has not been calibrated against human labels: '
+                "run <code>rag-loop calibrate FILE</code>.</p>")
+    auc = "n/a" if found["roc_auc"] is None else f"{found['roc_auc']:.3f}"
+    return (f"<p>Judge agreement with humans ({found['rows']} labelled answers, {found['file']}, "
+            f"{found['created_at'][:16]}): ROC-AUC {auc}, Cohen's kappa {found['kappa']:.2f} at "
+            f"threshold {found['threshold']:g} (best {found['best_threshold']:g}).</p>")

@@ -1,0 +1,110 @@
+"""Failure-rate estimates per day and slice that do not lie about overall quality (seed 004 §08).
+
+For every outcome (a boolean column of `trace_signals`) three numbers sit side by side:
+- `random_rate`: the random stream alone, with its N and a Wilson interval;
+- `ht_rate`: Horvitz–Thompson over every selected trace, each weighted by 1/π;
+- `naive_rate_biased`: the plain rate of the selected set, which the diagnostic streams
+  inflate on purpose; it is there to be compared, never to be reported as quality.
+Signals are computed on every trace, so the exact `population_rate` is shown too: it is the
+yardstick the estimators are checked against. Judge-based outcomes, known only for selected
+traces, use the same estimators.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import duckdb
+import numpy as np
+import pandas as pd
+from scipy.stats import norm
+
+from rag_loop.selection.signals import SIGNALS, SLICE_COLUMNS
+
+OUTCOMES = (*SIGNALS, "any_signal")
+DEFAULT_SLICES: tuple[tuple[str, ...], ...] = (
+    (), *((c,) for c in SLICE_COLUMNS), ("prompt_version", "language"),
+    ("query_type", "language"))
+
+
+def wilson_interval(failures: np.ndarray, n: np.ndarray,
+                    confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Wilson score interval of a binomial proportion, elementwise; NaN where n is 0."""
+    failures, n = np.asarray(failures, dtype=float), np.asarray(n, dtype=float)
+    z = norm.ppf(0.5 + confidence / 2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = failures / n
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z / (1 + z * z / n) * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return np.clip(centre - half, 0.0, 1.0), np.clip(centre + half, 0.0, 1.0)
+
+
+def parse_slices(specs: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+    """Slices from config strings such as "language" or "prompt_version,language"."""
+    slices = [tuple(d.strip() for d in spec.split(",") if d.strip()) for spec in specs]
+    for dims in slices:
+        if unknown := set(dims) - set(SLICE_COLUMNS):
+            raise ValueError(f"unknown slice columns {sorted(unknown)}; known: {list(SLICE_COLUMNS)}")
+    return tuple(dict.fromkeys([(), *slices]))  # the whole population always comes first
+
+
+def estimate_rates(con: duckdb.DuckDBPyConnection,
+                   slices: Sequence[tuple[str, ...]] = DEFAULT_SLICES,
+                   outcomes: Sequence[str] = OUTCOMES, confidence: float = 0.95) -> pd.DataFrame:
+    """Long table: one row per day, slice value and outcome, with the three estimates."""
+    frames = [_slice_estimates(con, dims, outcomes) for dims in slices]
+    result = pd.concat(frames, ignore_index=True)
+    low, high = wilson_interval(result["random_failures"], result["random_n"], confidence)
+    result.insert(result.columns.get_loc("random_rate") + 1, "random_ci_low", low)
+    result.insert(result.columns.get_loc("random_ci_low") + 1, "random_ci_high", high)
+    return result
+
+
+def _slice_estimates(con: duckdb.DuckDBPyConnection, dims: tuple[str, ...],
+                     outcomes: Sequence[str]) -> pd.DataFrame:
+    values = [f"coalesce(CAST({d} AS VARCHAR), '(none)')" for d in dims]
+    slice_value = " || ' × ' || ".join(values) if values else "'all'"
+    per_outcome = ",\n".join(
+        f"count(*) FILTER ({y}) AS \"{y}|population_failures\", "
+        f"count(*) FILTER (by_random AND {y}) AS \"{y}|random_failures\", "
+        f"coalesce(sum(1 / inclusion_probability) FILTER (selected AND {y}), 0) "
+        f"AS \"{y}|ht_weighted_failures\", "
+        f"count(*) FILTER (selected AND {y}) AS \"{y}|selected_failures\""
+        for y in outcomes)
+    wide = con.execute(f"""
+        SELECT day, {slice_value} AS slice_value, count(*) AS population_n,
+               count(*) FILTER (by_random) AS random_n, count(*) FILTER (selected) AS selected_n,
+               {per_outcome}
+        FROM (SELECT s.*, s.signal_count > 0 AS any_signal, coalesce(c.by_random, false) AS by_random,
+                     c.trace_id IS NOT NULL AS selected, c.inclusion_probability
+              FROM trace_signals s LEFT JOIN failure_candidates c USING (trace_id))
+        GROUP BY ALL ORDER BY ALL""").df()
+    shared = ["day", "slice_value", "population_n", "random_n", "selected_n"]
+    long = wide.melt(id_vars=shared, var_name="measure")
+    long[["outcome", "measure"]] = long["measure"].str.split("|", expand=True)
+    table = long.pivot_table(index=[*shared, "outcome"], columns="measure", values="value",
+                             sort=False).reset_index()
+    table.insert(1, "slice", " × ".join(dims) if dims else "all")
+    n, random_n, selected_n = table["population_n"], table["random_n"], table["selected_n"]
+    table["population_rate"] = table["population_failures"] / n
+    table["random_rate"] = (table["random_failures"] / random_n).where(random_n > 0)
+    table["ht_rate"] = table["ht_weighted_failures"] / n
+    table["naive_rate_biased"] = (table["selected_failures"] / selected_n).where(selected_n > 0)
+    columns = ["day", "slice", "slice_value", "outcome", "population_n", "population_failures",
+               "population_rate", "random_n", "random_failures", "random_rate", "ht_rate",
+               "selected_n", "selected_failures", "naive_rate_biased"]
+    return table[columns]
+
+
+def pooled_rates(estimates: pd.DataFrame, outcome: str = "any_signal") -> dict[str, float]:
+    """Whole-period rates of one outcome over the `all` slice: population, random, HT, naive."""
+    rows = estimates[(estimates["slice"] == "all") & (estimates["outcome"] == outcome)]
+    if rows.empty:
+        return {}
+    n = rows["population_n"].sum()
+    return {
+        "population_rate": float(rows["population_failures"].sum() / n),
+        "random_rate": float(rows["random_failures"].sum() / max(rows["random_n"].sum(), 1)),
+        "ht_rate": float((rows["ht_rate"] * rows["population_n"]).sum() / n),
+        "naive_rate_biased": float(rows["selected_failures"].sum() / max(rows["selected_n"].sum(), 1)),
+    }

@@ -1,0 +1,161 @@
+"""Novel intents per day, before selection: the input of the sampling stage's novelty stream.
+
+A day's queries are clustered together with the trailing window's (per language, the same
+PCA + HDBSCAN as intent dedup). A cluster whose members come almost only from the judged day
+(share ≥ `new_cluster_share`) is an intent the traffic did not have before: its queries of
+the day are novel. A single odd query is not (noise is left to the random and signal
+streams), and a query of an intent already asked in the window is not, however far it is
+from its nearest neighbour: per-query distances do not separate a new intent from an old
+one's paraphrase (multilingual-e5 puts both above 0.9 cosine). Only earlier days are the
+reference, so novelty never looks ahead, and it is computed from raw traffic, not from the
+selected candidates, so selection does not depend on its own output. A rerun judges again only
+the days whose sample changed (or all, when the settings did): a daily run clusters one day.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+from rag_loop.logs import Log, quiet
+from rag_loop.store.ddl import NOVELTY_DDL
+from rag_loop.vectors.clustering import NOISE, ClusterSettings, cluster_vectors
+from rag_loop.vectors.router import LanguageRouter
+
+TABLE = "trace_novelty"
+
+
+@dataclass(frozen=True)
+class NoveltySettings:
+    """How far back the reference reaches and what makes a cluster new."""
+
+    window_days: int = 7  # earlier days a day's queries are compared with
+    min_history_days: int = 3  # days with less history are not judged (everything is new)
+    daily_sample: int = 2000  # queries per day and language, a deterministic sample
+    new_cluster_share: float = 0.8  # a cluster this much of the judged day is a new intent
+    rate: float = 1.0  # novelty stream rate of a novel query
+    # eom, not the queue's leaf clusters: a new intent is judged as one cluster, where leaf
+    # fragments leave more of it out (demo, event 6: 83 of its traces flagged, 77 with leaf)
+    cluster: ClusterSettings = field(default_factory=lambda: ClusterSettings(
+        min_cluster_size=5, selection_method="eom"))
+
+    def __post_init__(self) -> None:
+        if not 0.5 <= self.new_cluster_share <= 1.0:
+            raise ValueError("new_cluster_share must be within [0.5, 1]")
+        if not 0.0 <= self.rate <= 1.0:
+            raise ValueError("rate must be within [0, 1]")
+
+    def fingerprint(self) -> str:
+        """Short hash of the settings, stored with each judgement."""
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _sampled_traffic(con: duckdb.DuckDBPyConnection, sample: int) -> pd.DataFrame:
+    return con.execute("""
+        SELECT trace_id, language, original_query, day FROM (
+            SELECT trace_id, coalesce(language, 'und') AS language, original_query,
+                   CAST(timezone('UTC', "timestamp") AS DATE) AS day,
+                   row_number() OVER (PARTITION BY day, coalesce(language, 'und')
+                                      ORDER BY md5(trace_id)) AS position
+            FROM raw_traces)
+        WHERE position <= ? ORDER BY day, language, trace_id""", [sample]).df()
+
+
+def new_intent_members(days: np.ndarray, vectors: np.ndarray, day: object,
+                       settings: NoveltySettings) -> tuple[np.ndarray, np.ndarray]:
+    """Which of the judged day's points fall in a new cluster, and that cluster's size.
+
+    `days` and `vectors` cover the judged day and its window; returns boolean and size arrays
+    over the judged day's points.
+    """
+    today = days == day
+    labels = cluster_vectors(vectors, settings.cluster).labels
+    novel, sizes = np.zeros(int(today.sum()), bool), np.zeros(int(today.sum()), int)
+    positions = np.flatnonzero(today)
+    for label in set(labels[today].tolist()) - {NOISE}:
+        members = labels == label
+        if today[members].mean() >= settings.new_cluster_share:
+            hit = np.isin(positions, np.flatnonzero(members))
+            novel[hit], sizes[hit] = True, int(members.sum())
+    return novel, sizes
+
+
+def _stored_samples(con: duckdb.DuckDBPyConnection, fingerprint: str) -> dict[tuple, frozenset]:
+    """(day, language) -> the trace ids judged with these settings."""
+    rows = con.execute(f"SELECT day, language, list(trace_id) FROM {TABLE} WHERE settings = ? "
+                       "GROUP BY ALL", [fingerprint]).fetchall()
+    return {(day, language): frozenset(ids) for day, language, ids in rows}
+
+
+def detect_novelty(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
+                   settings: NoveltySettings, log: Log = quiet) -> dict[str, object]:
+    """Bring `trace_novelty` up to date: every sampled query of a day with enough history,
+    `novel` when it falls in a new intent (then `rate` is the stream rate and `cluster_size`
+    the new cluster's size, else 0). Days whose sample is unchanged keep their judgement.
+    Returns figures for metadata."""
+    con.execute(NOVELTY_DDL)
+    fingerprint = settings.fingerprint()
+    stored = _stored_samples(con, fingerprint)
+    traffic = _sampled_traffic(con, settings.daily_sample)
+    traffic["day"] = pd.to_datetime(traffic["day"])
+    window = np.timedelta64(settings.window_days, "D")
+    rows, judged, skipped, changed = [], set(), set(), []
+    for language, group in traffic.groupby("language", sort=True):
+        days = group["day"].to_numpy()
+        due = []
+        for day in np.unique(days):
+            history = len(set(days[(days < day) & (days >= day - window)]))
+            key = (pd.Timestamp(day).date(), language)
+            if history < settings.min_history_days:
+                skipped.add(key[0])
+                continue
+            judged.add(key)
+            if stored.get(key) != frozenset(group["trace_id"][days == day]):
+                due.append(day)
+        if not due:
+            continue
+        _, vectors = router.embed(con, group["original_query"].tolist(), language, log=log)
+        for day in due:
+            in_window = (days <= day) & (days >= day - window)
+            novel, sizes = new_intent_members(days[in_window], vectors[in_window], day, settings)
+            changed.append((pd.Timestamp(day).date(), language))
+            rows.append(pd.DataFrame({"day": changed[-1][0],
+                                      "trace_id": group["trace_id"].to_numpy()[days == day],
+                                      "language": language, "novel": novel, "cluster_size": sizes,
+                                      "rate": np.where(novel, settings.rate, 0.0),
+                                      "settings": fingerprint}))
+    _store(con, rows, changed, judged)
+    per_day = con.execute(f"SELECT day, count(*) FROM {TABLE} WHERE novel GROUP BY 1 "
+                          "ORDER BY 1").fetchall()
+    return {"novel": sum(n for _, n in per_day),
+            "judged": con.execute(f"SELECT count(*) FROM {TABLE}").fetchall()[0][0],
+            "sampled": len(traffic), "days_judged": len({day for day, _ in judged}),
+            "days_judged_this_run": len({day for day, _ in changed}),
+            "days_without_history": sorted(str(d) for d in skipped - {day for day, _ in judged}),
+            "novel_per_day": {str(d): int(n) for d, n in per_day}}
+
+
+def _store(con: duckdb.DuckDBPyConnection, rows: list[pd.DataFrame], changed: list[tuple],
+           judged: set[tuple]) -> None:
+    """Replace the rows of the days judged again; drop those of days no longer judged."""
+    keys = pd.DataFrame(sorted(judged), columns=["day", "language"]) if judged else \
+        pd.DataFrame({"day": pd.Series(dtype="datetime64[ns]"), "language": pd.Series(dtype=str)})
+    redo = pd.DataFrame(changed, columns=["day", "language"])
+    con.register("_judged", keys)
+    con.register("_redo", redo)
+    try:
+        con.execute(f"""DELETE FROM {TABLE} t WHERE NOT EXISTS (
+            SELECT 1 FROM _judged j WHERE j.day = t.day AND j.language = t.language)
+            OR EXISTS (SELECT 1 FROM _redo r WHERE r.day = t.day AND r.language = t.language)""")
+        if rows:
+            con.register("_novel", pd.concat(rows, ignore_index=True))
+            con.execute(f"INSERT INTO {TABLE} BY NAME SELECT * FROM _novel")
+            con.unregister("_novel")
+    finally:
+        con.unregister("_judged")
+        con.unregister("_redo")

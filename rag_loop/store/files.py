@@ -1,0 +1,49 @@
+"""Files a stage writes beside the database: written whole or not at all."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+
+def write_atomically(path: Path, text: str, mode: int | None = None, durable: bool = False) -> Path:
+    """Write `text` to a temporary file beside `path`, then rename it over `path`: a reader sees
+    the old file or the new one, never half of one. `mode` sets the permissions (a temporary
+    file is 0600); `durable` fsyncs the file and the folder, so the rename survives a crash."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(text)
+            if durable:
+                file.flush()
+                os.fsync(file.fileno())
+        if mode is not None:
+            os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    if durable:
+        fsync_directory(path.parent)
+    return path
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make a rename in `directory` durable."""
+    handle = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
+def directory_fingerprint(directory: Path, list_files: Callable[[Path], Sequence[Path]]) -> str:
+    """Changes whenever a listed file is added, grows or is touched (a sensor's cursor)."""
+    files = list_files(directory) if directory.is_dir() else []
+    listing = "\n".join(f"{p.relative_to(directory)}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
+                        for p in files)
+    return hashlib.sha256(listing.encode()).hexdigest()
