@@ -34,9 +34,9 @@ demo: install $(DAGSTER_HOME)/dagster.yaml
 	$(DEMO_ENV) $(BIN)/dagster job execute -f definitions.py -j rag_loop_job -c data/demo/loop.yaml
 	$(DEMO_ENV) $(BIN)/dagster asset materialize -f definitions.py --select $(DRIFT_ASSETS) \
 		--partition-range 2026-11-01...2026-11-14
-	$(BIN)/python -m rag_loop.demo.curator --round 1
+	$(BIN)/rag-loop demo curate --round 1
 	$(DEMO_ENV) $(BIN)/dagster job execute -f definitions.py -j release_goldens -c data/demo/release/round-1.yaml
-	$(BIN)/python -m rag_loop.demo.curator --round 2
+	$(BIN)/rag-loop demo curate --round 2
 	$(DEMO_ENV) $(BIN)/dagster job execute -f definitions.py -j release_goldens -c data/demo/release/round-2.yaml
 	$(DEMO_ENV) $(BIN)/dagster job execute -f definitions.py -j regression_eval_job -c data/demo/eval/baseline.yaml
 	@echo "Evaluating the candidate deployment: its hard gate is expected to block it (exit code ignored)."
@@ -59,7 +59,7 @@ ui: install $(DAGSTER_HOME)/dagster.yaml
 	$(DEMO_ENV) $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 demo-data: install
-	$(BIN)/python -m rag_loop.demo.generate --out data/demo
+	$(BIN)/rag-loop demo generate --out data/demo
 
 SHARED_DATA ?= $(CURDIR)/../shared/data
 bench: install

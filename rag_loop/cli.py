@@ -1,10 +1,16 @@
 """`rag-loop label`: walk the curation queue in the terminal, row by row, no spreadsheet.
 `rag-loop calibrate FILE`: check a judge against human faithfulness labels.
+`rag-loop summary`: print what the pipeline stored.
+`rag-loop demo generate` / `rag-loop demo curate --round 1|2`: the embedded demo's data and
+its scripted curator (the demo package is imported only when a demo command runs).
 
 Each row shows the trace, its cluster and signals; the prompts come pre-filled with the
 suggestions and re-ask until the value is valid. Every answered row is appended at once to
 `<labels dir>/<curator>-<batch>.jsonl`, which the labels sensor picks up; rows already
 labeled in that directory are skipped, so a session can stop and resume.
+
+Nothing is read from the environment at import: each option names its variable (`envvar=`),
+which click reads when a command runs.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -22,9 +29,33 @@ from rag_loop.curation.labels import DECISIONS, MAX_TAG_CHARS, KnownSources, che
 from rag_loop.curation.queue_files import read_queue
 from rag_loop.schema import FailureType, Origin
 
-PROJECT = Path(__file__).resolve().parent.parent
-DEFAULT_DB = os.environ.get("RAG_LOOP_DB", str(PROJECT / "data" / "rag_loop.duckdb"))
-DEFAULT_CURATION = Path(os.environ.get("RAG_LOOP_CURATION_DIR", PROJECT / "data" / "curation"))
+
+def _data_dir() -> Path:
+    """The project's data folder: the one place the default database (`rag_loop.duckdb`),
+    curation folder (`curation/`) and demo folder (`demo/`) come from."""
+    return Path(__file__).resolve().parent.parent / "data"
+
+
+def _db_option(help: str) -> Callable:
+    return click.option("--db", envvar="RAG_LOOP_DB", show_envvar=True,
+                        default=lambda: str(_data_dir() / "rag_loop.duckdb"),
+                        show_default="data/rag_loop.duckdb in the project", help=help)
+
+
+def _curation_options(command: Callable) -> Callable:
+    """--curation-dir (RAG_LOOP_CURATION_DIR) and the queue and labels folders inside it."""
+    for option in reversed((
+            click.option("--curation-dir", type=click.Path(file_okay=False, path_type=Path),
+                         envvar="RAG_LOOP_CURATION_DIR", show_envvar=True,
+                         default=lambda: _data_dir() / "curation",
+                         show_default="data/curation in the project",
+                         help="The curation folder: queue exports in queue/, label files in labels/."),
+            click.option("--queue-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+                         help="Where the newest queue export is taken from; default: <curation dir>/queue."),
+            click.option("--labels-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+                         help="Where label files are written; default: <curation dir>/labels."))):
+        command = option(command)
+    return command
 
 
 @click.group()
@@ -34,17 +65,17 @@ def main() -> None:
 
 @main.command()
 @click.option("--queue", "queue_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="A queue export (.jsonl or .csv); default: the newest in data/curation/queue.")
-@click.option("--labels-dir", type=click.Path(file_okay=False, path_type=Path),
-              default=DEFAULT_CURATION / "labels", show_default=True)
+              help="A queue export (.jsonl or .csv); default: the newest in the queue folder.")
+@_curation_options
 @click.option("--curator", default=lambda: os.environ.get("USER") or getpass.getuser(),
               show_default="$USER")
-@click.option("--db", default=DEFAULT_DB, show_default=True,
-              help="The rag-loop database, read-only, to check expected_sources.")
+@_db_option("The rag-loop database, read-only, to check expected_sources.")
 @click.option("--limit", type=int, default=None, help="Stop after this many rows.")
-def label(queue_file: Path | None, labels_dir: Path, curator: str, db: str, limit: int | None) -> None:
+def label(queue_file: Path | None, curation_dir: Path, queue_dir: Path | None, labels_dir: Path | None,
+          curator: str, db: str, limit: int | None) -> None:
     """Label the curation queue row by row."""
-    queue_file = queue_file or _newest_queue(DEFAULT_CURATION / "queue")
+    queue_file = queue_file or _newest_queue(queue_dir or curation_dir / "queue")
+    labels_dir = labels_dir or curation_dir / "labels"
     rows = read_queue(queue_file)
     done = _labeled_trace_ids(labels_dir)
     todo = [r for r in rows if r["trace_id"] not in done][:limit]
@@ -171,7 +202,7 @@ def _tags(value: str) -> list[str]:
 @click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True)
 @click.option("--threshold", type=float, default=None,
               help="Faithful at or above this score; default: the pipeline's Faithfulness threshold.")
-@click.option("--db", default=DEFAULT_DB, show_default=True, help="Where the figures are stored.")
+@_db_option("Where the figures are stored.")
 def calibrate(file: Path, kind: str, base_url: str, model: str, api_key_env: str,
               threshold: float | None, db: str) -> None:
     """Judge FILE's human-labelled answers (JSONL/CSV: question, contexts, answer,
@@ -191,9 +222,41 @@ def calibrate(file: Path, kind: str, base_url: str, model: str, api_key_env: str
 
 
 @main.command()
-@click.option("--db", default=DEFAULT_DB, show_default=True, help="The rag-loop database, read-only.")
+@_db_option("The rag-loop database, read-only.")
 @click.option("--next-steps", is_flag=True, help="Then print what to do next (label, release, evaluate).")
 def summary(db: str, next_steps: bool) -> None:
     """Print what the pipeline stored: tables, selection, clusters, releases, evals, drift."""
     from rag_loop.reporting.summary import print_summary
     print_summary(db, next_steps)
+
+
+@main.group()
+def demo() -> None:
+    """The embedded demo: generate its data, label its queue as a scripted curator."""
+
+
+@demo.command()
+@click.option("--round", "round_number", type=click.Choice(["1", "2"]), required=True,
+              help="1: label the first 40 rows of the queue; 2: 30 more, relabel two, withdraw one.")
+@click.option("--queue", "queue_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A queue export (.jsonl); default: the newest in the queue folder.")
+@_curation_options
+def curate(round_number: str, queue_file: Path | None, curation_dir: Path, queue_dir: Path | None,
+           labels_dir: Path | None) -> None:
+    """Label one round of the demo queue from the demo's ground truth (a rerun keeps the file)."""
+    from rag_loop.demo.curator import curate as curate_round
+    queue_file = queue_file or _newest_queue(queue_dir or curation_dir / "queue")
+    out = curate_round(queue_file, labels_dir or curation_dir / "labels", int(round_number))
+    click.echo(f"demo curator, round {round_number}: labels from {queue_file.name} written to {out}")
+
+
+@demo.command()
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              default=lambda: _data_dir() / "demo", show_default="data/demo in the project",
+              help="Where the demo world is written.")
+@click.option("--seed", type=int, default=7, show_default=True)
+def generate(out: Path, seed: int) -> None:
+    """Generate the demo world (knowledge base, 14 days of traffic, planted events); the same
+    seed writes the same files."""
+    from rag_loop.demo.generate import write_demo
+    click.echo(write_demo(out, seed))

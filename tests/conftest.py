@@ -1,33 +1,17 @@
 import os
-from pathlib import Path
+import pickle
+import shutil
 
 import duckdb
 import pytest
+from filelock import FileLock
+
+from rag_loop.store.tables import create_tables
+from tests.helpers import DEMO, RecordedRun, demo_config, fake_embedder, metadata_of
 
 os.environ.setdefault("DEEPEVAL_TELEMETRY_OPT_OUT", "1")
 os.environ.setdefault("DEEPEVAL_DISABLE_DOTENV", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-PROJECT = Path(__file__).resolve().parent.parent
-# asset tests embed with hashed word and character n-grams: deterministic and model-free;
-# tests marked `real_models` (and the end-to-end test) use the bundled models
-FAKE_EMBEDDER_SPEC = {"default_model": "hashing", "language_models": {}, "fold_accents_for": ["vi"]}
-
-
-# the demo's system under test, as the demo's run config names it (data/demo/eval/)
-DEMO_APP = {"rag_app": "rag_loop.demo.rag_app:answer_for_eval", "rag_config": {"config": "baseline"}}
-
-
-def demo_config(name: str) -> dict:
-    """A demo run config: data/demo/<name>.yaml (loop, release/round-1, eval/baseline ...)."""
-    import yaml
-    return yaml.safe_load((DEMO / f"{name}.yaml").read_text())
-
-
-def fake_embedder():
-    from assets.resources import EmbedderResource
-    return EmbedderResource(**FAKE_EMBEDDER_SPEC)
-DEMO = PROJECT / "data" / "demo"
 
 
 @pytest.fixture
@@ -37,27 +21,21 @@ def con(tmp_path_factory):
     connection.close()
 
 
-def trace_line(trace_id: str, **fields) -> str:
-    """A minimal valid native trace as one JSON line."""
-    import json
-    record = {"trace_id": trace_id, "original_query": "How many leave days?",
-              "timestamp": "2026-11-01T08:00:00Z", **fields}
-    return json.dumps(record)
+def _demo_paths(root):
+    from assets.resources import RagLoopPaths
+    return RagLoopPaths(traces_dir=str(DEMO / "traces"), knowledge_dir=str(DEMO / "kb"),
+                        curation_dir=str(root / "curation"), goldens_dir=str(root / "goldens"),
+                        reports_dir=str(root / "reports"))
 
 
-@pytest.fixture(scope="session")
-def demo_run(tmp_path_factory):
-    """The whole asset graph materialized once on the demo data: (result, database, paths)."""
+def _build_demo_run(root) -> None:
+    """The loop's assets materialized on the demo data into `root`, with each step's metadata."""
     from dagster import AssetsDefinition, materialize
     from dagster_duckdb import DuckDBResource
 
-    from assets.resources import RagLoopPaths
     from definitions import defs
-    root = tmp_path_factory.mktemp("demo_run")
-    paths = RagLoopPaths(traces_dir=str(DEMO / "traces"), knowledge_dir=str(DEMO / "kb"),
-                         curation_dir=str(root / "curation"), goldens_dir=str(root / "goldens"),
-                         reports_dir=str(root / "reports"))
-    resources = {"duckdb": DuckDBResource(database=str(root / "rag.duckdb")), "paths": paths,
+    root.mkdir(parents=True, exist_ok=True)
+    resources = {"duckdb": DuckDBResource(database=str(root / "rag.duckdb")), "paths": _demo_paths(root),
                  "embedder": fake_embedder()}  # the loop's assets need no rag_app or judge
     curators_own = {"golden_release", "regression_eval"}  # as rag_loop_job: not part of the loop
     assets = [a for a in defs.assets if isinstance(a, AssetsDefinition)
@@ -65,14 +43,31 @@ def demo_run(tmp_path_factory):
               and a.partitions_def is None]  # drift is daily: tested per partition
     result = materialize(assets, resources=resources, run_config=demo_config("loop"))
     assert result.success
-    return result, root / "rag.duckdb", paths
+    recorded = {a.node_def.name: metadata_of(result, a.node_def.name) for a in assets}
+    (root / "metadata.pickle").write_bytes(pickle.dumps(recorded))
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory, worker_id):
+    """The whole loop materialized once per test session on the demo data (the first worker to
+    need it builds it, the others wait), and copied for each worker: (run, database, paths)."""
+    shared = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        shared = shared.parent  # the session's folder, above every worker's
+    built = shared / "demo_run_built"
+    with FileLock(str(shared / "demo_run.lock")):
+        if not (built / "metadata.pickle").exists():
+            _build_demo_run(built)
+    root = tmp_path_factory.mktemp("demo_run")
+    shutil.copytree(built, root, dirs_exist_ok=True)
+    run = RecordedRun(pickle.loads((root / "metadata.pickle").read_bytes()))
+    return run, root / "rag.duckdb", _demo_paths(root)
 
 
 @pytest.fixture(scope="session")
 def drift_days(demo_run, tmp_path_factory):
     """Every drift check's verdicts for the 14 demo days, computed day by day in order on a
     copy of the loop's database: ({day: {check: severity}}, days stored per table, database)."""
-    import shutil
     from datetime import date, timedelta
 
     from rag_loop.drift.days import (
@@ -103,20 +98,21 @@ def drift_days(demo_run, tmp_path_factory):
     return fired, tables, copy
 
 
-def metadata_of(result, asset: str) -> dict:
-    return {k: v.value for k, v in result.asset_materializations_for_node(asset)[0].metadata.items()}
-
-
-def undeclared_tables(database) -> set[str]:
-    """Tables and views in the database that no asset declares: the lineage graph would lie."""
-    from definitions import defs
-    declared = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
-    stored = {name for (name,) in query(database, "SELECT table_name FROM duckdb_tables() UNION "
-                                                  "SELECT view_name FROM duckdb_views() "
-                                                  "WHERE NOT internal")}
-    return stored - declared
-
-
-def query(database, sql: str) -> list[tuple]:
-    with duckdb.connect(str(database), read_only=True) as connection:
-        return connection.execute(sql).fetchall()
+@pytest.fixture
+def db(tmp_path):
+    """A database with one document version, three traces and t1's retrieved chunk: what
+    label and release tests need."""
+    con = duckdb.connect(str(tmp_path / "db.duckdb"))
+    create_tables(con)
+    con.execute("""INSERT INTO documents VALUES ('leave', '2026', 'Leave', 'en',
+                   '2026-11-03 09:00:00+00', '2026-11-03 09:10:00+00')""")
+    con.execute("INSERT INTO document_chunks VALUES ('leave@2026#annual-en', 'leave', '2026', "
+                "'Full-time employees get 15 days of paid annual leave per year.')")
+    for trace in ("t1", "t2", "t3"):
+        con.execute("INSERT INTO raw_traces (trace_id, \"timestamp\", original_query, language, answer) "
+                    "VALUES (?, '2026-11-05 10:00:00+00', ?, 'en', '12 days')",
+                    [trace, f"how many leave days? ({trace})"])
+    con.execute("INSERT INTO trace_chunks (trace_id, doc_id, chunk_id, doc_version, rank, selected) "
+                "VALUES ('t1', 'leave', 'leave@2026#annual-en', '2026', 1, true)")
+    yield con
+    con.close()

@@ -16,6 +16,7 @@ from rag_loop.intents.members import candidate_members, load_vectors
 from rag_loop.logs import Log, quiet
 from rag_loop.schema import Priority
 from rag_loop.selection.suggestions import suggest_origin
+from rag_loop.store.releases import read_goldens, release_versions
 from rag_loop.store.tables import replace_table
 from rag_loop.store.traces import retrieval_contexts
 from rag_loop.vectors.clustering import (
@@ -121,10 +122,11 @@ def _queue_rows(con: duckdb.DuckDBPyConnection, queue: pd.DataFrame, members: pd
 
 
 def load_golden_inputs(goldens_dir: Path) -> list[dict]:
-    """Inputs of the newest release under `goldens_dir` (vNNNN/goldens.json), if any."""
-    releases = sorted(p for p in goldens_dir.glob("v[0-9]*/goldens.json")) if goldens_dir.is_dir() else []
-    if not releases:
+    """Inputs of the newest release under `goldens_dir`, if any, with their language."""
+    versions = release_versions(goldens_dir)
+    if not versions:
         return []
-    goldens = json.loads(releases[-1].read_text(encoding="utf-8"))
-    return [{"input": g["input"], "release": releases[-1].parent.name,
-             "language": (g.get("additional_metadata") or {}).get("language")} for g in goldens]
+    newest = versions[-1]
+    return [{"input": g["input"], "release": newest,
+             "language": (g.get("additional_metadata") or {}).get("language")}
+            for g in read_goldens(goldens_dir, newest)]

@@ -1,7 +1,10 @@
 """A scripted curator for the demo: labels queue rows from the demo's ground truth.
 
-    python -m rag_loop.demo.curator --round 1   # label the first 40 rows of the newest queue
-    python -m rag_loop.demo.curator --round 2   # 30 more, relabel two, withdraw one
+    rag-loop demo curate --round 1   # label the first 40 rows of the newest queue
+    rag-loop demo curate --round 2   # 30 more, relabel two, withdraw one
+
+(options: --queue FILE, --labels-dir DIR, --curation-dir DIR or RAG_LOOP_CURATION_DIR; see
+`rag-loop demo curate --help`).
 
 It walks the queue in order, taking the first row of each (intent, language) so that the
 goldens spread over the intents. It knows each trace's intent from the generator's ground
@@ -13,7 +16,6 @@ label files exactly as a curator would: `<labels dir>/demo-curator-round-<n>.jso
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -69,7 +71,7 @@ def curate(queue_file: Path, labels_dir: Path, round_number: int,
     if out.exists():
         return out
     truth = read_truth(demo_dir)
-    intents = dict(zip(truth["trace_id"].to_pylist(), truth["intent"].to_pylist()))
+    intents = dict(zip(truth["trace_id"].to_pylist(), truth["intent"].to_pylist(), strict=True))
     rows = _one_per_intent(read_queue(queue_file), intents)
     start, end = ROUNDS[round_number]
     labeled_at = LABELED_AT[round_number]
@@ -88,17 +90,3 @@ def curate(queue_file: Path, labels_dir: Path, round_number: int,
     out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in labels), encoding="utf-8")
     return out
 
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--round", type=int, choices=sorted(ROUNDS), required=True)
-    parser.add_argument("--queue", type=Path, default=None, help="default: the newest queue export")
-    parser.add_argument("--labels-dir", type=Path, default=Path("data/curation/labels"))
-    args = parser.parse_args()
-    queue = args.queue or max(Path("data/curation/queue").glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
-    out = curate(queue, args.labels_dir, args.round)
-    print(f"demo curator, round {args.round}: labels from {queue.name} written to {out}")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,98 @@
+"""TODO docstring."""
+import json
+
+import duckdb
+import pytest
+from click.testing import CliRunner
+
+from rag_loop.cli import main as cli
+from rag_loop.curation.labels import check_label, store_label_files
+from rag_loop.curation.queue_files import export_queue
+from tests.helpers import GOOD, KNOWN, write_labels
+
+
+@pytest.mark.parametrize("change, error", [
+    ({"trace_id": ""}, "trace_id: missing"),
+    ({"trace_id": "nope"}, "unknown trace"),
+    ({"decision": "maybe"}, "decision"),
+    ({"expected_output": " "}, "expected_output: required"),
+    ({"origin": "prod"}, "origin"),
+    ({"origin": None}, "origin"),
+    ({"failure_type": "vibes"}, "failure_type"),
+    ({"expected_sources": ["payroll"]}, "unknown document"),
+    ({"expected_sources": ["leave@2019"]}, "no version"),
+    ({"expected_sources": ["leave@2026#nope-en"]}, "unknown chunk"),
+    ({"expected_sources": "leave, leave@2026"}, None),  # comma-separated text is a list
+    ({"expected_sources": [1, 2]}, "list of strings"),
+    ({"tags": ["x" * 41]}, "short tag"),
+    ({"labeled_at": "yesterday-ish"}, "labeled_at"),
+])
+def test_each_validation_rule(change, error):
+    checked = check_label({**GOOD, **change}, KNOWN, {"t1"})
+    if error is None:
+        assert not checked.errors and checked.values["expected_sources"] == ["leave", "leave@2026"]
+    else:
+        assert any(error in e for e in checked.errors), checked.errors
+
+
+def test_reject_and_skip_need_no_expectation_and_old_versions_only_warn():
+    assert not check_label({"trace_id": "t1", "decision": "reject"}, KNOWN, {"t1"}).errors
+    checked = check_label({**GOOD, "expected_sources": ["leave@2025"]}, KNOWN, {"t1"})
+    assert not checked.errors and "not the newest" in checked.warnings[0]
+
+
+def test_valid_rows_of_a_file_land_and_invalid_ones_are_kept_with_errors(db, tmp_path):
+    labels = tmp_path / "labels"
+    write_labels(labels, "a.jsonl", [GOOD, {**GOOD, "trace_id": "t2", "origin": "?"}, {"x": 1}])
+    (labels / "a.jsonl").write_text((labels / "a.jsonl").read_text() + "not json\n")
+    report = store_label_files(db, labels)
+    assert (report.stored, report.rejected) == (1, 3)
+    errors = db.execute("SELECT line_no, errors FROM label_errors ORDER BY 1").fetchall()
+    assert [e[0] for e in errors] == [2, 3, 4] and "invalid JSON" in errors[2][1][0]
+    assert store_label_files(db, labels).files == 0  # read once
+
+
+def test_a_relabel_supersedes_and_both_labels_are_kept(db, tmp_path):
+    labels = tmp_path / "labels"
+    write_labels(labels, "a.jsonl", [{**GOOD, "labeled_at": "2026-11-15T10:00:00Z"}])
+    write_labels(labels, "b.jsonl", [{**GOOD, "expected_output": "Fifteen days.",
+                                       "labeled_at": "2026-11-16T10:00:00Z"}])
+    store_label_files(db, labels)
+    assert db.execute("SELECT count(*) FROM curated_labels").fetchall() == [(2,)]
+    assert db.execute("SELECT expected_output FROM current_labels").fetchall() == [("Fifteen days.",)]
+
+
+def test_csv_labels_are_read_like_jsonl(db, tmp_path):
+    export_queue([{**GOOD, "trace_id": "t2"}], tmp_path / "labels", "from-a-spreadsheet")
+    (tmp_path / "labels" / "from-a-spreadsheet.jsonl").unlink()
+    assert store_label_files(db, tmp_path / "labels").stored == 1
+
+
+def test_labeling_command_walks_the_queue_through_its_prompts(db, tmp_path):
+    db.close()
+    queue = [{"trace_id": t, "batch": "b1", "priority": "P1", "cluster_id": "en-0001",
+              "cluster_label": "leave", "cluster_size": 3, "cluster_weight": 3.0, "input": f"q {t}",
+              "actual_output": "12 days", "language": "en", "signals": ["thumbs_down"],
+              "retrieval_context": [{"chunk_id": "leave@2026#annual-en", "text": "15 days"}],
+              "suggested_failure_type": "generation", "suggestion_reason": "r",
+              "suggested_origin": "production_failure"} for t in ("t1", "t2", "t3")]
+    queue_file, _ = export_queue(queue, tmp_path / "queue", "b1")
+    answers = "\n".join([
+        "a", "", "15 days.", "leave@1999", "", "leave, annual", "", "",  # empty output re-asked, bad source re-asked
+        "r",
+        "q"]) + "\n"
+    result = CliRunner().invoke(cli, ["label", "--queue", str(queue_file), "--labels-dir",
+                                      str(tmp_path / "labels"), "--curator", "ana",
+                                      "--db", str(tmp_path / "db.duckdb")], input=answers)
+    assert result.exit_code == 0, result.output
+    assert result.output.count("Expected output:") == 2 and "leave has no version '1999'" in result.output
+    rows = [json.loads(line) for line in (tmp_path / "labels" / "ana-b1.jsonl").read_text().splitlines()]
+    assert [(r["trace_id"], r["decision"]) for r in rows] == [("t1", "accept"), ("t2", "reject")]
+    assert rows[0]["expected_sources"] == ["leave@2026#annual-en"]  # the pre-filled suggestion
+    assert rows[0]["tags"] == ["leave", "annual"] and rows[0]["failure_type"] == "generation"
+    again = CliRunner().invoke(cli, ["label", "--queue", str(queue_file), "--labels-dir",
+                                     str(tmp_path / "labels"), "--curator", "ana",
+                                     "--db", str(tmp_path / "db.duckdb")], input="s\n")
+    assert "2 already labeled" in again.output
+    con = duckdb.connect(str(tmp_path / "db.duckdb"))
+    assert store_label_files(con, tmp_path / "labels").stored == 3

@@ -1,0 +1,122 @@
+"""Drift statistics, checks, the demo's planted events per day, and the schedule."""
+
+from datetime import UTC, date, datetime
+
+import duckdb
+import numpy as np
+import pytest
+from scipy.spatial.distance import jensenshannon
+from scipy.stats import ks_2samp
+
+from rag_loop.drift.checks import Limit, judge
+from rag_loop.drift.days import RetrievalSettings, retrieval_day
+from rag_loop.drift.stats import js_divergence, ks_test, psi, psi_continuous, top_movers
+from tests.helpers import fake_embedder, undeclared_tables
+
+
+def test_js_divergence_against_scipy_and_by_hand():
+    now, before = {"en": 60, "vi": 40}, {"en": 50, "vi": 30, "fr": 20}
+    p, q = np.array([0.6, 0.0, 0.4]), np.array([0.5, 0.2, 0.3])  # keys sorted: en, fr, vi
+    assert js_divergence(now, before) == pytest.approx(jensenshannon(p, q, base=2) ** 2)
+    assert js_divergence({"a": 5}, {"a": 9}) == 0.0
+    assert js_divergence({"a": 1}, {"b": 1}) == pytest.approx(1.0)
+    assert np.isnan(js_divergence({"a": 1}, {}))
+
+
+def test_psi_by_hand_and_on_continuous_values():
+    # shares 0.6/0.4 now vs 0.5/0.5: (0.1 ln 1.2) + (-0.1 ln 0.8)
+    assert psi({"a": 60, "b": 40}, {"a": 50, "b": 50}) == pytest.approx(0.1 * np.log(1.2) - 0.1 * np.log(0.8))
+    rng = np.random.default_rng(0)
+    same = psi_continuous(rng.normal(0, 1, 5000), rng.normal(0, 1, 5000))
+    shifted = psi_continuous(rng.normal(0.5, 1, 5000), rng.normal(0, 1, 5000))
+    assert same < 0.02 and shifted > 0.1
+
+
+def test_ks_matches_scipy():
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(0, 1, 300), rng.normal(0.3, 1, 400)
+    reference = ks_2samp(a, b)
+    assert ks_test(a, b) == pytest.approx((reference.statistic, reference.pvalue))
+    assert all(np.isnan(ks_test([], b)))
+
+
+def test_top_movers_orders_by_share_change():
+    movers = top_movers({"pay": 30, "faq": 70}, {"pay": 5, "faq": 90, "legal": 5}, k=2)
+    assert [m["value"] for m in movers] == ["pay", "faq"] and movers[0]["share"] == 0.3
+
+
+def test_checks_honour_minimum_sample_direction_and_missing_baseline():
+    limit = Limit(warn=0.05, error=0.1, min_sample=30)
+    assert judge("x", 0.5, 10, limit).fired is False  # too few
+    assert judge("x", None, 100, limit).note.startswith("no value")
+    assert judge("x", float("nan"), 100, limit).fired is False
+    assert judge("x", 0.07, 100, limit).severity == "WARN"
+    assert judge("x", 0.2, 100, limit).severity == "ERROR"
+    assert judge("x", 0.9, 5, Limit(0.95, 0.95, higher_is_bad=False, min_sample=1)).severity == "ERROR"
+
+
+EVENT_DAYS = {  # data/demo/EVENTS.md, check by check
+    "quality_slo": {"11-04", "11-06", "11-07", "11-08", "11-11", "11-12", "11-13"},
+    "quality_vs_baseline": {"11-04", "11-06", "11-07", "11-08", "11-11", "11-12", "11-13"},
+    "freshness_within_slo": {"11-11"}, "stale_retrieval_rate": {"11-11"},
+    "stale_retrieval_vs_baseline": {"11-11"},
+    "query_mix_divergence": {"11-12", "11-13"}, "query_mix_novel_share": {"11-12"},
+    "retrieval_empty_rate": set(),
+}
+QUIET_DAYS = {"11-01", "11-02", "11-03", "11-05", "11-14"}
+
+
+def test_each_planted_event_fires_its_check_on_its_day(drift_days):
+    fired, tables, _ = drift_days
+    assert set(tables.values()) == {14}
+    for check, days in EVENT_DAYS.items():
+        assert {d for d, checks in fired.items() if check in checks} == days, check
+    shift = sorted(d for d, checks in fired.items() if "retrieval_score_shift" in checks)
+    assert shift[0] == "11-09" and set(shift) <= {"11-09", "11-10", "11-11", "11-12", "11-13"}
+    assert fired["11-09"]["retrieval_score_shift"] == "ERROR"
+    assert fired["11-11"]["freshness_within_slo"] == "ERROR"
+
+
+def test_nothing_fires_on_quiet_days(drift_days):
+    fired, _, _ = drift_days
+    assert {d: checks for d, checks in fired.items() if d in QUIET_DAYS and checks} == {}
+
+
+def test_first_day_has_no_baseline_and_a_rerun_of_a_day_is_idempotent(drift_days):
+    _, _, database = drift_days
+    with duckdb.connect(str(database)) as con:
+        first = con.execute("SELECT baseline_n, ks_statistic FROM retrieval_scores "
+                            "WHERE day = '2026-11-01' AND slice = 'all'").fetchall()
+        assert first == [(0, None)]
+        before = con.execute("SELECT count(*) FROM retrieval_scores").fetchall()
+        verdicts = retrieval_day(con, date(2026, 11, 1), RetrievalSettings())
+        assert con.execute("SELECT count(*) FROM retrieval_scores").fetchall() == before
+        assert not any(v.fired for v in verdicts)
+        look_ahead = con.execute("""
+            SELECT count(*) FROM traffic_intents t JOIN intent_clusters c USING (cluster_id)
+            WHERE CAST(timezone('UTC', c.first_seen) AS DATE) >= t.day""").fetchall()[0][0]
+        assert look_ahead == 0  # a day's traffic is placed only in clusters known before it
+
+
+def test_schedule_requests_yesterdays_partition():
+    from dagster import build_schedule_context
+
+    from assets.drift import drift_schedule
+    context = build_schedule_context(scheduled_execution_time=datetime(2026, 11, 15, 1, 30, tzinfo=UTC))
+    request = drift_schedule(context)
+    assert request.partition_key == "2026-11-14" and request.run_key == "drift-2026-11-14"
+
+
+def test_drift_assets_materialize_a_partition_with_their_checks(drift_days):
+    from dagster import materialize
+    from dagster_duckdb import DuckDBResource
+
+    from assets.drift import DRIFT_ASSETS
+    _, _, database = drift_days
+    result = materialize(DRIFT_ASSETS, partition_key="2026-11-11", resources={
+        "duckdb": DuckDBResource(database=str(database)), "embedder": fake_embedder()})
+    assert result.success  # drift checks warn and alert; they do not block
+    failed = {c.check_name: c.severity.value for c in result.get_asset_check_evaluations() if not c.passed}
+    assert failed["freshness_within_slo"] == "ERROR" and failed["stale_retrieval_rate"] == "ERROR"
+    assert "query_mix_divergence" not in failed
+    assert undeclared_tables(database) == set()

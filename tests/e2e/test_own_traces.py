@@ -1,0 +1,48 @@
+"""A user's own traces, end to end: OTLP files from real instrumentations, no knowledge base,
+their RAG service over HTTP, and not one piece of the demo."""
+
+import json
+import os
+import subprocess
+import sys
+
+import duckdb
+import pytest
+
+from tests.helpers import PROJECT
+from tests.helpers.standin_rag import RagService
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def test_the_loop_runs_on_own_traces_and_evaluates_an_http_service_without_the_demo(tmp_path):
+    service = RagService()
+    try:
+        env = {**os.environ, "RAG_LOOP_TRACES_DIR": str(PROJECT / "tests" / "fixtures" / "otlp" / "traces"),
+               "RAG_LOOP_KB_DIR": "", "RAG_LOOP_DB": str(tmp_path / "own.duckdb"),
+               "RAG_LOOP_CURATION_DIR": str(tmp_path / "curation"),
+               "RAG_LOOP_GOLDENS_DIR": str(tmp_path / "goldens"),
+               "RAG_LOOP_REPORTS_DIR": str(tmp_path / "reports"),
+               "RAG_LOOP_RAG_APP_URL": service.url + "/ok", "DAGSTER_DISABLE_TELEMETRY": "1",
+               "PYTHONPATH": str(PROJECT)}
+        done = subprocess.run([sys.executable, str(PROJECT / "tests" / "e2e" / "scripts" / "own_traces_loop.py")],
+                              env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    finally:
+        service.close()
+    assert done.returncode == 0, done.stderr[-3000:]
+    outcome = json.loads(done.stdout.strip().splitlines()[-1])
+    assert outcome == {"loop": True, "release": True, "labels": 6, "eval_ran": True,
+                       "demo_imported": []}
+    asked = [r["body"]["query"] for r in service.requests]
+    assert len(asked) == 6 and all(r["path"] == "/ok" for r in service.requests)
+    with duckdb.connect(str(tmp_path / "own.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM raw_traces").fetchall() == [(132,)]
+        assert con.execute("SELECT count(*) FROM quarantine").fetchall() == [(0,)]
+        assert con.execute("SELECT count(*) FROM documents").fetchall() == [(0,)]
+        assert con.execute("SELECT count(*) FROM curation_queue").fetchall()[0][0] >= 6
+        runs = con.execute("SELECT rag_app, release_version FROM eval_runs").fetchall()
+        assert runs == [(service.url + "/ok", "v0001")]
+        errored = con.execute("SELECT count(*) FILTER (errored), count(*) FROM eval_results").fetchall()[0]
+        assert errored[0] == 0 and errored[1] >= 6
+        answers = con.execute("SELECT DISTINCT input FROM eval_results").fetchall()
+        assert sorted(a for (a,) in answers) == sorted(asked)

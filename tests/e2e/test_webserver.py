@@ -1,0 +1,181 @@
+"""End to end as users meet it: `dagster dev` (webserver + daemon) on loopback, the main job and a
+curator's release launched through GraphQL, and headless Chromium screenshots of the UI.
+
+Screenshots are saved under `test-artifacts/` (git-ignored). Chromium is Debian's package,
+installed by `.ci/run`.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from rag_loop.demo.curator import curate
+from tests.helpers import PROJECT, demo_config
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+ARTIFACTS = PROJECT / "test-artifacts"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Dagster:
+    def __init__(self, url: str):
+        self.url = url
+
+    def graphql(self, query: str, variables: dict | None = None) -> dict:
+        request = urllib.request.Request(f"{self.url}/graphql", method="POST",
+                                         data=json.dumps({"query": query, "variables": variables or {}}).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            body = json.loads(response.read())
+        assert "errors" not in body, body
+        return body["data"]
+
+    def launch(self, job: str, run_config: dict | None = None) -> str:
+        repository = self.graphql("{ repositoriesOrError { ... on RepositoryConnection { nodes { name "
+                                  "location { name } } } } }")["repositoriesOrError"]["nodes"][0]
+        data = self.graphql("""
+            mutation($params: ExecutionParams!) { launchRun(executionParams: $params) {
+              __typename ... on LaunchRunSuccess { run { runId } }
+              ... on PythonError { message } ... on RunConfigValidationInvalid { errors { message } } } }""",
+            {"params": {"selector": {"repositoryLocationName": repository["location"]["name"],
+                                     "repositoryName": repository["name"], "jobName": job},
+                        "runConfigData": run_config or {}}})["launchRun"]
+        assert data["__typename"] == "LaunchRunSuccess", data
+        return data["run"]["runId"]
+
+    def run(self, run_id: str) -> dict:
+        return self.graphql("query($id: ID!) { runOrError(runId: $id) { ... on Run { status "
+                            "startTime endTime tags { key value } } } }", {"id": run_id})["runOrError"]
+
+    def wait(self, run_id: str, timeout: float = 600) -> str:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            status = self.run(run_id)["status"]
+            if status in ("SUCCESS", "FAILURE", "CANCELED"):
+                return status
+            time.sleep(1)
+        raise TimeoutError(f"run {run_id} still running after {timeout} s")
+
+    def events(self, run_id: str) -> list[dict]:
+        return self.graphql("""query($id: ID!) { logsForRun(runId: $id, limit: 5000) {
+              ... on EventConnection { events { __typename
+                ... on MaterializationEvent { assetKey { path } }
+                ... on AssetCheckEvaluationEvent { evaluation { checkName success } } } } } }""",
+                            {"id": run_id})["logsForRun"]["events"]
+
+
+@pytest.fixture(scope="module")
+def dagster_dev(tmp_path_factory):
+    root = tmp_path_factory.mktemp("webserver")
+    home = root / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text((PROJECT / "deploy" / "dagster.yaml").read_text())
+    port = _free_port()
+    env = {**os.environ, "DAGSTER_HOME": str(home), "RAG_LOOP_DB": str(root / "rag.duckdb"),
+           "RAG_LOOP_TRACES_DIR": str(PROJECT / "data" / "demo" / "traces"),
+           "RAG_LOOP_KB_DIR": str(PROJECT / "data" / "demo" / "kb"),
+           "RAG_LOOP_CURATION_DIR": str(root / "curation"), "RAG_LOOP_GOLDENS_DIR": str(root / "goldens"),
+           "RAG_LOOP_REPORTS_DIR": str(root / "reports"), "HF_HUB_OFFLINE": "1",
+           "DEEPEVAL_TELEMETRY_OPT_OUT": "1", "DEEPEVAL_DISABLE_DOTENV": "1"}
+    dagster = Path(sys.executable).parent / "dagster"  # the venv's, whatever PATH says
+    command = [str(dagster if dagster.exists() else "dagster"), "dev", "-w", "workspace.yaml",
+               "-h", "127.0.0.1", "-p", str(port)]
+    log = open(root / "dagster-dev.log", "w")
+    process = subprocess.Popen(command, cwd=PROJECT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 180
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/server_info", timeout=5)
+                break
+            except OSError:
+                if time.time() > deadline or process.poll() is not None:
+                    raise RuntimeError((root / "dagster-dev.log").read_text()[-3000:]) from None
+                time.sleep(1)
+        yield Dagster(url), root
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+        log.close()
+
+
+# the loop embeds with the hashing embedder, chosen at launch as a user would pick a model; the
+# bundled models run end to end in test_own_traces
+LOOP = {**demo_config("loop"), "resources": {"embedder": {"config": {
+    "default_model": "hashing", "language_models": {}}}}}
+
+
+def test_three_runs_at_once_queue_on_the_duckdb_tag_then_a_curator_release(dagster_dev):
+    """The trace and label sensors and the loop can start together in a deployment: the
+    instance settings (deploy/dagster.yaml) queue them one at a time on the DuckDB tag."""
+    server, root = dagster_dev
+    run_ids = [server.launch("rag_loop_job", LOOP), server.launch("ingest_job"),
+               server.launch("label_job")]
+    assert [server.wait(r) for r in run_ids] == ["SUCCESS"] * 3
+    runs = sorted((server.run(r) for r in run_ids), key=lambda r: r["startTime"])
+    assert all({"key": "rag-loop/duckdb", "value": "writer"} in r["tags"] for r in runs)
+    for before, after in zip(runs, runs[1:]):
+        assert before["endTime"] <= after["startTime"]  # one writer at a time, no lock error
+    run_id = run_ids[0]
+    events = server.events(run_id)
+    materialized = {"/".join(e["assetKey"]["path"]) for e in events if e["__typename"] == "MaterializationEvent"}
+    assert {"raw_traces", "trace_signals", "failure_candidates", "intent_clusters",
+            "curation_queue", "judge_calibration"} <= materialized
+    checks = {e["evaluation"]["checkName"]: e["evaluation"]["success"]
+              for e in events if e["__typename"] == "AssetCheckEvaluationEvent"}
+    assert checks == {"raw_traces_quarantine_rate": True, "curator_agreement": True}
+
+    queue = next((root / "curation" / "queue").glob("*.jsonl"))
+    curate(queue, root / "curation" / "labels", 1)
+    release = server.launch("release_goldens", {"ops": {"golden_release": {"config": {
+        "notes": "from the e2e test", "released_by": "curator@e2e"}}}})
+    assert server.wait(release) == "SUCCESS"
+    manifest = json.loads((root / "goldens" / "v0001" / "manifest.json").read_text())
+    assert manifest["released_by"] == "curator@e2e" and manifest["goldens"] > 10
+    assert (root / "reports" / "release-v0001.html").exists()
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is installed by .ci/run")
+def test_the_ui_renders_the_asset_graph_and_a_materialization(dagster_dev):
+    server, root = dagster_dev
+    server.graphql("mutation { setNuxSeen }")  # the community pop-up would cover the page
+    ARTIFACTS.mkdir(exist_ok=True)
+    pages = (("asset-graph", "/asset-groups", ("ingestion", "selection", "intents", "curation",
+                                               "goldens", "evaluation", "drift")),
+             ("raw-traces", "/assets/raw_traces", ("raw_traces", "Production traces", "trace_signals")),
+             ("intent-clusters", "/assets/intent_clusters", ("intent_clusters", "query_embeddings")))
+    for name, path, expected in pages:
+        target = ARTIFACTS / f"{name}.png"
+        target.unlink(missing_ok=True)
+        browser = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                   "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                   "--disable-sync", f"--user-data-dir={root / f'chromium-{name}'}",
+                   "--window-size=1440,900", "--virtual-time-budget=20000"]
+        subprocess.run([*browser, f"--screenshot={target}", f"{server.url}{path}"],
+                       check=True, timeout=120, capture_output=True)
+        assert target.stat().st_size > 20_000  # a rendered page, not a blank one
+        dom = subprocess.run([*browser, "--dump-dom", f"{server.url}{path}"], check=True,
+                             timeout=120, capture_output=True, text=True).stdout
+        missing = [text for text in expected if text not in dom]
+        assert not missing, (path, missing)  # the page shows the assets, not an error

@@ -1,0 +1,129 @@
+"""Span-level OTLP ingestion: spans spread over lines, files and runs; retries; grace; bad spans."""
+from datetime import UTC, datetime, timedelta
+
+import duckdb
+import pytest
+
+from rag_loop.ingest import ingest_directory
+from tests.helpers.otlp import AFTER, line, request_spans, span, trace_hex, write
+
+
+def traces(con) -> list[tuple]:
+    return con.execute("SELECT trace_id, source_file, source_line, answer FROM raw_traces "
+                       "ORDER BY trace_id").fetchall()
+
+
+def test_many_traces_on_a_line_and_one_trace_over_lines_and_files(con, tmp_path):
+    a, b, c = request_spans(1), request_spans(2), request_spans(3)
+    write(tmp_path / "t1.jsonl", [line(a[1:] + b), line(c[1:])])  # a's and c's roots come later
+    write(tmp_path / "t2.jsonl", [line([c[0], a[0]])])
+    report = ingest_directory(con, tmp_path, now=AFTER)
+    assert [(t[0][-1], t[1], t[2]) for t in traces(con)] == [
+        ("1", "t2.jsonl", 1), ("2", "t1.jsonl", 1), ("3", "t2.jsonl", 1)]
+    assert report.assembly.ingested == 3 and report.spans().ingested == 9
+    assert con.execute("SELECT count(*) FROM trace_chunks").fetchall() == [(3,)]
+    assert con.execute("SELECT count(*) FROM trace_spans").fetchall() == [(9,)]
+
+
+def test_a_trace_waits_for_its_root_across_runs_then_is_assembled(con, tmp_path):
+    spans = request_spans(1)
+    write(tmp_path / "a.jsonl", [line(spans[1:])])
+    first = ingest_directory(con, tmp_path, now=AFTER)
+    assert first.assembly.waiting == 1 and traces(con) == []
+    write(tmp_path / "b.jsonl", [line(spans[:1])])
+    second = ingest_directory(con, tmp_path, now=AFTER)
+    assert second.assembly.ingested == 1 and second.assembly.waiting == 0
+    assert traces(con) == [(trace_hex(1), "b.jsonl", 1, "answer 1")]
+    assert con.execute("SELECT state, complete FROM otlp_traces").fetchall() == [("ingested", True)]
+
+
+def test_without_a_root_a_trace_is_assembled_after_the_grace_period_and_says_so(con, tmp_path):
+    write(tmp_path / "a.jsonl", [line(request_spans(1)[1:])])
+    assert ingest_directory(con, tmp_path, now=AFTER).assembly.waiting == 1
+    later = datetime(2026, 11, 11, 11, 1, tzinfo=UTC)  # an hour after the newest span ended
+    report = ingest_directory(con, tmp_path, now=later)
+    assert report.assembly.ingested == 1 and report.assembly.partial == 1
+    assert con.execute("SELECT state, complete FROM otlp_traces").fetchall() == [("ingested", False)]
+    short = ingest_directory(duckdb.connect(), tmp_path, now=AFTER, grace=timedelta(minutes=1))
+    assert short.assembly.partial == 1
+
+
+def test_a_late_span_assembles_its_trace_again_without_doubling_it(con, tmp_path):
+    spans = request_spans(1)
+    write(tmp_path / "a.jsonl", [line(spans[:2])])
+    ingest_directory(con, tmp_path, now=AFTER)
+    assert traces(con)[0][3] is None  # no LLM span yet
+    write(tmp_path / "b.jsonl", [line(spans[2:])])
+    report = ingest_directory(con, tmp_path, now=AFTER)
+    assert report.assembly.reassembled == 1
+    assert traces(con) == [(trace_hex(1), "a.jsonl", 1, "answer 1")]
+    assert con.execute("SELECT count(*) FROM trace_chunks").fetchall() == [(1,)]
+    assert con.execute("SELECT count(*) FROM otlp_traces").fetchall() == [(1,)]
+
+
+def test_retried_spans_are_stored_once_and_listed_as_duplicates(con, tmp_path):
+    spans = request_spans(1)
+    write(tmp_path / "a.jsonl", [line(spans), line(spans[1:2])])
+    write(tmp_path / "b.jsonl", [line(spans)])
+    report = ingest_directory(con, tmp_path, now=AFTER)
+    assert report.spans().ingested == 3 and report.spans().duplicates == 4
+    assert con.execute("SELECT count(*) FROM otlp_spans").fetchall() == [(3,)]
+    assert con.execute("SELECT count(*), count(span_id) FROM trace_duplicates").fetchall() == [(4, 4)]
+    assert len(traces(con)) == 1
+    again = ingest_directory(con, tmp_path, now=AFTER)  # nothing new: nothing counted twice
+    assert again.spans().ingested == 0 and again.assembly.ingested == 0
+
+
+def test_a_bad_span_is_quarantined_alone_and_its_neighbours_are_kept(con, tmp_path):
+    good, broken = request_spans(1), request_spans(2)
+    broken[2]["attributes"].append({"key": "llm.token_count.prompt", "value": {"intValue": "many"}})
+    broken[1]["startTimeUnixNano"] = "yesterday"
+    write(tmp_path / "a.jsonl", [line(good + broken + [{**good[0], "traceId": 5}]), "{oops",
+                                 '{"resourceSpans": 5}'])
+    report = ingest_directory(con, tmp_path, now=AFTER)
+    rows = con.execute("SELECT line_no, reason, span_id FROM quarantine ORDER BY line_no, reason").fetchall()
+    assert [(n, r.split(":")[0] if n > 1 else r, s is not None) for n, r, s in rows] == [
+        (1, "wrong_type: attributes.llm.token_count.prompt", True),
+        (1, "wrong_type: startTimeUnixNano", True),
+        (1, "wrong_type: traceId", True),
+        (2, "invalid_json", False), (3, "not_otlp", False)]
+    assert [t[0] for t in traces(con)] == [trace_hex(1), trace_hex(2)]  # 2 kept its root
+    assert report.by_format()["otlp"].quarantined == 5
+
+
+def test_the_size_limit_is_per_span_not_per_line(con, tmp_path):
+    many = [s for n in range(1, 40) for s in request_spans(n, "q" * 300)]
+    big = request_spans(99)
+    big[2]["attributes"].append({"key": "output.value", "value": {"stringValue": "x" * 5000}})
+    write(tmp_path / "a.jsonl", [line(many + big)])
+    assert len(line(many)) > 4000
+    ingest_directory(con, tmp_path, max_record_bytes=4000, now=AFTER)
+    stored = traces(con)
+    assert len(stored) == 40 and stored[-1][3] is None  # 99 is stored without its LLM span
+    assert con.execute("SELECT reason LIKE 'oversized%', span_id FROM quarantine").fetchall() == [
+        (True, f"{99:08x}{3:08x}")]
+
+
+def test_indexing_traces_are_not_requests_and_not_quarantined(con, tmp_path):
+    indexing = [span(7, 1, None, "VectorStoreIndex.from_documents", {}),
+                span(7, 2, 1, "embed", {"openinference.span.kind": "EMBEDDING"})]
+    write(tmp_path / "a.jsonl", [line(indexing + request_spans(1))])
+    report = ingest_directory(con, tmp_path, now=AFTER)
+    assert report.assembly.not_a_request == 1 and report.assembly.ingested == 1
+    assert con.execute("SELECT count(*) FROM quarantine").fetchall() == [(0,)]
+    assert con.execute("SELECT state FROM otlp_traces WHERE trace_id = ?",
+                       [trace_hex(7)]).fetchall() == [("not_a_request",)]
+
+
+def test_a_failing_statement_surfaces_its_own_error_and_leaves_no_transaction(con, tmp_path,
+                                                                               monkeypatch):
+    import rag_loop.ingest.pipeline as pipeline
+
+    def broken(con, *args, **kwargs):
+        con.execute("SELECT * FROM no_such_table")
+    monkeypatch.setattr(pipeline, "assemble_ready", broken)
+    write(tmp_path / "a.jsonl", [line(request_spans(1))])
+    with pytest.raises(duckdb.CatalogException, match="no_such_table"):
+        ingest_directory(con, tmp_path, now=AFTER)
+    con.execute("BEGIN")  # not inside a transaction any more
+    con.execute("ROLLBACK")

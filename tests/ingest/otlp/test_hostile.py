@@ -1,0 +1,99 @@
+"""Property-based: hostile OTLP files never crash ingestion, never block good spans, and every
+span read is accounted for exactly once (stored, repeated or quarantined)."""
+
+import json
+from datetime import UTC, datetime
+
+import duckdb
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rag_loop.ingest import ingest_directory
+from tests.helpers.otlp import line, request_spans
+
+NOW = datetime(2026, 11, 11, 10, 30, tzinfo=UTC)
+SPAN_KEYS = ("traceId", "spanId", "parentSpanId", "name", "startTimeUnixNano",
+             "endTimeUnixNano", "attributes", "status", "events")
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-2**70, max_value=2**70)
+    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8)
+any_value = st.one_of(
+    json_values,
+    st.fixed_dictionaries({}, optional={"intValue": json_values, "doubleValue": json_values,
+                                        "stringValue": json_values, "arrayValue": json_values,
+                                        "kvlistValue": json_values, "boolValue": json_values}))
+
+
+@st.composite
+def hostile_span(draw, trace: int):
+    """A good request span with one part replaced by something hostile."""
+    span = dict(draw(st.sampled_from(request_spans(trace))))
+    target = draw(st.sampled_from(SPAN_KEYS + ("attribute value", "drop")))
+    if target == "attribute value":
+        span["attributes"] = span["attributes"] + [{"key": draw(st.text(max_size=8)),
+                                                    "value": draw(any_value)}]
+    elif target == "drop":
+        span.pop(draw(st.sampled_from(SPAN_KEYS[:6])), None)
+    else:
+        span[target] = draw(json_values)
+    return span
+
+
+@st.composite
+def hostile_files(draw):
+    """Files of lines; each line a batch of good spans (unique ids) and hostile ones, or garbage."""
+    files, good, hostile = [], [], 0
+    trace = 100
+    for _ in range(draw(st.integers(1, 3))):
+        lines = []
+        for _ in range(draw(st.integers(1, 4))):
+            kind = draw(st.sampled_from(["batch", "batch", "garbage", "deep", "json"]))
+            if kind == "garbage":
+                lines.append(draw(st.text(max_size=40)).replace("\n", " ").replace("\r", " "))
+            elif kind == "deep":
+                lines.append("[" * 3000 + "]" * 3000)
+            elif kind == "json":
+                lines.append(json.dumps(draw(json_values)))
+            else:
+                spans = []
+                for _ in range(draw(st.integers(0, 3))):
+                    trace += 1
+                    spans += request_spans(trace)
+                    good.append(trace)
+                bad = [draw(hostile_span(1 + draw(st.integers(0, 5)))) for _ in range(draw(st.integers(0, 3)))]
+                hostile += len(bad)
+                lines.append(line(draw(st.permutations(spans + bad))))
+        files.append(lines)
+    return files, good, hostile
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(hostile_files())
+def test_hostile_otlp_files(tmp_path_factory, case):
+    files, good, hostile = case
+    directory = tmp_path_factory.mktemp("otlp")
+    for n, lines in enumerate(files):
+        (directory / f"f{n}.jsonl").write_text("".join(text + "\n" for text in lines))
+    with duckdb.connect() as con:
+        report = ingest_directory(con, directory, now=NOW)
+        spans = report.spans()
+        stored = {t for (t,) in con.execute("SELECT trace_id FROM raw_traces").fetchall()}
+        assert {f"{t:032x}" for t in good} <= stored  # no hostile neighbour blocks a good trace
+        assert spans.ingested == con.execute("SELECT count(*) FROM otlp_spans").fetchall()[0][0]
+        assert spans.ingested + spans.duplicates + spans.quarantined >= 3 * len(good) + hostile
+        assert spans.quarantined == con.execute(
+            "SELECT count(*) FROM quarantine WHERE format = 'otlp'").fetchall()[0][0]
+        states = dict(con.execute("SELECT state, count(*) FROM otlp_traces GROUP BY 1").fetchall())
+        assert states.get("ingested", 0) == len(stored) == report.assembly.ingested
+        assert len(con.execute("SELECT DISTINCT trace_id FROM otlp_spans").fetchall()) == \
+            sum(states.values()) + report.assembly.waiting
+        before = [con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
+                  for t in ("raw_traces", "trace_chunks", "otlp_spans", "quarantine", "trace_duplicates")]
+        again = ingest_directory(con, directory, now=NOW)  # idempotent
+        assert again.spans().ingested == again.assembly.ingested == 0
+        assert before == [con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
+                          for t in ("raw_traces", "trace_chunks", "otlp_spans", "quarantine",
+                                    "trace_duplicates")]

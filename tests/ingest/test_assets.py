@@ -1,0 +1,73 @@
+import shutil
+
+from dagster import DagsterInstance, build_sensor_context, materialize
+from dagster_duckdb import DuckDBResource
+
+from assets.ingestion import (
+    knowledge_base,
+    new_trace_files_sensor,
+    raw_traces,
+    raw_traces_quarantine_rate,
+)
+from assets.resources import RagLoopPaths
+from tests.helpers import DEMO, trace_line
+
+
+def _resources(tmp_path, traces_dir):
+    return {"duckdb": DuckDBResource(database=str(tmp_path / "rag.duckdb")),
+            "paths": RagLoopPaths(traces_dir=str(traces_dir), knowledge_dir=str(DEMO / "kb"))}
+
+
+def test_demo_ingestion_materializes_with_metadata_and_passing_check(tmp_path):
+    resources = _resources(tmp_path, DEMO / "traces")
+    result = materialize([knowledge_base, raw_traces, raw_traces_quarantine_rate],
+                         resources=resources)
+    assert result.success
+    metadata = result.asset_materializations_for_node("raw_traces")[0].metadata
+    assert metadata["dagster/row_count"].value >= 5000
+    assert metadata["native_duplicates"].value == 25
+    assert metadata["native_quarantined"].value == 12
+    assert metadata["otlp_ingested"].value > 500
+    files = {cells[1]: cells[2:-1] for cells in (
+        [c.strip() for c in line.split("|")] for line in metadata["files"].value.splitlines()[2:])}
+    assert files["native/2026-11-01.jsonl.gz"][:2] == ["native", "read_json"]
+    assert files["otlp/2026-11-01.otlp.jsonl.gz"][:2] == ["otlp", "spans"]
+    assert metadata["otlp_traces_waiting"].value == 0
+    assert metadata["otlp_spans_stored"].value >= 4 * metadata["otlp_ingested"].value  # root + stages
+    malformed = files["malformed/bad-records.jsonl"]  # invalid JSON, then invalid UTF-8
+    assert malformed[1] == "batches"
+    assert "read_json: Invalid Input Error" in malformed[-1]
+    assert "read_csv: Invalid Input Error" in malformed[-1]
+    checks = result.get_asset_check_evaluations()
+    assert [c.passed for c in checks] == [True]
+    again = materialize([raw_traces], resources=resources)  # idempotent rerun
+    rerun = again.asset_materializations_for_node("raw_traces")[0].metadata
+    assert rerun["run_ingested"].value == 0
+    assert rerun["dagster/row_count"].value == metadata["dagster/row_count"].value
+
+
+def test_quarantine_check_fails_above_threshold(tmp_path):
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    (traces / "a.jsonl").write_text(trace_line("a") + "\nbroken\nbroken too\n")
+    result = materialize([raw_traces, raw_traces_quarantine_rate],
+                         resources=_resources(tmp_path, traces), raise_on_error=False)
+    (check,) = result.get_asset_check_evaluations()
+    assert not check.passed and check.severity.value == "ERROR"
+
+
+def test_sensor_requests_a_run_only_when_files_change(tmp_path):
+    traces = tmp_path / "traces"
+    shutil.copytree(DEMO / "traces" / "malformed", traces)
+    paths = RagLoopPaths(traces_dir=str(traces), knowledge_dir=str(DEMO / "kb"))
+    with DagsterInstance.ephemeral() as instance:
+        context = build_sensor_context(instance=instance, resources={"paths": paths})
+        first = new_trace_files_sensor(context)
+        assert first.run_key
+        context = build_sensor_context(instance=instance, cursor=context.cursor,
+                                       resources={"paths": paths})
+        assert not hasattr(new_trace_files_sensor(context), "run_key")
+        (traces / "new.jsonl").write_text(trace_line("n") + "\n")
+        context = build_sensor_context(instance=instance, cursor=context.cursor,
+                                       resources={"paths": paths})
+        assert new_trace_files_sensor(context).run_key != first.run_key

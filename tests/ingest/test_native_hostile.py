@@ -1,0 +1,79 @@
+"""Property-based: the native readers (read_json, read_csv lines, Arrow batches, Python lines)
+give every line of a hostile file the same verdict, and every line gets exactly one."""
+
+import json
+
+import duckdb
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import rag_loop.ingest.pipeline as pipeline
+from rag_loop.ingest import ingest_directory
+from tests.helpers import trace_line
+
+CHAINS = {"read_json": ("read_json", "lines"), "read_csv": ("read_csv", "lines"),
+          "batches": ("batches", "lines"), "lines": ("lines",)}
+FIELDS = ("trace_id", "timestamp", "original_query", "turn_id", "latency_ms", "is_fallback",
+          "chunks", "spans", "feedback", "filters", "citations", "language", "input_tokens")
+scalars = (st.none() | st.booleans() | st.integers(min_value=-2**65, max_value=2**65)
+           | st.floats() | st.text(max_size=10)
+           | st.sampled_from(["2026-11-01T00:00:00Z", "epoch", "", " ", "\u200b"]))
+values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=2)
+                      | st.dictionaries(st.sampled_from(["doc_id", "name", "score", "rank", "x"]),
+                                        inner, max_size=3), max_leaves=5)
+
+
+@st.composite
+def hostile_line(draw) -> bytes:
+    kind = draw(st.sampled_from(["good", "good", "mutated", "mutated", "duplicate", "blank",
+                                 "garbage", "json", "cr"]))
+    if kind == "good":
+        return trace_line(f"t{draw(st.integers(0, 30))}").encode()
+    if kind in ("mutated", "duplicate"):
+        record = json.loads(trace_line(f"m{draw(st.integers(0, 5))}"))
+        if kind == "mutated":
+            record[draw(st.sampled_from(FIELDS))] = draw(values)
+        text = json.dumps(record, ensure_ascii=draw(st.booleans()))
+        return text.encode()
+    if kind == "blank":
+        return draw(st.sampled_from([b"", b" ", b"\t "]))
+    if kind == "json":
+        return json.dumps(draw(values)).encode()
+    if kind == "cr":
+        return trace_line("cr").replace(", ", ",\r ", 1).encode()
+    return draw(st.binary(max_size=20)).replace(b"\n", b"")
+
+
+def verdicts(con) -> dict[int, str]:
+    found: dict[int, list[str]] = {}
+    for line, what in con.execute("""
+            SELECT source_line, 'stored ' || trace_id FROM raw_traces UNION ALL
+            SELECT line_no, 'duplicate ' || trace_id FROM trace_duplicates UNION ALL
+            SELECT line_no, reason FROM quarantine""").fetchall():
+        found.setdefault(line, []).append(what)
+    assert all(len(v) == 1 for v in found.values()), found  # exactly one verdict per line
+    return {k: v[0] for k, v in found.items()}
+
+
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(st.lists(hostile_line(), min_size=1, max_size=12))
+def test_every_reader_gives_every_line_the_same_single_verdict(tmp_path_factory, monkeypatch, lines):
+    directory = tmp_path_factory.mktemp("native")
+    (directory / "t.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    outcomes = {}
+    for name, chain in CHAINS.items():
+        monkeypatch.setitem(pipeline.READERS, "native", chain)
+        with duckdb.connect() as con:
+            ingest_directory(con, directory)
+            outcomes[name] = verdicts(con)
+    first = outcomes["lines"]
+    for name, found in outcomes.items():
+        assert found == first, name
+    if lines[0].startswith(b"\x1f\x8b"):  # gzip's magic: read as gzip, refused whole as a file
+        assert list(first) == [0] and first[0].startswith("unreadable_file")
+        return
+    judged = {n for n, raw in enumerate(lines, start=1) if raw.strip(b" \t\r")}
+    assert set(first) - judged == set()  # no phantom line
+    missing = judged - set(first)
+    assert all(not lines[n - 1].strip(b" \t\r") for n in missing)  # only blank lines unjudged
