@@ -1,5 +1,7 @@
 """The one Definitions object of rag-loop (loaded by workspace.yaml)."""
 
+from collections.abc import Mapping
+
 from dagster import AssetSelection, Definitions, define_asset_job, in_process_executor
 
 from assets.curation import curated_labels, curation_queue, label_job, new_label_files_sensor
@@ -25,14 +27,22 @@ rag_loop_job = define_asset_job(
                 "curators' (release_goldens), evaluations run on a release (regression_eval_job) "
                 "and drift per day (drift_job, scheduled).")
 
-defs = Definitions(
-    assets=[knowledge_base, raw_traces, trace_signals, trace_novelty, failure_candidates, quality_estimates,
-            query_embeddings, intent_clusters, curation_queue, curated_labels, golden_release,
-            golden_releases, regression_eval, judge_calibration, judge_calibrations, *DRIFT_ASSETS],
-    asset_checks=[raw_traces_quarantine_rate],
-    jobs=[ingest_job, rag_loop_job, label_job, release_goldens, regression_eval_job, drift_job],
-    schedules=[drift_schedule],
-    sensors=[new_trace_files_sensor, new_label_files_sensor],
-    resources=build_resources(),
-    executor=in_process_executor,  # DuckDB has one writer at a time
-)
+
+
+def build_definitions(resources: Mapping[str, object] | None = None) -> Definitions:
+    """The project's assets, checks, jobs, schedules and sensors on `resources` (default: from
+    the environment, `build_resources`)."""
+    return Definitions(
+            assets=[knowledge_base, raw_traces, trace_signals, trace_novelty, failure_candidates, quality_estimates,
+                query_embeddings, intent_clusters, curation_queue, curated_labels, golden_release,
+                golden_releases, regression_eval, judge_calibration, judge_calibrations, *DRIFT_ASSETS],
+        asset_checks=[raw_traces_quarantine_rate],
+        jobs=[ingest_job, rag_loop_job, label_job, release_goldens, regression_eval_job, drift_job],
+        schedules=[drift_schedule],
+        sensors=[new_trace_files_sensor, new_label_files_sensor],
+        resources=build_resources() if resources is None else dict(resources),
+        executor=in_process_executor,  # DuckDB has one writer at a time
+    )
+
+
+defs = build_definitions()

@@ -19,7 +19,7 @@ from dagster import (
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
-from assets.resources import DUCKDB_WRITER, JudgeResource, RagAppResource, RagLoopPaths
+from assets.resources import DUCKDB_WRITER, EmbedderResource, JudgeResource, RagAppResource, RagLoopPaths
 from assets.stage import stage_asset
 from rag_loop.evaluation.gates import Gate
 from rag_loop.evaluation.settings import (
@@ -81,7 +81,8 @@ class EvalConfig(Config):
                    "compared with the baseline run; stored in eval_runs / eval_results / "
                    "eval_summary / eval_flips.")
 def regression_eval(context: AssetExecutionContext, config: EvalConfig, duckdb: DuckDBResource,
-                    paths: RagLoopPaths, rag_app: RagAppResource, judge: JudgeResource) -> MaterializeResult:
+                    paths: RagLoopPaths, rag_app: RagAppResource, judge: JudgeResource,
+                    embedder: EmbedderResource) -> MaterializeResult:
     from rag_loop.evaluation.regression import (
         run_regression,  # DeepEval: only when scoring
     )
@@ -89,7 +90,7 @@ def regression_eval(context: AssetExecutionContext, config: EvalConfig, duckdb: 
     settings = config.settings(rag_app)
     try:
         with duckdb.get_connection() as con:
-            report = run_regression(con, Path(paths.goldens_dir), judge.settings(), settings,
+            report = run_regression(con, Path(paths.goldens_dir), judge.judge(embedder), settings,
                                     log=context.log.info,
                                     app=rag_app.app() if settings.mode == "live" else None)
             page = eval_report(con, report.run_id, Path(paths.reports_dir))

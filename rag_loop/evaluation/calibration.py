@@ -27,8 +27,7 @@ import pandas as pd
 from deepeval.test_case import LLMTestCase
 from sklearn.metrics import cohen_kappa_score, confusion_matrix, roc_auc_score
 
-from rag_loop.evaluation.judges.evidence import Evidence
-from rag_loop.evaluation.judges.llm import JudgeSettings, OpenAICompatibleJudge, build_metrics, judge_description
+from rag_loop.evaluation.judges.base import Judge
 from rag_loop.store.ddl import AGREEMENT_DDL, CALIBRATIONS_DDL, LABELS_DDL
 
 LABEL_KEYS = ("label_faithful", "label", "human_label")
@@ -231,23 +230,17 @@ def summary_lines(result: Calibration) -> list[str]:
     ]
 
 
-def run_calibration(con: duckdb.DuckDBPyConnection | None, path: Path, settings: JudgeSettings,
+def run_calibration(con: duckdb.DuckDBPyConnection | None, path: Path, judge: Judge,
                     threshold: float) -> tuple[Calibration, str | None]:
     """Score the file's rows with the judge's Faithfulness metric, compare with the humans,
     and store the figures when a database is given."""
     rows, errors = read_rows(path)
-    judge = OpenAICompatibleJudge(settings) if settings.kind == "openai-compatible" else None
-    evidence = Evidence() if settings.kind == "offline" else None
-
-    def make_metric():
-        (metric,) = build_metrics(settings, {"Faithfulness": threshold}, judge, evidence)[:1]
-        return metric
-    kept, scores, speed = score_rows(rows, make_metric, errors)
+    kept, scores, speed = score_rows(rows, lambda: judge.metrics({"Faithfulness": threshold})[0], errors)
     result = calibrate(scores, [r.faithful for r in kept], threshold, errors)
     result.cases_per_second = speed
     stored = None
     if con is not None:
-        stored = store_calibration(con, result, path, judge_description(settings, evidence))
+        stored = store_calibration(con, result, path, judge.describe())
     return result, stored
 
 

@@ -13,24 +13,9 @@ import pandas as pd
 
 from rag_loop.evaluation.calibration import latest_calibration
 from rag_loop.evaluation.gates import GateOutcome, baseline_run, compare, evaluate_gates, flips, load_results, summarize
-from rag_loop.evaluation.judges.evidence import RELEVANCE_SIMILARITY, SUPPORT_SIMILARITY, Evidence
-from rag_loop.evaluation.judges.llm import (
-    JudgeUsage,
-    OpenAICompatibleJudge,
-    build_metrics,
-    judge_description,
-    load_judge_cache,
-    save_judge_cache,
-)
+from rag_loop.evaluation.judges.base import Judge, JudgeUsage
 from rag_loop.evaluation.runner import build_cases, release_of, score_cases, store_run
-from rag_loop.evaluation.settings import (  # noqa: F401 (the settings' home, re-exported)
-    DEFAULT_GATES,
-    DEFAULT_THRESHOLDS,
-    EvalError,
-    EvalSettings,
-    JudgeSettings,
-    load_app,
-)
+from rag_loop.evaluation.settings import EvalError, EvalSettings, load_app
 from rag_loop.logs import Log, quiet
 
 
@@ -48,9 +33,8 @@ class RegressionReport:
     seconds: float
 
 
-def run_regression(con: duckdb.DuckDBPyConnection, goldens_dir: Path, judge_settings: JudgeSettings,
+def run_regression(con: duckdb.DuckDBPyConnection, goldens_dir: Path, judge: Judge,
                    settings: EvalSettings, log: Log = quiet,
-                   evidence: Evidence | None = None,
                    app: Callable[..., Mapping[str, Any]] | None = None) -> RegressionReport:
     """Score the release, store the run, compare with the baseline, evaluate the gates.
 
@@ -65,21 +49,13 @@ def run_regression(con: duckdb.DuckDBPyConnection, goldens_dir: Path, judge_sett
     else:
         app = None
     cases = build_cases(goldens, settings.mode, app, settings.rag_config, con)
-    log(f"{release}: {len(cases)} cases, mode {settings.mode}, judge {judge_settings.kind}")
-    judge = None
-    if judge_settings.kind == "openai-compatible":
-        judge = OpenAICompatibleJudge(judge_settings, load_judge_cache(con, judge_settings.model))
-    evidence = evidence or Evidence()
-    run = score_cases(cases, lambda: build_metrics(judge_settings, settings.thresholds, judge, evidence),
-                      settings.concurrency, log)
-    if judge is not None:
-        save_judge_cache(con, judge)
-    usage = judge.usage if judge is not None else JudgeUsage()
-    description = judge_description(judge_settings, evidence)
+    description = judge.describe()
+    log(f"{release}: {len(cases)} cases, mode {settings.mode}, judge {description['model']}")
+    judge.open(con)
+    run = score_cases(cases, lambda: judge.metrics(settings.thresholds), settings.concurrency, log)
+    judge.close(con)
+    usage = judge.usage
     description["calibration"] = latest_calibration(con, description["model"])  # vs humans, if known
-    if judge_settings.kind == "offline":
-        description["rules"] = {"support_similarity": SUPPORT_SIMILARITY,
-                                "relevance_similarity": RELEVANCE_SIMILARITY}
     run_id = store_run(con, run, cases, {
         "release_version": release, "release_sha256": sha256, "mode": settings.mode,
         "rag_app": settings.rag_app if settings.mode == "live" else "replay",

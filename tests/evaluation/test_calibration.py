@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from rag_loop.cli import main as cli
 from rag_loop.evaluation.calibration import calibrate, latest_calibration, read_rows
-from rag_loop.evaluation.judges.llm import JudgeSettings, judge_description
+from rag_loop.evaluation.judges.offline import OfflineJudge
 from rag_loop.evaluation.regression import EvalSettings, run_regression
 
 ROWS = [
@@ -63,14 +63,14 @@ def test_the_command_prints_stores_and_the_next_eval_records_it(tmp_path, small_
     with duckdb.connect(db) as con:
         stored = con.execute("SELECT rows, errors, threshold, roc_auc FROM judge_calibrations").fetchall()
         assert stored[0][:3] == (4, 1, 0.5) and stored[0][3] is not None
-        model = judge_description(JudgeSettings())["model"]
+        model = OfflineJudge().describe()["model"]
         assert latest_calibration(con, model)["rows"] == 4
     goldens_dir, con = small_release
     from rag_loop.store.tables import create_tables
     create_tables(con)  # replay mode: traces not found are errored cases, fine here
     con.execute("ATTACH ? AS cal", [db])
     con.execute("CREATE TABLE judge_calibrations AS SELECT * FROM cal.judge_calibrations")
-    report = run_regression(con, goldens_dir, JudgeSettings(),
+    report = run_regression(con, goldens_dir, OfflineJudge(),
                             EvalSettings(mode="replay", max_error_rate=1.0))
     judge = json.loads(con.execute("SELECT judge FROM eval_runs WHERE run_id = ?",
                                    [report.run_id]).fetchall()[0][0])

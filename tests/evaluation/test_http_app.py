@@ -2,7 +2,7 @@
 
 import pytest
 
-from assets.resources import RagAppResource
+from assets.resources import HttpRagAppResource
 from rag_loop.evaluation.http_app import HttpFields, HttpRagApp, RagAppError
 from rag_loop.evaluation.runner import build_cases
 from tests.helpers.standin_rag import RagService
@@ -17,8 +17,8 @@ def service():
 
 def test_answer_context_latency_and_the_request_sent(service, monkeypatch):
     monkeypatch.setenv("MY_RAG_TOKEN", "Bearer s3cret")
-    app = RagAppResource(kind="http", url=service.url + "/ok", config={"variant": "b"},
-                         headers_env={"Authorization": "MY_RAG_TOKEN"}).app()
+    app = HttpRagAppResource(url=service.url + "/ok", config={"variant": "b"},
+                             headers_env={"Authorization": "MY_RAG_TOKEN"}).app()
     reply = app("leave days?", attributes={"language": "en"}, variant="b")
     assert reply["answer"] == "echo leave days?"
     assert [c["text"] for c in reply["retrieval_context"]] == ["plain text", "object"]
@@ -48,10 +48,7 @@ def test_a_bad_reply_errors_the_case_and_never_passes_it(service, path, message)
     assert case.app_error.startswith("rag_app: RagAppError") and case.test_case.actual_output == ""
 
 
-def test_missing_header_variable_and_unknown_kind_are_clear_errors(monkeypatch):
+def test_a_missing_header_variable_is_a_clear_error(monkeypatch):
     monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
     with pytest.raises(ValueError, match="NOT_SET_ANYWHERE"):
-        RagAppResource(kind="http", url="http://127.0.0.1:9/x",
-                       headers_env={"X-Key": "NOT_SET_ANYWHERE"}).app()
-    with pytest.raises(ValueError, match="expected 'python', or 'http'"):
-        RagAppResource(kind="grpc").app()
+        HttpRagAppResource(url="http://127.0.0.1:9/x", headers_env={"X-Key": "NOT_SET_ANYWHERE"}).app()

@@ -5,9 +5,10 @@ from deepeval.metrics.faithfulness.schema import Claims, Truths
 from deepeval.metrics.g_eval.schema import ReasonScore
 from pydantic import ValidationError
 
-from rag_loop.evaluation.judges.llm import JudgeReplyError, JudgeSettings, OpenAICompatibleJudge, checked_reply
+from rag_loop.evaluation.judges.llm import JudgeReplyError, LlmJudge, OpenAICompatibleModel, checked_reply
 from rag_loop.evaluation.regression import EvalSettings, run_regression
 from rag_loop.evaluation.runner import EvalError
+from rag_loop.evaluation.settings import LlmJudgeSettings
 from tests.helpers import DEMO_APP
 from tests.helpers.standin_openai import StandIn
 
@@ -24,8 +25,8 @@ def test_empty_or_out_of_range_judgements_are_refused(reply, schema, message):
 
 def test_only_validated_replies_are_cached():
     with StandIn() as server:
-        judge = OpenAICompatibleJudge(JudgeSettings(kind="openai-compatible", base_url=server.base_url,
-                                                    model="m", max_retries=0, timeout_seconds=5))
+        judge = OpenAICompatibleModel(LlmJudgeSettings(base_url=server.base_url, model="m", max_retries=0,
+                                                       timeout_seconds=5))
         judge.load_model()
         for bad, error in (("I think the claims are fine.", ValidationError),
                            ('{"claims": []}', JudgeReplyError)):
@@ -42,12 +43,12 @@ def test_only_validated_replies_are_cached():
 def test_a_run_that_cannot_be_trusted_is_blocked_and_never_a_baseline(small_release):  # noqa: F811
     goldens_dir, con = small_release
     with StandIn() as server:
-        judge = JudgeSettings(kind="openai-compatible", base_url=server.base_url, model="m",
-                              max_retries=0, timeout_seconds=5)
+        judge = LlmJudge(LlmJudgeSettings(base_url=server.base_url, model="m", max_retries=0,
+                                          timeout_seconds=5))
         good = run_regression(con, goldens_dir, judge, EvalSettings(**DEMO_APP))
         server.content = "no JSON today"
-        uncached = JudgeSettings(kind="openai-compatible", base_url=server.base_url, model="m2",
-                                 max_retries=0, timeout_seconds=5)
+        uncached = LlmJudge(LlmJudgeSettings(base_url=server.base_url, model="m2", max_retries=0,
+                                             timeout_seconds=5))
         with pytest.raises(EvalError, match="cannot be trusted"):
             run_regression(con, goldens_dir, uncached, EvalSettings(**DEMO_APP))
         server.content = None

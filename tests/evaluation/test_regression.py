@@ -10,7 +10,7 @@ from deepeval.test_case import LLMTestCase
 
 from rag_loop.evaluation.gates import Gate, evaluate_gates, summarize
 from rag_loop.evaluation.judges.evidence import Evidence, key_tokens, statements
-from rag_loop.evaluation.judges.llm import JudgeSettings
+from rag_loop.evaluation.judges.llm import LlmJudge
 from rag_loop.evaluation.judges.offline import (
     OfflineAnswerRelevancy,
     OfflineContextualPrecision,
@@ -18,10 +18,12 @@ from rag_loop.evaluation.judges.offline import (
     OfflineContextualRelevancy,
     OfflineCorrectness,
     OfflineFaithfulness,
+    OfflineJudge,
     average_precision,
 )
 from rag_loop.evaluation.regression import EvalSettings, run_regression
 from rag_loop.evaluation.runner import EvalError
+from rag_loop.evaluation.settings import LlmJudgeSettings
 from tests.helpers import DEMO_APP, demo_config, undeclared_tables
 from tests.helpers.standin_openai import StandIn
 
@@ -131,9 +133,9 @@ def test_deepeval_native_metrics_through_an_openai_compatible_endpoint(small_rel
     goldens_dir, con = small_release
     monkeypatch.setenv("STANDIN_KEY", "secret-123")
     with StandIn() as server:
-        judge = JudgeSettings(kind="openai-compatible", base_url=server.base_url, model="stand-in-judge",
-                              api_key_env="STANDIN_KEY", max_retries=0, timeout_seconds=5,
-                              input_cost_per_million=1.0, output_cost_per_million=2.0)
+        judge = LlmJudge(LlmJudgeSettings(base_url=server.base_url, model="stand-in-judge",
+                                          api_key_env="STANDIN_KEY", max_retries=0, timeout_seconds=5,
+                                          input_cost_per_million=1.0, output_cost_per_million=2.0))
         report = run_regression(con, goldens_dir, judge, EvalSettings(**DEMO_APP))
         calls = len(server.requests)
         again = run_regression(con, goldens_dir, judge, EvalSettings(**DEMO_APP))
@@ -159,8 +161,8 @@ def test_a_judge_outage_marks_cases_errored_never_passed(small_release, mode):
     goldens_dir, con = small_release
     with StandIn() as server:
         server.mode = mode
-        judge = JudgeSettings(kind="openai-compatible", base_url=server.base_url, model="m",
-                              max_retries=0, timeout_seconds=1)
+        judge = LlmJudge(LlmJudgeSettings(base_url=server.base_url, model="m", max_retries=0,
+                                          timeout_seconds=1))
         with pytest.raises(EvalError, match="cannot be trusted"):
             run_regression(con, goldens_dir, judge, EvalSettings(**DEMO_APP))
     stored = con.execute("SELECT count(*), count(*) FILTER (errored), count(*) FILTER (passed) "
@@ -176,7 +178,7 @@ def test_replay_scores_what_production_answered(small_release):
                 "('t0', now(), 'q', 'Full-time employees get 15 days of paid annual leave per year.')")
     con.execute("INSERT INTO trace_chunks (trace_id, doc_id, chunk_id, rank, selected, text) VALUES "
                 "('t0', 'leave', 'c1', 1, true, 'Full-time employees get 15 days of paid annual leave per year.')")
-    report = run_regression(con, goldens_dir, JudgeSettings(), EvalSettings(mode="replay", max_error_rate=1.0))
+    report = run_regression(con, goldens_dir, OfflineJudge(), EvalSettings(mode="replay", max_error_rate=1.0))
     results = con.execute("SELECT golden, metric, score, errored FROM eval_results WHERE run_id = ? "
                           "ORDER BY 1, 2", [report.run_id]).df()
     found = results[results["golden"] == "g0"].set_index("metric")["score"]
@@ -215,14 +217,14 @@ def test_demo_candidate_fails_a_gate_that_the_baseline_passes(demo_release):
     from dagster_duckdb import DuckDBResource
 
     from assets.evaluation import regression_eval
-    from assets.resources import JudgeResource, RagAppResource
+    from assets.resources import LocalEmbedderResource, OfflineJudgeResource, PythonRagAppResource
     root, paths = demo_release
 
     def evaluate(config):
         return materialize([regression_eval], raise_on_error=False, resources={
             "duckdb": DuckDBResource(database=str(root / "rag.duckdb")), "paths": paths,
-            "rag_app": RagAppResource(import_path=DEMO_APP["rag_app"], config={"config": config}),
-            "judge": JudgeResource()})
+            "rag_app": PythonRagAppResource(import_path=DEMO_APP["rag_app"], config={"config": config}),
+            "judge": OfflineJudgeResource(), "embedder": LocalEmbedderResource()})
 
     baseline, candidate = evaluate("baseline"), evaluate("candidate")
     assert baseline.success and not candidate.success

@@ -14,9 +14,6 @@ from rag_loop.demo.intents import INTENTS, paraphrase
 
 PROJECT = Path(__file__).resolve().parents[2]
 DEMO = PROJECT / "data" / "demo"
-# asset tests embed with hashed word and character n-grams: deterministic and model-free;
-# tests marked `slow` (and the end-to-end tests) use the bundled models
-FAKE_EMBEDDER_SPEC = {"default_model": "hashing", "language_models": {}, "fold_accents_for": ["vi"]}
 # the demo's system under test, as the demo's run config names it (data/demo/eval/)
 DEMO_APP = {"rag_app": "rag_loop.demo.rag_app:answer_for_eval", "rag_config": {"config": "baseline"}}
 
@@ -34,8 +31,10 @@ def demo_config(name: str) -> dict:
 
 
 def fake_embedder():
-    from assets.resources import EmbedderResource
-    return EmbedderResource(**FAKE_EMBEDDER_SPEC)
+    """Asset tests embed with hashed word and character n-grams: deterministic and model-free;
+    tests marked `slow` (and the end-to-end tests) use the bundled models."""
+    from tests.helpers.fakes import HashingEmbedderResource
+    return HashingEmbedderResource()
 
 
 def trace_line(trace_id: str, **fields) -> str:

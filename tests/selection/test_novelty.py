@@ -9,9 +9,8 @@ import pytest
 from rag_loop.demo.intents import INTENTS, paraphrase
 from rag_loop.selection.novelty import NoveltySettings, detect_novelty
 from rag_loop.store.tables import create_tables
-from rag_loop.vectors.embedding import HASHING
-from rag_loop.vectors.router import LanguageRouter
 from tests.helpers import query
+from tests.helpers.fakes import hashing_router
 
 START = datetime(2026, 11, 1, 8, tzinfo=UTC)
 
@@ -43,7 +42,7 @@ def traffic_db(con):
 
 def test_the_new_intents_first_day_is_novel_and_nothing_else(traffic_db):
     con, frame = traffic_db
-    router = LanguageRouter(HASHING)
+    router = hashing_router(fold_accents_for=())
     figures = detect_novelty(con, router, NoveltySettings())
     novel = con.execute("SELECT trace_id, day::VARCHAR AS day FROM trace_novelty WHERE novel").df()
     flagged = frame[frame["trace_id"].isin(novel["trace_id"])]
@@ -60,7 +59,7 @@ def test_the_new_intents_first_day_is_novel_and_nothing_else(traffic_db):
 
 def test_novelty_is_idempotent_and_never_looks_ahead(traffic_db):
     con, _ = traffic_db
-    router = LanguageRouter(HASHING)
+    router = hashing_router(fold_accents_for=())
     detect_novelty(con, router, NoveltySettings())
     first = con.execute("SELECT * FROM trace_novelty ORDER BY trace_id").fetchall()
     detect_novelty(con, router, NoveltySettings())
@@ -75,7 +74,7 @@ def test_novelty_is_idempotent_and_never_looks_ahead(traffic_db):
 def test_a_rerun_judges_only_the_new_day_and_agrees_with_judging_everything(con):
     create_tables(con)
     frame = _traffic(days=7, new_intent_day=5)
-    router = LanguageRouter(HASHING)
+    router = hashing_router(fold_accents_for=())
 
     def load(days):
         con.register("_rows", frame[frame["timestamp"].dt.day <= days].drop(columns="intent"))

@@ -5,9 +5,10 @@
 - Key tokens: numbers (with their unit-free digits: "15", "7.5", "90"), codes with a digit
   or a dash between capitals ("ERR-PAY-942", "MFA2"), and e-mail addresses. A claim whose key
   tokens are not all in the evidence is never supported: "12 days" is not "15 days".
-- Similarity: the larger of the cosine of the two texts' embeddings (all-MiniLM-L6-v2,
-  accents folded) and the share of content words found in the other text (the claim's words
-  in the evidence for support; the query's words in the statement for relevance).
+- Similarity: the larger of the cosine of the two texts' embeddings (the `embedder`
+  resource's default model, the bundled all-MiniLM-L6-v2 unless configured; accents folded)
+  and the share of content words found in the other text (the claim's words in the evidence
+  for support; the query's words in the statement for relevance).
 - A claim is *supported* by an evidence sentence when the key tokens match and similarity
   >= 0.6; a statement is *relevant* to a query when similarity >= 0.35.
 """
@@ -16,11 +17,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from functools import lru_cache
 
 import numpy as np
 
 from rag_loop.text import fold_accents
+from rag_loop.vectors.embedding import Embedder, bundled_embedder
 
 SUPPORT_SIMILARITY = 0.6
 RELEVANCE_SIMILARITY = 0.35
@@ -51,19 +52,19 @@ def content_words(text: str) -> set[str]:
 class Evidence:
     """Similarity, support and relevance between short texts, with an embedding cache."""
 
-    def __init__(self, embed=None):
-        self._embed = embed
+    def __init__(self, embedder: Embedder | None = None):
+        self.embedder = embedder or bundled_embedder()
         self._cache: dict[str, np.ndarray] = {}
 
     @property
     def model_id(self) -> str:
-        return "all-MiniLM-L6-v2" if self._embed is None else getattr(self._embed, "model_id", "custom")
+        return self.embedder.model_id
 
     def vectors(self, texts: Sequence[str]) -> np.ndarray:
         missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
         if missing:
-            embed = self._embed or _default_embedder()
-            for text, vector in zip(missing, embed.embed([fold_accents(t) for t in missing])):
+            for text, vector in zip(missing, self.embedder.embed([fold_accents(t) for t in missing]),
+                                    strict=True):
                 self._cache[text] = vector
         return np.stack([self._cache[t] for t in texts]) if texts else np.zeros((0, 1))
 
@@ -95,8 +96,3 @@ class Evidence:
         coverage = [len(wanted & content_words(t)) / len(wanted) if wanted else 0.0 for t in texts]
         return [bool(max(c, w) >= RELEVANCE_SIMILARITY) for c, w in zip(cosine, coverage)]
 
-
-@lru_cache(maxsize=1)
-def _default_embedder():
-    from rag_loop.vectors.embedding import SentenceTransformerEmbedder
-    return SentenceTransformerEmbedder()

@@ -1,6 +1,6 @@
-"""Judges: an OpenAI-compatible LLM behind DeepEval's own metrics, or the offline rules.
+"""The LLM judge: DeepEval's own metrics on an OpenAI-compatible endpoint.
 
-The LLM judge is a `DeepEvalBaseLLM` over any OpenAI-compatible chat endpoint (OpenAI,
+Its model is a `DeepEvalBaseLLM` over any OpenAI-compatible chat endpoint (OpenAI,
 Azure, Ollama, vLLM, llama.cpp server). Every call is cached by (model, schema, prompt) in
 `judge_cache`, so a rerun costs nothing; tokens and cost are counted per run. A call that
 fails or times out raises, so DeepEval marks the metric errored, never passed.
@@ -12,8 +12,7 @@ import asyncio
 import hashlib
 import json
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import duckdb
@@ -31,36 +30,15 @@ from deepeval.models.utils import EvaluationCost
 from deepeval.test_case import SingleTurnParams
 from pydantic import BaseModel
 
-from rag_loop.evaluation.judges.evidence import Evidence
-from rag_loop.evaluation.judges.offline import (
-    OFFLINE_JUDGE,
-    OFFLINE_THRESHOLDS,
-    OfflineAnswerRelevancy,
-    OfflineContextualPrecision,
-    OfflineContextualRecall,
-    OfflineContextualRelevancy,
-    OfflineCorrectness,
-    OfflineFaithfulness,
-)
-from rag_loop.evaluation.settings import CORRECTNESS, METRIC_NAMES, JudgeSettings  # noqa: F401
+from rag_loop.evaluation.judges.base import Judge, JudgeUsage
+from rag_loop.evaluation.settings import DEFAULT_GEVAL, METRIC_NAMES, OFFLINE_THRESHOLDS, LlmJudgeSettings
 from rag_loop.store.ddl import JUDGE_CACHE_DDL
 
 
-@dataclass
-class JudgeUsage:
-    """What a run's judge calls cost; cached answers count as hits and cost nothing."""
-
-    calls: int = 0
-    cache_hits: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_usd: float = 0.0
-
-
-class OpenAICompatibleJudge(DeepEvalBaseLLM):
+class OpenAICompatibleModel(DeepEvalBaseLLM):
     """DeepEval model over an OpenAI-compatible endpoint, with a response cache."""
 
-    def __init__(self, settings: JudgeSettings, cache: Mapping[str, tuple[str, int, int]] | None = None):
+    def __init__(self, settings: LlmJudgeSettings, cache: Mapping[str, tuple[str, int, int]] | None = None):
         self.settings = settings
         self.cache: dict[str, tuple[str, int, int]] = dict(cache or {})
         self.new_entries: dict[str, tuple[str, int, int]] = {}
@@ -164,7 +142,7 @@ def load_judge_cache(con: duckdb.DuckDBPyConnection, model: str) -> dict[str, tu
     return {k: (r, i, o) for k, r, i, o in rows}
 
 
-def save_judge_cache(con: duckdb.DuckDBPyConnection, judge: OpenAICompatibleJudge) -> None:
+def save_judge_cache(con: duckdb.DuckDBPyConnection, judge: OpenAICompatibleModel) -> None:
     con.execute(JUDGE_CACHE_DDL)
     if not judge.new_entries:
         return
@@ -174,49 +152,46 @@ def save_judge_cache(con: duckdb.DuckDBPyConnection, judge: OpenAICompatibleJudg
     judge.new_entries.clear()
 
 
-def build_metrics(settings: JudgeSettings, thresholds: Mapping[str, float | None],
-                  judge: OpenAICompatibleJudge | None = None,
-                  evidence: Evidence | None = None) -> list[BaseMetric]:
-    """One fresh metric object per name (metrics hold per-case state: build one set per case).
-
-    `thresholds` maps a metric name to its threshold; None keeps the metric for monitoring.
-    """
-    if settings.kind == "offline":
-        evidence = evidence or Evidence()
-        classes = {c.name: c for c in (OfflineFaithfulness, OfflineAnswerRelevancy,
-                                       OfflineContextualRecall, OfflineContextualPrecision,
-                                       OfflineContextualRelevancy)}
-        metrics = [classes[name](evidence, threshold=thresholds.get(name, OFFLINE_THRESHOLDS[name]))
-                   for name in METRIC_NAMES if name in thresholds]
-        return metrics + [OfflineCorrectness(evidence, threshold=spec.get("threshold", 0.5))
-                          for spec in settings.geval if spec["name"] == "Correctness"]
-    if settings.kind != "openai-compatible":
-        raise ValueError(f"unknown judge kind {settings.kind!r}: offline or openai-compatible")
-    native = {"Faithfulness": FaithfulnessMetric, "Answer Relevancy": AnswerRelevancyMetric,
-              "Contextual Recall": ContextualRecallMetric,
-              "Contextual Precision": ContextualPrecisionMetric,
-              "Contextual Relevancy": ContextualRelevancyMetric}
-    metrics: list[BaseMetric] = [
-        native[name](model=judge, threshold=thresholds.get(name, OFFLINE_THRESHOLDS[name]),
-                     async_mode=True,
-                     include_reason=True)
-        for name in METRIC_NAMES if name in thresholds]
-    for spec in settings.geval:
-        metrics.append(GEval(
-            name=spec["name"], model=judge, threshold=spec.get("threshold", 0.5),
-            criteria=spec.get("criteria"), evaluation_steps=spec.get("evaluation_steps"),
-            rubric=spec.get("rubric"),
-            evaluation_params=[SingleTurnParams(p) for p in spec.get(
-                "evaluation_params", ["input", "actual_output", "expected_output"])]))
-    return metrics
+NATIVE_METRICS = {"Faithfulness": FaithfulnessMetric, "Answer Relevancy": AnswerRelevancyMetric,
+                  "Contextual Recall": ContextualRecallMetric,
+                  "Contextual Precision": ContextualPrecisionMetric,
+                  "Contextual Relevancy": ContextualRelevancyMetric}
 
 
-def judge_description(settings: JudgeSettings, evidence: Evidence | None = None) -> dict[str, Any]:
-    """What identifies the instrument, recorded with every run (seed 000 §14)."""
-    if settings.kind == "offline":
-        skipped = [s["name"] for s in settings.geval if s["name"] != "Correctness"]
-        return {"kind": "offline", "model": f"{OFFLINE_JUDGE} ({(evidence or Evidence()).model_id})",
-                "geval": [s["name"] for s in settings.geval if s["name"] == "Correctness"],
-                "geval_skipped_offline": skipped}
-    return {"kind": settings.kind, "model": settings.model, "base_url": settings.base_url,
-            "geval": json.loads(json.dumps(list(settings.geval), default=str))}
+class LlmJudge(Judge):
+    """DeepEval's RAG metrics and GEval criteria, asked of an OpenAI-compatible model whose
+    replies are cached in `judge_cache` (a rerun costs nothing)."""
+
+    def __init__(self, settings: LlmJudgeSettings, geval: Sequence[Mapping[str, Any]] = DEFAULT_GEVAL):
+        self.settings, self.geval = settings, [dict(g) for g in geval]
+        self.model = OpenAICompatibleModel(settings)
+
+    @property
+    def usage(self) -> JudgeUsage:
+        return self.model.usage
+
+    def open(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.model.usage = JudgeUsage()
+        self.model.cache.update(load_judge_cache(con, self.settings.model))
+
+    def close(self, con: duckdb.DuckDBPyConnection) -> None:
+        save_judge_cache(con, self.model)
+
+    def metrics(self, thresholds: Mapping[str, float | None]) -> list[BaseMetric]:
+        metrics: list[BaseMetric] = [
+            NATIVE_METRICS[name](model=self.model, threshold=thresholds.get(name, OFFLINE_THRESHOLDS[name]),
+                                 async_mode=True, include_reason=True)
+            for name in METRIC_NAMES if name in thresholds]
+        for spec in self.geval:
+            metrics.append(GEval(
+                name=spec["name"], model=self.model, threshold=spec.get("threshold", 0.5),
+                criteria=spec.get("criteria"), evaluation_steps=spec.get("evaluation_steps"),
+                rubric=spec.get("rubric"),
+                evaluation_params=[SingleTurnParams(p) for p in spec.get(
+                    "evaluation_params", ["input", "actual_output", "expected_output"])]))
+        return metrics
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "openai-compatible", "model": self.settings.model,
+                "base_url": self.settings.base_url,
+                "geval": json.loads(json.dumps(self.geval, default=str))}

@@ -11,16 +11,25 @@ heuristic instrument for offline runs and CI, not an LLM judge. A GEval criterio
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 from deepeval.metrics import BaseMetric
 from deepeval.test_case import LLMTestCase, SingleTurnParams
 
-from rag_loop.evaluation.judges.evidence import Evidence, content_words, statements
+from rag_loop.evaluation.judges.base import Judge, JudgeUsage
+from rag_loop.evaluation.judges.evidence import (
+    RELEVANCE_SIMILARITY,
+    SUPPORT_SIMILARITY,
+    Evidence,
+    content_words,
+    statements,
+)
 from rag_loop.evaluation.judges.support import Context, faithfulness
-from rag_loop.evaluation.settings import OFFLINE_JUDGE, OFFLINE_THRESHOLDS  # noqa: F401
+from rag_loop.evaluation.settings import DEFAULT_GEVAL, METRIC_NAMES, OFFLINE_JUDGE, OFFLINE_THRESHOLDS
+from rag_loop.vectors.embedding import BUNDLED_MODEL_ID, Embedder
 
 # A claim counts as "supported" in the reason when its support reaches this (reason only).
 CLAIM_SUPPORTED = 0.5
@@ -32,7 +41,7 @@ _DEFAULT = object()
 
 @lru_cache(maxsize=1)
 def shared_evidence() -> Evidence:
-    """One Evidence (embedding cache) for every metric built without one."""
+    """One Evidence (embedding cache, the bundled model) for every metric built without one."""
     return Evidence()
 
 
@@ -71,8 +80,7 @@ class OfflineMetric(BaseMetric):
         self._evidence = evidence
         self.threshold = OFFLINE_THRESHOLDS.get(self.name, 0.5) if threshold is _DEFAULT else threshold
         self.include_reason = include_reason
-        self.evaluation_model = (f"{OFFLINE_JUDGE} ({evidence.model_id})" if evidence is not None
-                                 else f"{OFFLINE_JUDGE} (all-MiniLM-L6-v2)")
+        self.evaluation_model = f"{OFFLINE_JUDGE} ({evidence.model_id if evidence else BUNDLED_MODEL_ID})"
         self.async_mode = False
         self.strict_mode = False
         self.verbose_mode = False
@@ -207,3 +215,29 @@ class OfflineCorrectness(OfflineMetric):
 
 OFFLINE_METRICS = (OfflineFaithfulness, OfflineAnswerRelevancy, OfflineContextualRecall,
                    OfflineContextualPrecision, OfflineContextualRelevancy, OfflineCorrectness)
+
+
+class OfflineJudge(Judge):
+    """The offline instrument: no key, no network, deterministic; relevancy metrics embed with
+    `embedder` (the embedder resource's default model). A GEval criterion other than
+    "Correctness" has no offline stand-in and is listed as skipped."""
+
+    def __init__(self, embedder: Embedder | None = None, geval: Sequence[Mapping[str, Any]] = DEFAULT_GEVAL):
+        self.evidence = Evidence(embedder)
+        self.geval = [dict(g) for g in geval]
+        self.usage = JudgeUsage()
+
+    def metrics(self, thresholds: Mapping[str, float | None]) -> list[BaseMetric]:
+        classes = {c.name: c for c in OFFLINE_METRICS}
+        metrics: list[BaseMetric] = [
+            classes[name](self.evidence, threshold=thresholds.get(name, OFFLINE_THRESHOLDS[name]))
+            for name in METRIC_NAMES if name in thresholds]
+        return metrics + [OfflineCorrectness(self.evidence, threshold=spec.get("threshold", 0.5))
+                          for spec in self.geval if spec["name"] == "Correctness"]
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "offline", "model": f"{OFFLINE_JUDGE} ({self.evidence.model_id})",
+                "geval": [s["name"] for s in self.geval if s["name"] == "Correctness"],
+                "geval_skipped_offline": [s["name"] for s in self.geval if s["name"] != "Correctness"],
+                "rules": {"support_similarity": SUPPORT_SIMILARITY,
+                          "relevance_similarity": RELEVANCE_SIMILARITY}}

@@ -1,0 +1,47 @@
+"""What every judge is: it builds fresh DeepEval metrics for a case, says what it is (recorded
+with every run, seed 000 §14), and counts what its calls cost."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import duckdb
+
+if TYPE_CHECKING:
+    from deepeval.metrics import BaseMetric
+
+
+@dataclass
+class JudgeUsage:
+    """What a run's judge calls cost; cached answers count as hits and cost nothing."""
+
+    calls: int = 0
+    cache_hits: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+
+
+class Judge(ABC):
+    """An instrument that scores cases; `metrics` is called once per case (metrics hold
+    per-case state)."""
+
+    usage: JudgeUsage
+
+    @abstractmethod
+    def metrics(self, thresholds: Mapping[str, float | None]) -> list[BaseMetric]:
+        """One fresh metric per configured name; a None threshold keeps it for monitoring."""
+
+    @abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """What identifies the instrument: kind, model, criteria (its `model` keys calibrations)."""
+
+    def open(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Start a run: its usage counts from zero; load what the judge keeps between runs."""
+        self.usage = JudgeUsage()
+
+    def close(self, con: duckdb.DuckDBPyConnection) -> None:  # noqa: B027
+        """Store what the judge keeps between runs."""
