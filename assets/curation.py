@@ -51,21 +51,21 @@ class QueueConfig(Config):
 def curation_queue(context: AssetExecutionContext, config: QueueConfig, duckdb: DuckDBResource,
                    embedder: EmbedderResource, paths: RagLoopPaths) -> MaterializeResult:
     with duckdb.get_connection() as con:
-        figures = build_curation_queue(con, embedder.router(), QueueSettings(**config.model_dump()),
+        report = build_curation_queue(con, embedder.router(), QueueSettings(**config.model_dump()),
                                        Path(paths.curation_dir) / "queue", Path(paths.goldens_dir),
                                        log=context.log.info)
         preview = con.sql("SELECT priority, language, input, cluster_label, cluster_weight, "
                           "suggested_failure_type FROM curation_queue LIMIT 15").df() \
-            if figures["queued"] else None
+            if report.queued else None
     metadata = {
-        "dagster/row_count": figures["queued"], "covered_by_goldens": figures["covered_by_goldens"],
-        "batch": figures["batch"],
-        **{f"priority_{k}": int(v) for k, v in figures["by_priority"].items()},
-        **{f"suggested_{k}": int(v) for k, v in figures["by_suggested_failure_type"].items()},
+        "dagster/row_count": report.queued, "covered_by_goldens": report.covered_by_goldens,
+        "batch": report.batch,
+        **{f"priority_{k}": int(v) for k, v in report.by_priority.items()},
+        **{f"suggested_{k}": int(v) for k, v in report.by_suggested_failure_type.items()},
     }
-    if figures["files"]:
-        metadata["queue_file"] = MetadataValue.path(figures["files"][0])
-        metadata["queue_csv"] = MetadataValue.path(figures["files"][1])
+    if report.files:
+        metadata["queue_file"] = MetadataValue.path(report.files[0])
+        metadata["queue_csv"] = MetadataValue.path(report.files[1])
     if preview is not None:
         metadata["preview"] = MetadataValue.md(preview.to_markdown(index=False))
     return MaterializeResult(metadata=metadata)

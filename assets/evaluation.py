@@ -171,17 +171,17 @@ def judge_calibration(duckdb: DuckDBResource) -> MaterializeResult:
     from rag_loop.evaluation.calibration import curator_agreement  # imports DeepEval
     with duckdb.get_connection() as con:
         comparisons = curator_agreement(con, DEFAULT_THRESHOLDS["Faithfulness"])
-    weak = [c for c in comparisons if c["n"] >= AGREEMENT_MIN_N and c["kappa"] is not None
-            and c["kappa"] < AGREEMENT_MIN_KAPPA]
-    table = pd.DataFrame([{k: c[k] for k in ("comparison", "n", "kappa", "agreement")}
+    weak = [c for c in comparisons if c.n >= AGREEMENT_MIN_N and c.kappa is not None
+            and c.kappa < AGREEMENT_MIN_KAPPA]
+    table = pd.DataFrame([{"comparison": c.comparison, "n": c.n, "kappa": c.kappa, "agreement": c.agreement}
                           for c in comparisons])
     return MaterializeResult(
         metadata={"dagster/row_count": len(comparisons),
                   "agreement": MetadataValue.md(table.to_markdown(index=False)),
-                  **{f"kappa_{i}": c["kappa"] for i, c in enumerate(comparisons) if c["kappa"] is not None}},
+                  **{f"kappa_{i}": c.kappa for i, c in enumerate(comparisons) if c.kappa is not None}},
         check_results=[AssetCheckResult(
             check_name="curator_agreement", passed=not weak, severity=AssetCheckSeverity.WARN,
-            metadata={"weak": MetadataValue.json([c["comparison"] for c in weak])})])
+            metadata={"weak": MetadataValue.json([c.comparison for c in weak])})])
 
 
 regression_eval_job = define_asset_job(

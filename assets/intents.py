@@ -30,12 +30,12 @@ _CLUSTER_DEFAULTS = ClusterSettings()
 def query_embeddings(context: AssetExecutionContext, duckdb: DuckDBResource,
                      embedder: EmbedderResource) -> MaterializeResult:
     with duckdb.get_connection() as con:
-        figures = embed_candidates(con, embedder.router(), log=context.log.info)
+        report = embed_candidates(con, embedder.router(), log=context.log.info)
         preview = con.sql("SELECT language, model_id, count(*) AS queries, count(DISTINCT text_hash) "
                           "AS distinct_texts FROM query_embeddings GROUP BY ALL ORDER BY 1").df()
-    on_default = MetadataValue.json(figures.pop("languages_on_default_model"))
-    return MaterializeResult(metadata={"dagster/row_count": figures.pop("traces"), **figures,
-                                       "languages_on_default_model": on_default,
+    return MaterializeResult(metadata={"dagster/row_count": report.traces, **report.figures(),
+                                       "languages_on_default_model":
+                                           MetadataValue.json(report.languages_on_default_model),
                                        "preview": MetadataValue.md(preview.to_markdown(index=False))})
 
 
@@ -62,14 +62,14 @@ def intent_clusters(context: AssetExecutionContext, config: ClusterConfig,
                     duckdb: DuckDBResource) -> MaterializeResult:
     settings = ClusterSettings(**config.model_dump())
     with duckdb.get_connection() as con:
-        figures = cluster_intents(con, settings, log=context.log.info)
+        report = cluster_intents(con, settings, log=context.log.info)
         top = con.sql("SELECT cluster_id, language, size, round(weight, 1) AS weight, label, "
                       "medoid_query, is_new FROM intent_clusters WHERE NOT is_singleton "
                       "ORDER BY weight DESC LIMIT 15").df()
     chart = plots.bars({f"{r.cluster_id} {r.label}": r.weight for r in top.itertuples()},
                        "Largest intent clusters", "weight (production traces, Σ 1/π)")
     return MaterializeResult(metadata={
-        "dagster/row_count": figures["clusters"] + figures["singletons"], **figures,
+        "dagster/row_count": report.clusters + report.singletons, **report.figures(),
         "cluster_sizes": MetadataValue.md(plots.markdown_image(chart, "cluster sizes")),
         "largest_clusters": MetadataValue.md(top.to_markdown(index=False))})
 

@@ -75,18 +75,18 @@ class NoveltyConfig(Config):
 def trace_novelty(context: AssetExecutionContext, config: NoveltyConfig, duckdb: DuckDBResource,
                   embedder: EmbedderResource) -> MaterializeResult:
     with duckdb.get_connection() as con:
-        figures = detect_novelty(con, embedder.router(), NoveltySettings(**config.model_dump()),
+        report = detect_novelty(con, embedder.router(), NoveltySettings(**config.model_dump()),
                                  log=context.log.info)
         preview = con.sql("SELECT n.day, n.language, n.cluster_size, t.original_query FROM "
                           "trace_novelty n JOIN raw_traces t USING (trace_id) WHERE n.novel "
                           "ORDER BY n.day DESC, n.cluster_size DESC, n.trace_id LIMIT 15").df()
     return MaterializeResult(metadata={
-        "dagster/row_count": figures["judged"], "novel": figures["novel"],
-        "sampled": figures["sampled"],
-        "days_judged": figures["days_judged"],
-        "days_judged_this_run": figures["days_judged_this_run"],
-        "days_without_history": ", ".join(figures["days_without_history"]) or "none",
-        "novel_per_day": MetadataValue.json(figures["novel_per_day"]),
+        "dagster/row_count": report.judged, "novel": report.novel,
+        "sampled": report.sampled,
+        "days_judged": report.days_judged,
+        "days_judged_this_run": report.days_judged_this_run,
+        "days_without_history": ", ".join(report.days_without_history) or "none",
+        "novel_per_day": MetadataValue.json(report.novel_per_day),
         "preview": MetadataValue.md(preview.to_markdown(index=False))})
 
 

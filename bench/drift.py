@@ -96,7 +96,7 @@ def main() -> None:
             timings[name] = time.perf_counter() - start
     total = sum(timings.values())
     print(f"{args.traces:,} traces over {len(days)} days; partition {day} has {per_day:,} traces "
-          f"(baseline window 7 days); {clusters['clusters']} intent clusters of the candidates")
+          f"(baseline window 7 days); {clusters.clusters} intent clusters of the candidates")
     if bare:
         print(f"bare read_json of the ingestion bench's {args.traces:,}-trace file: {bare:.2f} s (reference)")
     for name, seconds in timings.items():

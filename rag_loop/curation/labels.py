@@ -1,9 +1,9 @@
 """Curator labels: validation row by row, storage that never loses what a curator wrote.
 
 A label file (JSONL or CSV, rows shaped like the curation queue) is read once; its valid rows
-land in `curated_labels`, its invalid rows in `label_errors` with every problem listed. A
-relabel of a trace supersedes the earlier label (latest `labeled_at`, then the later file and
-line); both rows are kept.
+land in `curated_labels`, its invalid rows in `label_errors` with every problem listed (a row
+is validated by the pydantic model `LabelRow`). A relabel of a trace supersedes the earlier
+label (latest `labeled_at`, then the later file and line); both rows are kept.
 """
 
 from __future__ import annotations
@@ -11,20 +11,24 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, NoReturn, get_args
 
 import duckdb
 import pandas as pd
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo
+from pydantic_core import PydanticCustomError
 
 from rag_loop.curation.queue_files import read_queue
 from rag_loop.logs import Log, quiet
 from rag_loop.schema import FailureType, Origin
 from rag_loop.store.ddl import LABELS_DDL
 
-DECISIONS = ("accept", "reject", "skip")
+Decision = Literal["accept", "reject", "skip"]
+DECISIONS: tuple[str, ...] = get_args(Decision)
 EARLIEST_LABEL = pd.Timestamp("2000-01-01", tz="UTC")
 MAX_TAG_CHARS = 40
 LABEL_SUFFIXES = (".jsonl", ".csv")
@@ -68,121 +72,119 @@ def check_source(source: str, known: KnownSources) -> tuple[str | None, str | No
     return None, None
 
 
-def check_label(row: dict[str, Any], known: KnownSources, traces: set[str]) -> CheckedLabel:
-    """Validate one curator row; the values come back normalized (lists, stripped text)."""
-    values: dict[str, Any] = {}
-    checked = CheckedLabel(values)
-    if "_unparsable" in row:
-        checked.values.update(trace_id="", decision="")
-        checked.errors.append(row["_unparsable"])
-        return checked
-    for key in ("input", "curator", "cluster_id", "priority"):
-        values[key] = _text(row.get(key), key, checked)
-    values["cluster_weight"] = _number(row.get("cluster_weight"), "cluster_weight", checked)
-    values["suggested_failure_type"] = _text(row.get("suggested_failure_type"),
-                                             "suggested_failure_type", checked)
-    values["judge_score"] = _number(row.get("judge_score"), "judge_score", checked)
-    trace_id = _text(row.get("trace_id"), "trace_id", checked)
-    values["trace_id"] = trace_id
-    if not trace_id:
-        checked.errors.append("trace_id: missing")
-    elif trace_id not in traces:
-        checked.errors.append(f"trace_id: unknown trace {trace_id!r}")
-    decision = _text(row.get("decision"), "decision", checked).lower()
-    values["decision"] = decision
-    if decision not in DECISIONS:
-        checked.errors.append(f"decision: {decision!r} is not one of {', '.join(DECISIONS)}")
-    for key in ("expected_output", "origin", "failure_type"):
-        values[key] = _text(row.get(key), key, checked)
-    values["expected_sources"] = _string_list(row.get("expected_sources"), "expected_sources", checked)
-    values["tags"] = _string_list(row.get("tags"), "tags", checked)
-    values["source_trace_ids"] = _string_list(row.get("variant_trace_ids"), "variant_trace_ids",
-                                              checked) or [trace_id]
-    values["labeled_at"] = _timestamp(row.get("labeled_at"), checked)
-    if decision == "accept":
-        if not values["expected_output"]:
-            checked.errors.append("expected_output: required to accept")
-        if values["origin"] not in {o.value for o in Origin}:
-            checked.errors.append(f"origin: {values['origin']!r} is not one of "
-                                  f"{', '.join(o.value for o in Origin)}")
-        if values["failure_type"] not in {f.value for f in FailureType}:
-            checked.errors.append(f"failure_type: {values['failure_type']!r} is not one of "
-                                  f"{', '.join(f.value for f in FailureType)}")
-        for source in values["expected_sources"]:
-            error, warning = check_source(source, known)
-            checked.errors += [error] if error else []
-            checked.warnings += [warning] if warning else []
-        for tag in values["tags"]:
-            if len(tag) > MAX_TAG_CHARS or "\n" in tag:
-                checked.errors.append(f"tags: {tag[:50]!r} is not a short tag (≤ {MAX_TAG_CHARS} chars)")
-    return checked
+def _fail(message: str) -> NoReturn:
+    """A validation error in our words (not a template: a user's text may hold braces)."""
+    raise PydanticCustomError("label", message)
 
 
-def _string_list(value: Any, name: str, checked: CheckedLabel) -> list[str]:
-    if value is None or value == "":
-        return []
+def _text(value: Any) -> str:
+    """Text, stripped; None is empty. A number, list or dict is an error, never its repr."""
+    if value is not None and not isinstance(value, str):
+        _fail(f"must be text, not {type(value).__name__}")
+    return (value or "").strip()
+
+
+def _string_list(value: Any) -> list[str]:
+    """Non-empty stripped strings from a list, a JSON list text or a comma-separated text."""
     if isinstance(value, str):
-        text = value.strip()
-        if text.startswith("["):
-            try:
-                value = json.loads(text)
-            except json.JSONDecodeError:
-                checked.errors.append(f"{name}: not a JSON list")
-                return []
-        else:
-            value = [part for part in text.split(",")]
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        checked.errors.append(f"{name}: must be a list of strings")
-        return []
-    return [v.strip() for v in value if v.strip()]
+        try:
+            value = json.loads(value) if value.strip().startswith("[") else value.split(",")
+        except (ValueError, RecursionError):
+            _fail("not a JSON list")
+    if value is not None and (not isinstance(value, list) or not all(isinstance(v, str) for v in value)):
+        _fail("must be a list of strings")
+    return [v.strip() for v in value or [] if v.strip()]
 
 
-def _text(value: Any, name: str, checked: CheckedLabel) -> str:
-    """A text field, stripped; anything but text (a list, a number...) is an error."""
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        checked.errors.append(f"{name}: must be text, not {type(value).__name__}")
-        return ""
-    return value.strip()
-
-
-def _number(value: Any, name: str, checked: CheckedLabel) -> float | None:
-    """A finite, non-negative number (or a text that is one); empty is None."""
+def _number(value: Any) -> float | None:
+    """A finite, non-negative number, or a text that is one; empty is None, a boolean no number."""
     if value is None or value == "":
         return None
     try:
-        if isinstance(value, bool):
-            raise TypeError
-        number = float(value)
-    except (TypeError, ValueError):
-        checked.errors.append(f"{name}: {str(value)[:50]!r} is not a number")
-        return None
-    if not math.isfinite(number) or number < 0:
-        checked.errors.append(f"{name}: {number} is not a finite, non-negative number")
-        return None
-    return number
+        number = float(str(value) if isinstance(value, bool) else value)  # float("True") fails
+    except (TypeError, ValueError, OverflowError):
+        _fail(f"{str(value)[:50]!r} is not a number")
+    return number if math.isfinite(number) and number >= 0 else _fail(f"{number} is not a finite, non-negative number")
 
 
-def _timestamp(value: Any, checked: CheckedLabel) -> datetime | None:
-    """An ISO 8601 text timestamp within [EARLIEST_LABEL, now + a day of clock skew]."""
-    if value in (None, ""):
+def _timestamp(value: Any) -> datetime | None:
+    """An ISO 8601 text in [EARLIEST_LABEL, now + a day of clock skew], as UTC; empty is None."""
+    if value is None or value == "":
         return None  # the file's time is used
     if not isinstance(value, str):
-        checked.errors.append(f"labeled_at: {value!r} is not an ISO 8601 timestamp text")
-        return None
+        _fail(f"{value!r} is not an ISO 8601 timestamp text")
     try:
         parsed = pd.Timestamp(value)
         parsed = parsed.tz_localize("UTC") if parsed.tzinfo is None else parsed.tz_convert("UTC")
     except (ValueError, TypeError, OverflowError):
-        checked.errors.append(f"labeled_at: {value[:50]!r} is not a timestamp")
-        return None
-    latest = pd.Timestamp.now(tz="UTC") + pd.Timedelta(days=1)
-    if pd.isna(parsed) or not EARLIEST_LABEL <= parsed <= latest:
-        checked.errors.append(f"labeled_at: {value[:50]!r} is not between {EARLIEST_LABEL.date()} "
-                              "and now")
-        return None
+        _fail(f"{value[:50]!r} is not a timestamp")
+    if pd.isna(parsed) or not EARLIEST_LABEL <= parsed <= pd.Timestamp.now(tz="UTC") + pd.Timedelta(days=1):
+        _fail(f"{value[:50]!r} is not between {EARLIEST_LABEL.date()} and now")
     return parsed.to_pydatetime()
+
+
+def _one_of(value: str, choices: Iterable[str]) -> str:
+    """`value` if it is one of `choices` (StrEnum members are their values), else today's error."""
+    return value if value in tuple(choices) else _fail(f"{value!r} is not one of {', '.join(choices)}")
+
+
+def _known_source(source: str, info: ValidationInfo) -> str:
+    """An expected source must exist; an older version is a warning (into the context)."""
+    error, warning = check_source(source, info.context["known"])
+    info.context["warnings"] += [warning] if warning else []
+    return _fail(error.removeprefix("expected_sources: ")) if error else source
+
+
+def _if_accepted(check: Callable[[Any, ValidationInfo], Any]) -> AfterValidator:
+    """An accept rule: a reject or skip needs no expectation, an invalid decision checks none."""
+    return AfterValidator(lambda value, info: check(value, info) if info.data.get("decision") == "accept" else value)
+
+
+Text = Annotated[str, BeforeValidator(_text)]
+Number = Annotated[float | None, BeforeValidator(_number)]
+KnownTrace = AfterValidator(lambda trace_id, info: trace_id if trace_id and trace_id in info.context["traces"]
+                            else _fail(f"unknown trace {trace_id!r}" if trace_id else "missing"))
+ShortTag = _if_accepted(lambda tag, _: tag if len(tag) <= MAX_TAG_CHARS and "\n" not in tag
+                        else _fail(f"{tag[:50]!r} is not a short tag (≤ {MAX_TAG_CHARS} chars)"))
+
+
+class LabelRow(BaseModel):
+    """One curator row, normalized, every field's error collected. Fields validate in order, so the
+    accept rules see a valid `decision` in `info.data`. Context: known, traces (ids), warnings (a list)."""
+
+    model_config = ConfigDict(validate_default=True)  # an absent trace_id or decision is an error
+
+    input: Text = ""
+    curator: Text = ""
+    cluster_id: Text = ""
+    priority: Text = ""
+    cluster_weight: Number = None
+    suggested_failure_type: Text = ""
+    judge_score: Number = None
+    trace_id: Annotated[Text, KnownTrace] = ""
+    decision: Annotated[Decision, BeforeValidator(lambda value: _one_of(_text(value).lower(), DECISIONS))] = Field("")
+    expected_output: Annotated[Text, _if_accepted(lambda text, _: text or _fail("required to accept"))] = ""
+    origin: Annotated[Text, _if_accepted(lambda text, _: _one_of(text, Origin))] = ""
+    failure_type: Annotated[Text, _if_accepted(lambda text, _: _one_of(text, FailureType))] = ""
+    expected_sources: Annotated[list[Annotated[str, _if_accepted(_known_source)]], BeforeValidator(_string_list)] = []
+    tags: Annotated[list[Annotated[str, ShortTag]], BeforeValidator(_string_list)] = []
+    source_trace_ids: Annotated[list[str], BeforeValidator(_string_list), AfterValidator(  # else the row's own trace
+        lambda ids, info: ids or [info.data.get("trace_id", "")])] = Field([], validation_alias="variant_trace_ids")
+    labeled_at: Annotated[datetime | None, BeforeValidator(_timestamp)] = None
+
+
+def check_label(row: dict[str, Any], known: KnownSources, traces: set[str]) -> CheckedLabel:
+    """Validate one curator row with `LabelRow`: normalized values, or every error as `field: message`."""
+    if "_unparsable" in row:
+        return CheckedLabel({"trace_id": "", "decision": ""}, [row["_unparsable"]])
+    warnings: list[str] = []
+    try:
+        label = LabelRow.model_validate(row, context={"known": known, "traces": traces, "warnings": warnings})
+    except ValidationError as invalid:
+        trace_id = row.get("trace_id")  # an invalid row's values are empty but for its trace_id
+        values = LabelRow.model_construct(trace_id=trace_id.strip() if isinstance(trace_id, str) else "").model_dump()
+        return CheckedLabel(values, [f"{e['loc'][0]}: {e['msg']}" for e in invalid.errors()], warnings)
+    return CheckedLabel(label.model_dump(), [], warnings)
 
 
 @dataclass
@@ -257,8 +259,10 @@ def _read_rows(path: Path) -> list[tuple[int, dict]]:
             row = json.loads(raw.decode("utf-8-sig" if line_no == 1 else "utf-8"))
         except UnicodeDecodeError as error:
             row = {"_unparsable": f"not UTF-8 (byte {error.start})"}
-        except (json.JSONDecodeError, RecursionError) as error:
-            row = {"_unparsable": f"invalid JSON: {getattr(error, 'msg', 'nested too deeply')}"}
+        except RecursionError:
+            row = {"_unparsable": "invalid JSON: nested too deeply"}
+        except ValueError as error:  # a JSONDecodeError, or an integer of more than 4300 digits
+            row = {"_unparsable": f"invalid JSON: {getattr(error, 'msg', 'a number too long')}"}
         rows.append((line_no, row if isinstance(row, dict) else {"_unparsable": "not an object"}))
     return rows
 
@@ -288,5 +292,5 @@ def label_summary(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
                count(*) FILTER (decision = 'accept'), count(*) FILTER (decision = 'reject'),
                count(*) FILTER (decision = 'skip') FROM current_labels""").fetchall()[0]
     return dict(zip(("labels", "rejected_rows", "current_accept", "current_reject",
-                     "current_skip"), row))
+                     "current_skip"), row, strict=True))
 

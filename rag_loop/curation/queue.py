@@ -3,6 +3,8 @@ covered left out, suggestions pre-filled, in priority order, exported for curato
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -25,9 +27,21 @@ from rag_loop.vectors.clustering import (
 from rag_loop.vectors.router import LanguageRouter
 
 
+@dataclass
+class QueueReport:
+    """What `build_curation_queue` queued and exported."""
+
+    queued: int
+    covered_by_goldens: int  # representatives a released golden already covers
+    batch: str
+    files: list[str]  # the JSONL and CSV exports, when anything was queued
+    by_priority: dict[str, int]
+    by_suggested_failure_type: dict[str, int]
+
+
 def build_curation_queue(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
                          settings: QueueSettings, queue_dir: Path, goldens_dir: Path,
-                         log: Log = quiet) -> dict[str, object]:
+                         log: Log = quiet) -> QueueReport:
     """(Re)build `curation_queue` from the clusters and export it as `<batch>.jsonl` / `.csv`.
 
     Representatives already covered by the newest golden release are counted, not queued.
@@ -66,10 +80,12 @@ def build_curation_queue(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
     paths = export_queue(rows, queue_dir, batch) if rows else ()
     replace_table(con, "curation_queue", pd.DataFrame(rows) if rows else pd.DataFrame(
         {"trace_id": pd.Series(dtype=str), "batch": pd.Series(dtype=str)}))
-    by = lambda key: dict(pd.Series([r[key] for r in rows]).value_counts().sort_index())
-    return {"queued": len(rows), "covered_by_goldens": covered, "batch": batch,
-            "files": [str(p) for p in paths], "by_priority": by("priority") if rows else {},
-            "by_suggested_failure_type": by("suggested_failure_type") if rows else {}}
+    return QueueReport(len(rows), covered, batch, [str(p) for p in paths], _counts(rows, "priority"),
+                       _counts(rows, "suggested_failure_type"))
+
+
+def _counts(rows: list[dict], key: str) -> dict[str, int]:
+    return dict(sorted(Counter(r[key] for r in rows).items()))
 
 
 def _clustering_from_tables(trace_ids: list[str], vectors: np.ndarray, assigned: dict[str, str],

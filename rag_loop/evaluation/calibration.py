@@ -245,8 +245,19 @@ def run_calibration(con: duckdb.DuckDBPyConnection | None, path: Path, judge: Ju
 
 
 
-def curator_agreement(con: duckdb.DuckDBPyConnection,
-                      threshold: float) -> list[dict[str, Any]]:
+@dataclass
+class Agreement:
+    """Curators against one thing they were shown: n, Cohen's kappa (None when undefined),
+    the share agreeing, and the confusion (curator value -> other value -> count)."""
+
+    comparison: str
+    n: int
+    kappa: float | None
+    agreement: float | None
+    confusion: dict[str, dict[str, int]]
+
+
+def curator_agreement(con: duckdb.DuckDBPyConnection, threshold: float) -> list[Agreement]:
     """Curators against what they were shown, from the current accepted labels:
     failure_type against the queue's suggestion, and "the answer was generated wrong"
     (failure_type generation) against the judge's verdict (score < threshold) where the
@@ -265,13 +276,11 @@ def curator_agreement(con: duckdb.DuckDBPyConnection,
                                   (judged["judge_score"] < threshold).tolist()))
     con.execute(AGREEMENT_DDL)
     con.executemany("INSERT INTO judge_agreement VALUES (?, ?, ?, ?, ?, now())",
-                    [(c["comparison"], c["n"], c["kappa"], c["agreement"], json.dumps(c["confusion"]))
-                     for c in comparisons])
+                    [(c.comparison, c.n, c.kappa, c.agreement, json.dumps(c.confusion)) for c in comparisons])
     return comparisons
 
 
-def _agreement(name: str, curator: list, other: list) -> dict[str, Any]:
-    """n, Cohen's kappa, share agreeing and the confusion (curator value -> other -> count)."""
+def _agreement(name: str, curator: list, other: list) -> Agreement:
     confusion: dict[str, dict[str, int]] = {}
     for mine, theirs in zip(curator, other):
         confusion.setdefault(str(mine), {}).setdefault(str(theirs), 0)
@@ -281,5 +290,4 @@ def _agreement(name: str, curator: list, other: list) -> dict[str, Any]:
     if kappa is not None and np.isnan(kappa):
         kappa = None
     agreement = sum(a == b for a, b in zip(curator, other)) / n if n else None
-    return {"comparison": name, "n": n, "kappa": kappa, "agreement": agreement,
-            "confusion": confusion}
+    return Agreement(name, n, kappa, agreement, confusion)

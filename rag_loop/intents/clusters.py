@@ -4,6 +4,7 @@ ids that stay stable across runs (a cluster keeps the id of the one it continues
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 
 import duckdb
 import numpy as np
@@ -24,8 +25,23 @@ from rag_loop.vectors.clustering import (
 )
 
 
+@dataclass
+class ClusteringReport:
+    """How many intent clusters and singletons `cluster_intents` found."""
+
+    clusters: int = 0
+    singletons: int = 0
+    new_clusters: int = 0  # not continuing a cluster of the previous run
+    by_language: dict[str, int] = field(default_factory=dict)  # language -> clusters
+
+    def figures(self) -> dict[str, int]:
+        """Flat figures for metadata (clusters_<language> per language)."""
+        return {"clusters": self.clusters, "singletons": self.singletons, "new_clusters": self.new_clusters,
+                **{f"clusters_{k}": v for k, v in self.by_language.items()}}
+
+
 def cluster_intents(con: duckdb.DuckDBPyConnection, settings: ClusterSettings,
-                    log: Log = quiet) -> dict[str, object]:
+                    log: Log = quiet) -> ClusteringReport:
     """(Re)build `intent_clusters` (clusters and singletons) and `trace_clusters` per language.
 
     A cluster keeps the id of the previous run's cluster it continues (matched on centroids);
@@ -70,12 +86,11 @@ def cluster_intents(con: duckdb.DuckDBPyConnection, settings: ClusterSettings,
     replace_table(con, "trace_clusters", pd.concat(assignments, ignore_index=True) if assignments
                    else pd.DataFrame(columns=["trace_id", "language", "cluster_id", "similarity"]))
     if clusters.empty:
-        return {"clusters": 0, "singletons": 0, "new_clusters": 0}
+        return ClusteringReport()
     real = clusters[~clusters["is_singleton"]]
-    return {"clusters": len(real), "singletons": int(clusters["is_singleton"].sum()),
-            "new_clusters": int(real["is_new"].eq(True).sum()),
-            **{f"clusters_{lang}": int((real["language"] == lang).sum())
-               for lang in sorted(clusters["language"].unique())}}
+    return ClusteringReport(len(real), int(clusters["is_singleton"].sum()), int(real["is_new"].eq(True).sum()),
+                            {lang: int((real["language"] == lang).sum())
+                             for lang in sorted(clusters["language"].unique())})
 
 
 def _previous_clusters(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:

@@ -92,12 +92,24 @@ def _stored_samples(con: duckdb.DuckDBPyConnection, fingerprint: str) -> dict[tu
     return {(day, language): frozenset(ids) for day, language, ids in rows}
 
 
+@dataclass
+class NoveltyReport:
+    """What `detect_novelty` judged: queries, days, and the novel ones per day."""
+
+    novel: int
+    judged: int  # rows of trace_novelty
+    sampled: int  # queries sampled from the traffic
+    days_judged: int
+    days_judged_this_run: int  # days whose sample changed (all, when the settings did)
+    days_without_history: list[str]  # too early to judge: everything would be new
+    novel_per_day: dict[str, int]
+
+
 def detect_novelty(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
-                   settings: NoveltySettings, log: Log = quiet) -> dict[str, object]:
+                   settings: NoveltySettings, log: Log = quiet) -> NoveltyReport:
     """Bring `trace_novelty` up to date: every sampled query of a day with enough history,
     `novel` when it falls in a new intent (then `rate` is the stream rate and `cluster_size`
-    the new cluster's size, else 0). Days whose sample is unchanged keep their judgement.
-    Returns figures for metadata."""
+    the new cluster's size, else 0). Days whose sample is unchanged keep their judgement."""
     con.execute(NOVELTY_DDL)
     fingerprint = settings.fingerprint()
     stored = _stored_samples(con, fingerprint)
@@ -132,12 +144,12 @@ def detect_novelty(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
     _store(con, rows, changed, judged)
     per_day = con.execute(f"SELECT day, count(*) FROM {TABLE} WHERE novel GROUP BY 1 "
                           "ORDER BY 1").fetchall()
-    return {"novel": sum(n for _, n in per_day),
-            "judged": con.execute(f"SELECT count(*) FROM {TABLE}").fetchall()[0][0],
-            "sampled": len(traffic), "days_judged": len({day for day, _ in judged}),
-            "days_judged_this_run": len({day for day, _ in changed}),
-            "days_without_history": sorted(str(d) for d in skipped - {day for day, _ in judged}),
-            "novel_per_day": {str(d): int(n) for d, n in per_day}}
+    return NoveltyReport(
+        novel=sum(n for _, n in per_day), judged=con.execute(f"SELECT count(*) FROM {TABLE}").fetchall()[0][0],
+        sampled=len(traffic), days_judged=len({day for day, _ in judged}),
+        days_judged_this_run=len({day for day, _ in changed}),
+        days_without_history=sorted(str(d) for d in skipped - {day for day, _ in judged}),
+        novel_per_day={str(d): int(n) for d, n in per_day})
 
 
 def _store(con: duckdb.DuckDBPyConnection, rows: list[pd.DataFrame], changed: list[tuple],

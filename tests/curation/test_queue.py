@@ -39,5 +39,5 @@ def test_a_representative_covered_by_a_golden_is_counted_not_queued(demo_run, tm
                     "", "", {})
     router = fake_embedder().router()  # the one demo_run embedded with
     figures = build_curation_queue(con, router, QueueSettings(), tmp_path / "queue", tmp_path / "goldens")
-    assert figures["covered_by_goldens"] >= 1
+    assert figures.covered_by_goldens >= 1
     assert first[0] not in {r[0] for r in con.execute("SELECT input FROM curation_queue").fetchall()}

@@ -99,8 +99,8 @@ def test_curator_agreement_with_what_they_were_shown(tmp_path):
     (tmp_path / "labels" / "l.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     store_label_files(con, tmp_path / "labels")
     shown, judged = curator_agreement(con, threshold=0.5)
-    assert shown["n"] == 3 and shown["agreement"] == pytest.approx(2 / 3)
-    assert shown["confusion"] == {"generation": {"generation": 1, "retrieval": 1},
+    assert shown.n == 3 and shown.agreement == pytest.approx(2 / 3)
+    assert shown.confusion == {"generation": {"generation": 1, "retrieval": 1},
                                   "retrieval": {"retrieval": 1}}
-    assert judged["n"] == 2 and judged["agreement"] == pytest.approx(0.5)
+    assert judged.n == 2 and judged.agreement == pytest.approx(0.5)
     assert con.execute("SELECT count(*) FROM judge_agreement").fetchall() == [(2,)]

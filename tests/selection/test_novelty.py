@@ -51,8 +51,8 @@ def test_the_new_intents_first_day_is_novel_and_nothing_else(traffic_db):
     assert set(flagged["intent"]) == {INTENTS[-1].name}  # no known intent is ever novel
     assert set(novel["day"]) == {"2026-11-06"}  # on its second day the intent is known
     assert len(set(flagged["trace_id"]) & set(first_day["trace_id"])) >= 0.6 * len(first_day)  # noise points stay out
-    assert figures["days_without_history"] == ["2026-11-01", "2026-11-02", "2026-11-03"]
-    assert figures["days_judged"] == 4
+    assert figures.days_without_history == ["2026-11-01", "2026-11-02", "2026-11-03"]
+    assert figures.days_judged == 4
     judged = con.execute("SELECT count(*), count(DISTINCT day) FROM trace_novelty").fetchall()
     assert judged == [(int((frame["timestamp"].dt.day >= 4).sum()), 4)]  # every query of days 4-7
 
@@ -83,16 +83,16 @@ def test_a_rerun_judges_only_the_new_day_and_agrees_with_judging_everything(con)
         con.unregister("_rows")
 
     load(6)
-    assert detect_novelty(con, router, NoveltySettings())["days_judged_this_run"] == 3
+    assert detect_novelty(con, router, NoveltySettings()).days_judged_this_run == 3
     load(7)  # the next day arrives
     figures = detect_novelty(con, router, NoveltySettings())
-    assert figures["days_judged_this_run"] == 1 and figures["days_judged"] == 4
+    assert figures.days_judged_this_run == 1 and figures.days_judged == 4
     incremental = con.execute("SELECT * FROM trace_novelty ORDER BY trace_id").fetchall()
     con.execute("DROP TABLE trace_novelty")
     detect_novelty(con, router, NoveltySettings())
     assert con.execute("SELECT * FROM trace_novelty ORDER BY trace_id").fetchall() == incremental
     other = NoveltySettings(new_cluster_share=0.9)  # new settings: every day judged again
-    assert detect_novelty(con, router, other)["days_judged_this_run"] == 4
+    assert detect_novelty(con, router, other).days_judged_this_run == 4
     assert con.execute("SELECT DISTINCT settings FROM trace_novelty").fetchall() == [
         (other.fingerprint(),)]
 
