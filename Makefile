@@ -53,6 +53,7 @@ run: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/rag-loop summary --next-steps
 
 test: install
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
 ui: install $(DAGSTER_HOME)/dagster.yaml

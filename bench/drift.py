@@ -23,7 +23,7 @@ import duckdb
 import pyarrow as pa
 from selection import build_database
 
-from rag_loop.demo.intents import INTENTS, paraphrase
+from rag_loop.demo.intent_catalog import INTENTS, paraphrase
 from rag_loop.drift.days import (
     FreshnessSettings,
     QualitySettings,

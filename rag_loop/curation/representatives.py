@@ -138,8 +138,8 @@ def _diverse(variants: list[list[int]], vectors: np.ndarray, types: np.ndarray,
         seen = {types[v[0]] for v in chosen}
         leaders = vectors[[v[0] for v in chosen]]
         candidates = [v for v in variants if v not in chosen]
-        chosen.append(max(candidates, key=lambda v, s=seen, l=leaders: (
-            types[v[0]] not in s, -float((l @ vectors[v[0]]).max()))))
+        chosen.append(max(candidates, key=lambda v, s=seen, chosen_leaders=leaders: (
+            types[v[0]] not in s, -float((chosen_leaders @ vectors[v[0]]).max()))))
     return chosen
 
 

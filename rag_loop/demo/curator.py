@@ -21,7 +21,7 @@ from pathlib import Path
 
 from rag_loop.curation.queue_files import read_queue
 from rag_loop.demo.generate import read_truth
-from rag_loop.demo.intents import INTENTS
+from rag_loop.demo.intent_catalog import INTENTS
 from rag_loop.demo.knowledge import DOCUMENTS
 
 DEMO_DIR = Path(__file__).resolve().parents[2] / "data" / "demo"

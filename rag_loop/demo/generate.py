@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rag_loop.demo.intents import INTENTS, Intent, paraphrase
+from rag_loop.demo.intent_catalog import INTENTS, Intent, paraphrase
 from rag_loop.demo.knowledge import DOCUMENTS, newest_versions
 from rag_loop.demo.otlp_export import otlp_trace_id, to_otlp_line
 from rag_loop.demo.rag_app import (

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from sklearn.feature_extraction.text import TfidfVectorizer
 
-from rag_loop.demo.intents import strip_diacritics
+from rag_loop.demo.intent_catalog import strip_diacritics
 from rag_loop.demo.knowledge import DocVersion, newest_versions
 
 FALLBACK_ANSWER = {"en": "Sorry, I could not find this in the knowledge base.",

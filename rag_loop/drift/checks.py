@@ -29,7 +29,7 @@ class Verdict:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-def judge(name: str, value: float | None, n: int, limit: Limit, **details: Any) -> Verdict:
+def assess(name: str, value: float | None, n: int, limit: Limit, **details: Any) -> Verdict:
     """Compare a figure with its limit, honouring the minimum sample."""
     value = None if value is None else float(value)
     if value is None or np.isnan(value):

@@ -12,7 +12,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from rag_loop.drift.checks import Limit, Verdict, judge
+from rag_loop.drift.checks import Limit, Verdict, assess
 from rag_loop.drift.figures import (
     freshness_figures,
     mix_counts,
@@ -77,12 +77,12 @@ def query_mix_day(con: duckdb.DuckDBPyConnection, day: date, router, settings: Q
     verdicts = []
     if len(worst) and worst["baseline_n"].iloc[0] > 0:
         row = worst.iloc[0]
-        verdicts.append(judge("query_mix_divergence", float(row["js_divergence"]), int(row["n"]),
+        verdicts.append(assess("query_mix_divergence", float(row["js_divergence"]), int(row["n"]),
                               settings.divergence, dimension=row["dimension"],
                               psi=round(float(row["psi"]), 4), movers=row["top_movers"][:3]))
     else:
-        verdicts.append(judge("query_mix_divergence", None, 0, settings.divergence))
-    verdicts.append(judge("query_mix_novel_share", novel_share, judged, settings.novel_share))
+        verdicts.append(assess("query_mix_divergence", None, 0, settings.divergence))
+    verdicts.append(assess("query_mix_novel_share", novel_share, judged, settings.novel_share))
     return verdicts
 
 
@@ -125,13 +125,13 @@ def freshness_day(con: duckdb.DuckDBPyConnection, day: date, settings: Freshness
     n = int(overall["n"].iloc[0]) if len(overall) else 0
     by_index = stale[stale["slice"] == "index_version"][["slice_value", "n", "stale_rate"]]
     return [
-        judge("freshness_within_slo", float(summary["within_slo_share"].iloc[0]), len(versions),
+        assess("freshness_within_slo", float(summary["within_slo_share"].iloc[0]), len(versions),
               settings.within_slo, lags_minutes=[round(x, 1) for x in lags],
               versions=[f"{d}@{v}" for d, v in zip(versions["doc_id"], versions["version"])],
               stale_documents=documents),
-        judge("stale_retrieval_rate", rate, n, settings.stale_rate,
+        assess("stale_retrieval_rate", rate, n, settings.stale_rate,
               by_index_version=by_index.round(4).to_dict("records")),
-        judge("stale_retrieval_vs_baseline", None if pd.isna(base) or rate is None else rate - base, n,
+        assess("stale_retrieval_vs_baseline", None if pd.isna(base) or rate is None else rate - base, n,
               settings.stale_increase, baseline_rate=None if pd.isna(base) else round(float(base), 4)),
     ]
 
@@ -151,15 +151,15 @@ def retrieval_day(con: duckdb.DuckDBPyConnection, day: date, settings: Retrieval
     _replace_day(con, "retrieval_scores", day, figures)
     row = figures[figures["slice"] == "all"].iloc[0] if len(figures) else None
     if row is None:
-        return [judge("retrieval_empty_rate", None, 0, settings.empty_rate),
-                judge("retrieval_score_shift", None, 0, settings.ks_statistic)]
+        return [assess("retrieval_empty_rate", None, 0, settings.empty_rate),
+                assess("retrieval_score_shift", None, 0, settings.ks_statistic)]
     shift = float(row["ks_statistic"]) if row["baseline_n"] and row["ks_pvalue"] <= settings.ks_max_pvalue \
         else (0.0 if row["baseline_n"] else None)
     slices = figures[(figures["slice"] != "all") & (figures["n"] >= settings.ks_statistic.min_sample)]
     worst = slices.sort_values("ks_statistic", ascending=False).head(3)
     return [
-        judge("retrieval_empty_rate", float(row["empty_rate"]), int(row["n"]), settings.empty_rate),
-        judge("retrieval_score_shift", shift, int(row["n"]), settings.ks_statistic,
+        assess("retrieval_empty_rate", float(row["empty_rate"]), int(row["n"]), settings.empty_rate),
+        assess("retrieval_score_shift", shift, int(row["n"]), settings.ks_statistic,
               ks_pvalue=float(row["ks_pvalue"]), rerank_psi=round(float(row["rerank_psi"]), 4),
               rerank_p50=round(float(row["rerank_p50"]), 4),
               baseline_rerank_p50=round(float(row["baseline_rerank_p50"]), 4),
@@ -193,7 +193,7 @@ def quality_day(con: duckdb.DuckDBPyConnection, day: date, settings: QualitySett
     verdicts = []
     for name, limits, column in (("quality_slo", settings.slos, "rate"),
                                  ("quality_vs_baseline", settings.max_increase, "increase")):
-        checked = [(o, judge(f"{name}:{o}", _value(r[column]), int(r["n"] or 0),
+        checked = [(o, assess(f"{name}:{o}", _value(r[column]), int(r["n"] or 0),
                              Limit(limits[o], limits[o] * settings.error_factor,
                                    min_sample=settings.min_sample)))
                    for o, r in figures.set_index("outcome").iterrows() if o in limits]

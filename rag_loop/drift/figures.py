@@ -100,7 +100,8 @@ def freshness_figures(con: duckdb.DuckDBPyConnection, day: date, window: int,
                count(*) FILTER (day < ?) AS baseline_n,
                avg(stale_source::INT) FILTER (day < ?) AS baseline_stale_rate
         FROM (SELECT day, stale_source, 'all' AS slice, 'all' AS slice_value FROM trace_signals
-              {"".join(f" UNION ALL SELECT day, stale_source, '{c}', coalesce({c}, '(none)') FROM trace_signals" for c in SLICE_COLUMNS)})
+              {"".join(f" UNION ALL SELECT day, stale_source, '{c}', coalesce({c}, '(none)') "
+                       "FROM trace_signals" for c in SLICE_COLUMNS)})
         WHERE day BETWEEN ? AND ? GROUP BY ALL HAVING count(*) FILTER (day = ?) > 0
         ORDER BY 1, 2""", [day, day, day, day, start, day, day]).df()
     return versions, stale

@@ -66,9 +66,9 @@ def flips(results: pd.DataFrame, baseline_results: pd.DataFrame | None) -> pd.Da
     columns = ["golden", "metric", "input", "baseline_score", "score", "errored", "actual_output"]
     if baseline_results is None or baseline_results.empty:
         return pd.DataFrame(columns=columns)
-    before = baseline_results[baseline_results["passed"] == True][["golden", "metric", "score"]]
+    before = baseline_results[baseline_results["passed"].eq(True)][["golden", "metric", "score"]]
     now = results.merge(before.rename(columns={"score": "baseline_score"}), on=["golden", "metric"])
-    flipped = now[(now["passed"] == False) | now["errored"]]
+    flipped = now[now["passed"].eq(False) | now["errored"]]
     return flipped[columns].sort_values(["metric", "golden"]).reset_index(drop=True)
 
 

@@ -1,7 +1,7 @@
 import duckdb
 
 from rag_loop.demo.generate import read_truth, simulate, stored_trace_id
-from rag_loop.demo.intents import INTENTS
+from rag_loop.demo.intent_catalog import INTENTS
 from rag_loop.ingest import ingest_directory
 from tests.helpers import DEMO
 
@@ -39,7 +39,8 @@ def test_committed_demo_data_holds_the_planted_events(tmp_path):
                    AND t."timestamp" BETWEEN '2026-11-11 09:00:00+00' AND '2026-11-11 15:30:00+00'""")
     assert stale > 0
     # 2 and 6: timeouts spike on the 4th; ERR-PAY-977 surges on the 12th-13th
-    assert one("SELECT count(*) FILTER (status = 'timeout') FROM raw_traces WHERE \"timestamp\"::DATE = '2026-11-04'") > 10
+    assert one("SELECT count(*) FILTER (status = 'timeout') FROM raw_traces "
+               "WHERE \"timestamp\"::DATE = '2026-11-04'") > 10
     surge = "SELECT count(*) FROM raw_traces WHERE original_query ILIKE '%977%' AND \"timestamp\"::DATE {}"
     assert one(surge.format("BETWEEN '2026-11-12' AND '2026-11-13'")) > 50
     assert one(surge.format("< '2026-11-12'")) == 0

@@ -8,7 +8,7 @@ import pytest
 from scipy.spatial.distance import jensenshannon
 from scipy.stats import ks_2samp
 
-from rag_loop.drift.checks import Limit, judge
+from rag_loop.drift.checks import Limit, assess
 from rag_loop.drift.days import RetrievalSettings, retrieval_day
 from rag_loop.drift.stats import js_divergence, ks_test, psi, psi_continuous, top_movers
 from tests.helpers import fake_embedder, undeclared_tables
@@ -47,12 +47,12 @@ def test_top_movers_orders_by_share_change():
 
 def test_checks_honour_minimum_sample_direction_and_missing_baseline():
     limit = Limit(warn=0.05, error=0.1, min_sample=30)
-    assert judge("x", 0.5, 10, limit).fired is False  # too few
-    assert judge("x", None, 100, limit).note.startswith("no value")
-    assert judge("x", float("nan"), 100, limit).fired is False
-    assert judge("x", 0.07, 100, limit).severity == "WARN"
-    assert judge("x", 0.2, 100, limit).severity == "ERROR"
-    assert judge("x", 0.9, 5, Limit(0.95, 0.95, higher_is_bad=False, min_sample=1)).severity == "ERROR"
+    assert assess("x", 0.5, 10, limit).fired is False  # too few
+    assert assess("x", None, 100, limit).note.startswith("no value")
+    assert assess("x", float("nan"), 100, limit).fired is False
+    assert assess("x", 0.07, 100, limit).severity == "WARN"
+    assert assess("x", 0.2, 100, limit).severity == "ERROR"
+    assert assess("x", 0.9, 5, Limit(0.95, 0.95, higher_is_bad=False, min_sample=1)).severity == "ERROR"
 
 
 EVENT_DAYS = {  # data/demo/EVENTS.md, check by check

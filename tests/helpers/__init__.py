@@ -10,7 +10,7 @@ import duckdb
 import numpy as np
 
 from rag_loop.curation.labels import KnownSources
-from rag_loop.demo.intents import INTENTS, paraphrase
+from rag_loop.demo.intent_catalog import INTENTS, paraphrase
 
 PROJECT = Path(__file__).resolve().parents[2]
 DEMO = PROJECT / "data" / "demo"

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 import pandas as pd
 import pytest
 
-from rag_loop.demo.intents import INTENTS, paraphrase
+from rag_loop.demo.intent_catalog import INTENTS, paraphrase
 from rag_loop.selection.novelty import NoveltySettings, detect_novelty
 from rag_loop.store.tables import create_tables
 from tests.helpers import query
