@@ -1,6 +1,7 @@
 """Stage 6: regression eval of a golden release with DeepEval metrics, as a gated quality vector."""
 
 from pathlib import Path
+from typing import Literal
 
 import pandas as pd
 from dagster import (
@@ -40,6 +41,9 @@ class GateConfig(Config):
     slices: list[str] = ["all"]
     min_cases: int = 3
     blocking: bool = Field(True, description="Hard gate (ERROR, blocks) or monitoring (WARN).")
+    without_baseline: Literal["warn", "block"] = Field(
+        "warn", description="A drop with no baseline figure is not evaluated: say so (warn) or "
+                            "fail the gate (block).")
 
 
 class EvalConfig(Config):
@@ -75,7 +79,10 @@ class EvalConfig(Config):
        check_specs=[AssetCheckSpec("hard_gates", asset="regression_eval", blocking=True,
                                    description="Blocking gates (ERROR)."),
                     AssetCheckSpec("monitoring_gates", asset="regression_eval",
-                                   description="Monitoring gates (WARN).")],
+                                   description="Monitoring gates (WARN)."),
+                    AssetCheckSpec("gates_evaluated", asset="regression_eval",
+                                   description="WARN when a gate could not be evaluated (no "
+                                               "baseline run, or a slice the baseline lacks).")],
        description="Scores the golden release on the rag_app with the judge's metrics: per case × "
                    "metric, then per metric and slice (mean, median, pass rate, p10, severe), "
                    "compared with the baseline run; stored in eval_runs / eval_results / "
@@ -121,7 +128,15 @@ def regression_eval(context: AssetExecutionContext, config: EvalConfig, duckdb: 
             report.flipped[["metric", "input", "baseline_score", "score"]].head(20).to_markdown(index=False)
             if len(report.flipped) else "no case flipped from pass to fail"),
     }
-    checks = [_gate_check(report, blocking=True), _gate_check(report, blocking=False)]
+    unevaluated = [{"metric": o.gate.metric, **u} for o in report.gates for u in o.not_evaluated]
+    metadata["gates_not_evaluated"] = len(unevaluated)
+    checks = [_gate_check(report, blocking=True), _gate_check(report, blocking=False),
+              AssetCheckResult(check_name="gates_evaluated", passed=not unevaluated,
+                               severity=AssetCheckSeverity.WARN, metadata={
+                                   "not_evaluated": len(unevaluated),
+                                   "baseline_run_id": report.baseline_run_id or "none",
+                                   "details": MetadataValue.md(pd.DataFrame(unevaluated).to_markdown(index=False)
+                                                               if unevaluated else "every gate evaluated")})]
     return MaterializeResult(metadata=metadata, check_results=checks)
 
 

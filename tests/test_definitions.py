@@ -1,4 +1,4 @@
-"""TODO docstring."""
+"""The Definitions load, and every table the loop writes is a declared asset."""
 
 from tests.helpers import undeclared_tables
 

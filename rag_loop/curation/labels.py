@@ -13,7 +13,7 @@ import json
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal, NoReturn, get_args
 
@@ -29,7 +29,7 @@ from rag_loop.store.ddl import LABELS_DDL
 
 Decision = Literal["accept", "reject", "skip"]
 DECISIONS: tuple[str, ...] = get_args(Decision)
-EARLIEST_LABEL = pd.Timestamp("2000-01-01", tz="UTC")
+EARLIEST_LABEL = datetime(2000, 1, 1, tzinfo=UTC)
 MAX_TAG_CHARS = 40
 LABEL_SUFFIXES = (".jsonl", ".csv")
 
@@ -113,14 +113,14 @@ def _timestamp(value: Any) -> datetime | None:
         return None  # the file's time is used
     if not isinstance(value, str):
         _fail(f"{value!r} is not an ISO 8601 timestamp text")
-    try:
-        parsed = pd.Timestamp(value)
-        parsed = parsed.tz_localize("UTC") if parsed.tzinfo is None else parsed.tz_convert("UTC")
-    except (ValueError, TypeError, OverflowError):
-        _fail(f"{value[:50]!r} is not a timestamp")
-    if pd.isna(parsed) or not EARLIEST_LABEL <= parsed <= pd.Timestamp.now(tz="UTC") + pd.Timedelta(days=1):
+    try:  # ISO 8601 only: "now", "Nov 5 2026" or "5/11/2026" (month first?) are refused
+        parsed = datetime.fromisoformat(value.strip())
+    except ValueError:
+        _fail(f"{value[:50]!r} is not an ISO 8601 timestamp")
+    parsed = parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    if not EARLIEST_LABEL <= parsed <= datetime.now(UTC) + timedelta(days=1):
         _fail(f"{value[:50]!r} is not between {EARLIEST_LABEL.date()} and now")
-    return parsed.to_pydatetime()
+    return parsed
 
 
 def _one_of(value: str, choices: Iterable[str]) -> str:

@@ -3,7 +3,9 @@ shaped like them, back."""
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import json
 from pathlib import Path
 
@@ -13,6 +15,18 @@ from rag_loop.store.files import write_atomically
 
 CURATOR_FIELDS = {"expected_output": "", "expected_sources": [], "tags": [], "origin": "",
                   "failure_type": "", "decision": ""}
+# a spreadsheet runs a cell that starts with one of these as a formula (OWASP CSV injection):
+# the CSV export prefixes such text with an apostrophe, and reading the CSV back removes it
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _inert(value: object) -> object:
+    """Text a spreadsheet shows as text: `'=HYPERLINK(...)` instead of a live formula."""
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value
+
+
+def _from_cell(value: str) -> str:
+    return value[1:] if value.startswith("'") and value[1:].startswith(FORMULA_STARTS) else value
 
 
 def batch_name(queue: pd.DataFrame, last_day: str) -> str:
@@ -22,30 +36,48 @@ def batch_name(queue: pd.DataFrame, last_day: str) -> str:
 
 
 def export_queue(rows: list[dict], directory: Path, batch: str) -> tuple[Path, Path]:
-    """Write `<batch>.jsonl` and `<batch>.csv` atomically (temp file, then rename)."""
+    """Write `<batch>.jsonl` and `<batch>.csv` atomically (temp file, then rename). In the CSV,
+    lists are JSON text and text that a spreadsheet would run as a formula starts with an
+    apostrophe; every cell with a delimiter, quote or line break (a lone CR too) is quoted."""
     directory.mkdir(parents=True, exist_ok=True)
     jsonl = "".join(json.dumps(row, ensure_ascii=False, default=str) + "\n" for row in rows)
-    frame = pd.DataFrame(rows)
-    for column in frame.columns:
-        if frame[column].map(lambda v: isinstance(v, (list, dict))).any():
-            frame[column] = frame[column].map(lambda v: json.dumps(v, ensure_ascii=False, default=str))
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns)  # CRLF rows: a CR in a cell gets quoted too
+    writer.writeheader()
+    writer.writerows({key: _inert(_cell(row.get(key))) for key in columns} for row in rows)
     paths = directory / f"{batch}.jsonl", directory / f"{batch}.csv"
     write_atomically(paths[0], jsonl)
-    write_atomically(paths[1], frame.to_csv(index=False))
+    write_atomically(paths[1], buffer.getvalue())
     return paths
 
 
+def _cell(value: object) -> object:
+    if isinstance(value, list | dict):
+        return json.dumps(value, ensure_ascii=False, default=str)
+    return "" if value is None else value
+
+
 def read_queue(path: Path) -> list[dict]:
-    """Rows of an exported queue file, JSONL or CSV (list fields decoded)."""
+    """Rows of an exported queue file, JSONL or CSV (list fields decoded, formula guards removed).
+    A CSV row with more or fewer cells than the header is a ValueError naming its line."""
     if path.suffix == ".jsonl":
         return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
-    frame = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
-    rows = frame.to_dict("records")
-    for row in rows:
+    with open(path, newline="", encoding="utf-8-sig") as handle:
+        reader = csv.DictReader(handle, restkey=_EXTRA)
+        rows = list(reader)
+    for number, row in enumerate(rows, start=2):
+        if _EXTRA in row or None in row.values():
+            raise ValueError(f"line {number}: {len(row) - 1 + len(row.get(_EXTRA, []))} cells where "
+                             f"the header has {len(reader.fieldnames or [])}")
         for key, value in row.items():
+            row[key] = value = _from_cell(value)
             if value.startswith(("[", "{")):
                 try:
                     row[key] = json.loads(value)
                 except (json.JSONDecodeError, RecursionError):
                     pass  # text that merely starts with a bracket: "[doc#chunk] 15 days"
     return rows
+
+
+_EXTRA = "\x00extra cells"

@@ -84,36 +84,55 @@ class Gate:
     slices: tuple[str, ...] = ("all",)
     min_cases: int = 3
     blocking: bool = True  # hard gate (ERROR) or monitoring (WARN)
+    # a drop with no baseline figure (no baseline run, or a slice value it lacks) is not
+    # evaluated: "warn" says so beside the verdict, "block" makes it a failure of the gate
+    without_baseline: str = "warn"
+
+    def __post_init__(self) -> None:
+        if self.without_baseline not in ("warn", "block"):
+            raise ValueError(f"without_baseline {self.without_baseline!r}: expected 'warn' or 'block'")
 
 
 @dataclass
 class GateOutcome:
+    """A gate's verdict: failures, and the checks it could not evaluate (missing data is its
+    own verdict, never a pass)."""
+
     gate: Gate
     passed: bool
     failures: list[dict[str, Any]] = field(default_factory=list)
+    not_evaluated: list[dict[str, Any]] = field(default_factory=list)
 
 
 def evaluate_gates(table: pd.DataFrame, gates: Sequence[Gate]) -> list[GateOutcome]:
-    """Each gate against the compared summary; a failure names its slice and figures."""
+    """Each gate against the compared summary; a failure names its slice and figures. A drop
+    that cannot be computed (no baseline figure) is listed as not evaluated, and fails the
+    gate when the gate says so (`without_baseline="block"`)."""
     outcomes = []
     for gate in gates:
         mine = table[table["metric"] == gate.metric]
         enough = (mine["n"] - mine["errored"]) >= gate.min_cases
         rows = mine[(mine["slice"] == "all") | (mine["slice"].isin(gate.slices) & enough)]
-        failures = []
+        failures, not_evaluated = [], []
         for row in rows.to_dict("records"):
             problems = []
+            where = {"slice": row["slice"], "value": row["slice_value"], "n": int(row["n"])}
             if gate.min_pass_rate is not None and not row["pass_rate"] >= gate.min_pass_rate:
                 problems.append(f"pass rate {row['pass_rate']:.2f} < {gate.min_pass_rate:.2f}")
             if gate.min_mean is not None and not row["mean"] >= gate.min_mean:
                 problems.append(f"mean {row['mean']:.2f} < {gate.min_mean:.2f}")
-            if gate.max_drop is not None and row["delta_pass_rate"] < -gate.max_drop:
+            if gate.max_drop is not None and pd.isna(row["delta_pass_rate"]):
+                reason = (f"no baseline figure: drop not evaluated"
+                          f"{' (blocks)' if gate.without_baseline == 'block' else ''}")
+                not_evaluated.append({**where, "problems": reason})
+                if gate.without_baseline == "block":
+                    problems.append(reason)
+            elif gate.max_drop is not None and row["delta_pass_rate"] < -gate.max_drop:
                 problems.append(f"pass rate dropped {-row['delta_pass_rate'] * 100:.0f} points "
                                 f"(> {gate.max_drop * 100:.0f}) vs baseline")
             if problems:
-                failures.append({"slice": row["slice"], "value": row["slice_value"], "n": int(row["n"]),
-                                 "problems": "; ".join(problems)})
-        outcomes.append(GateOutcome(gate, not failures, failures))
+                failures.append({**where, "problems": "; ".join(problems)})
+        outcomes.append(GateOutcome(gate, not failures, failures, not_evaluated))
     return outcomes
 
 

@@ -81,8 +81,10 @@ def run_regression(con: duckdb.DuckDBPyConnection, goldens_dir: Path, judge: Jud
         failures.append({"metric": "errored results", "blocking": True, "slice": "all",
                          "value": "all", "n": total, "problems": f"{run.errored}/{total} errored "
                                                                  f"(> {settings.max_error_rate:.0%})"})
-    con.execute("UPDATE eval_runs SET blocked = ?, gate_failures = ? WHERE run_id = ?",
-                [any(f["blocking"] for f in failures), json.dumps(failures), run_id])
+    not_evaluated = [{"metric": o.gate.metric, "blocking": o.gate.blocking, **f}
+                     for o in outcomes for f in o.not_evaluated]
+    con.execute("UPDATE eval_runs SET blocked = ?, gate_failures = ?, gates_not_evaluated = ? WHERE run_id = ?",
+                [any(f["blocking"] for f in failures), json.dumps(failures), json.dumps(not_evaluated), run_id])
     report = RegressionReport(run_id, release, baseline_id, table, flipped, outcomes, usage,
                               len(cases), run.errored, run.seconds)
     if untrusted:

@@ -28,7 +28,7 @@ from deepeval.test_case import LLMTestCase
 from rag_loop.evaluation.settings import EvalError, load_app  # noqa: F401 (re-exported)
 from rag_loop.logs import Log, quiet
 from rag_loop.store.ddl import EVAL_DDL
-from rag_loop.store.releases import read_goldens, release_versions
+from rag_loop.store.releases import read_goldens, read_manifest, release_versions
 from rag_loop.store.traces import retrieval_contexts
 
 
@@ -173,5 +173,5 @@ def release_of(goldens_dir: Path, version: str) -> tuple[str, list[dict], str]:
     chosen = versions[-1] if version in ("", "latest") else version
     if chosen not in versions:
         raise EvalError(f"release {chosen} not found; have {', '.join(versions)}")
-    manifest = json.loads((goldens_dir / chosen / "manifest.json").read_text(encoding="utf-8"))
-    return chosen, read_goldens(goldens_dir, chosen), manifest["sha256"]
+    goldens = read_goldens(goldens_dir, chosen)  # raises when the file is not the manifest's
+    return chosen, goldens, read_manifest(goldens_dir, chosen)["sha256"]

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import duckdb
 
 from rag_loop.store.ddl import GOLDEN_LINEAGE_COLUMNS, GOLDEN_RELEASES_COLUMNS
-from rag_loop.store.releases import read_goldens, release_versions
+from rag_loop.store.releases import read_goldens, read_manifest, release_versions
 
 
 def refresh_release_tables(con: duckdb.DuckDBPyConnection, goldens_dir: Path) -> int:
@@ -19,7 +18,7 @@ def refresh_release_tables(con: duckdb.DuckDBPyConnection, goldens_dir: Path) ->
     """
     releases, lineage = [], []
     for version in release_versions(goldens_dir):
-        manifest = json.loads((goldens_dir / version / "manifest.json").read_text(encoding="utf-8"))
+        manifest = read_manifest(goldens_dir, version)
         releases.append({"version": version, "parent_version": manifest["parent_version"],
                          "created_at": manifest["created_at"], "released_by": manifest["released_by"],
                          "notes": manifest["notes"], "goldens": manifest["goldens"],

@@ -57,6 +57,9 @@ def daily_layers(con: duckdb.DuckDBPyConnection) -> dict[str, pd.DataFrame]:
 
 
 def dashboard_sections(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
+    missing = [name for name in ("raw_traces", "trace_signals", "documents") if not has_table(con, name)]
+    if missing:  # an eval on a database that holds releases but no traffic
+        return [("Dashboard", f"<p>no dashboard: the database has no {', '.join(missing)} table</p>")]
     layers, markers = daily_layers(con), change_markers(con)
     charts = {
         "product": (["thumbs_down_rate", "answered_rate"], "Product: feedback and answered requests"),

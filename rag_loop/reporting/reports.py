@@ -14,13 +14,13 @@ from rag_loop.reporting import plots
 from rag_loop.reporting.dashboard import dashboard_sections
 from rag_loop.reporting.html import image, page, table
 from rag_loop.store.files import write_atomically
+from rag_loop.store.releases import read_goldens, read_manifest
 
 
 def release_report(goldens_dir: Path, version: str, out_dir: Path) -> Path:
     """HTML report of one golden release: manifest, counts, diff, goldens."""
     release = goldens_dir / version
-    manifest = json.loads((release / "manifest.json").read_text(encoding="utf-8"))
-    goldens = json.loads((release / "goldens.json").read_text(encoding="utf-8"))
+    manifest, goldens = read_manifest(goldens_dir, version), read_goldens(goldens_dir, version)
     counts = plots.grouped_counts({k: v for k, v in manifest["counts"].items() if v}, f"Goldens of {version}")
     rows = pd.DataFrame([{"name": g["name"], "language": g["additional_metadata"].get("language"),
                           "origin": g["additional_metadata"]["origin"],
@@ -48,6 +48,7 @@ def eval_report(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path) -> P
     flips = con.execute("SELECT metric, input, baseline_score, score, actual_output FROM eval_flips "
                         "WHERE run_id = ?", [run_id]).df()
     failures = pd.DataFrame(json.loads(run["gate_failures"] or "[]"))
+    unevaluated = pd.DataFrame(json.loads(run.get("gates_not_evaluated") or "[]"))
     verdict = ('<p class="bad">BLOCKED by a hard gate</p>' if run["blocked"]
                else '<p class="ok">passes its hard gates</p>')
     verdict += _judge_agreement(json.loads(run["judge"] or "{}"))
@@ -57,13 +58,16 @@ def eval_report(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path) -> P
     overall = vector[vector["slice"] == "all"][["metric", "n", "errored", "mean", "median", "pass_rate",
                                              "p10", "severe", "delta_mean", "delta_pass_rate"]]
     sections = [
-        ("Verdict", verdict + (table(failures) if len(failures) else "")),
+        ("Verdict", verdict + (table(failures) if len(failures) else "")
+         + (f'<p class="bad">{len(unevaluated)} gate checks not evaluated (no baseline figure):</p>'
+            + table(unevaluated) if len(unevaluated) else "")),
         ("Evaluator version", table(evaluator)),
         ("Quality vector", table(overall)),
         ("By language", image(plots.quality_heatmap(vector, "language"), "by language")),
         ("By query type", image(plots.quality_heatmap(vector, "query_type"), "by query type")),
         ("Scores against the baseline", image(plots.score_histograms(results, baseline), "histograms")),
-        ("Cases that flipped from pass to fail", table(flips) if len(flips) else "<p>none</p>"),
+        ("Cases that flipped from pass to fail", table(flips) if len(flips) else
+         "<p>none</p>" if run["baseline_run_id"] else "<p>no baseline run: flips not computed</p>"),
         *dashboard_sections(con),
     ]
     return write_atomically(out_dir / f"{run_id}.html", page(f"Regression eval {run_id}", sections))

@@ -75,18 +75,22 @@ Next steps
 
 
 def _print_eval_runs(con: duckdb.DuckDBPyConnection) -> None:
-    """Each evaluation: release, app configuration, verdict of its gates, what failed."""
-    runs = con.execute("""SELECT run_id, release_version, rag_app || ' ' || rag_config::VARCHAR,
-                                 blocked, gate_failures,
-                                 (SELECT count(*) FROM eval_flips f WHERE f.run_id = r.run_id)
-                          FROM eval_runs r ORDER BY started_at""").fetchall()
+    """Each evaluation: release, app configuration, verdict of its gates, what failed, and
+    what could not be evaluated (no baseline figure is its own verdict, never a pass)."""
+    runs = con.execute("""SELECT *, rag_app || ' ' || rag_config::VARCHAR AS target,
+                                 (SELECT count(*) FROM eval_flips f WHERE f.run_id = r.run_id) AS flipped
+                          FROM eval_runs r ORDER BY started_at""").df().to_dict("records")
     print("Regression evals (offline judge unless configured):")
-    for run_id, release, target, blocked, failures, flipped in runs:
-        verdict = "BLOCKED by a hard gate" if blocked else "passes its hard gates"
-        print(f"  {run_id} on {release}, {target}: {verdict}; "
-              f"{flipped} case x metric flipped to fail vs baseline")
-        print(f"    report: data/reports/{run_id}.html")
-        for failure in json.loads(failures or "[]"):
+    for run in runs:
+        verdict = "BLOCKED by a hard gate" if run["blocked"] else "passes its hard gates"
+        against = (f"{run['flipped']} case x metric flipped to fail vs baseline {run['baseline_run_id']}"
+                   if run["baseline_run_id"] else "no baseline run: flips and drops not evaluated")
+        print(f"  {run['run_id']} on {run['release_version']}, {run['target']}: {verdict}; {against}")
+        print(f"    report: data/reports/{run['run_id']}.html")
+        for failure in json.loads(run["gate_failures"] or "[]"):
             print(f"    - {failure['metric']} on {failure['slice']}={failure['value']} "
                   f"(n={failure['n']}): {failure['problems']}")
-
+        unevaluated = json.loads(run.get("gates_not_evaluated") or "[]")
+        if unevaluated:
+            print(f"    {len(unevaluated)} gate checks not evaluated (no baseline figure): "
+                  + ", ".join(sorted({f"{u['metric']} on {u['slice']}={u['value']}" for u in unevaluated}))[:300])

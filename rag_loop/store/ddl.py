@@ -127,7 +127,8 @@ CREATE TABLE IF NOT EXISTS eval_runs (
     deepeval_version VARCHAR, metrics JSON, gates JSON, cases BIGINT, results BIGINT,
     errored BIGINT, judge_calls BIGINT, judge_cache_hits BIGINT, input_tokens BIGINT,
     output_tokens BIGINT, cost_usd DOUBLE, baseline_run_id VARCHAR, blocked BOOLEAN,
-    gate_failures JSON);
+    gate_failures JSON, gates_not_evaluated JSON);
+ALTER TABLE eval_runs ADD COLUMN IF NOT EXISTS gates_not_evaluated JSON;
 CREATE TABLE IF NOT EXISTS eval_results (
     run_id VARCHAR, golden VARCHAR, metric VARCHAR, score DOUBLE, threshold DOUBLE,
     passed BOOLEAN, errored BOOLEAN, error VARCHAR, reason VARCHAR, actual_output VARCHAR,

@@ -1,9 +1,12 @@
-"""TODO docstring."""
+"""Curator labels: each validation rule, label files, relabels, CSV, the labeling command."""
 import json
+from datetime import UTC, datetime, timedelta, timezone
 
 import duckdb
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rag_loop.cli import main as cli
 from rag_loop.curation.labels import check_label, store_label_files
@@ -96,3 +99,20 @@ def test_labeling_command_walks_the_queue_through_its_prompts(db, tmp_path):
     assert "2 already labeled" in again.output
     con = duckdb.connect(str(tmp_path / "db.duckdb"))
     assert store_label_files(con, tmp_path / "labels").stored == 3
+
+
+@pytest.mark.parametrize("text", ["now", "today", "Nov 5 2026", "5/11/2026", "2026/11/05", "yesterday"])
+def test_labeled_at_is_iso_8601_only(text):
+    checked = check_label({**GOOD, "labeled_at": text}, KNOWN, {"t1"})
+    assert any(e.startswith("labeled_at:") for e in checked.errors), checked.errors
+
+
+@settings(max_examples=80)
+@given(st.datetimes(min_value=datetime(2000, 1, 2), max_value=datetime(2026, 11, 30)),
+       st.sampled_from([None, UTC, timezone(timedelta(hours=7)), timezone(timedelta(hours=-5))]),
+       st.sampled_from(["T", " "]))
+def test_every_iso_8601_time_is_read_as_the_same_instant(moment, zone, separator):
+    written = moment.replace(tzinfo=zone)
+    checked = check_label({**GOOD, "labeled_at": written.isoformat(separator)}, KNOWN, {"t1"})
+    assert not checked.errors, checked.errors
+    assert checked.values["labeled_at"] == (written if zone else written.replace(tzinfo=UTC))

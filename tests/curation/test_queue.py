@@ -1,4 +1,4 @@
-"""TODO docstring."""
+"""The curation queue on the demo: suggestions, files, goldens already covered."""
 from pathlib import Path
 
 from rag_loop.curation.queue import build_curation_queue

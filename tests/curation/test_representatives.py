@@ -1,4 +1,4 @@
-"""TODO docstring."""
+"""Representatives: near duplicates collapsed, diverse picks, singletons farthest first."""
 
 import numpy as np
 import pandas as pd

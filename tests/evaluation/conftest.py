@@ -1,5 +1,6 @@
-"""TODO docstring."""
+"""A small golden release for judge and eval tests."""
 
+import hashlib
 import json
 
 import duckdb
@@ -19,6 +20,7 @@ def small_release(tmp_path):
                    ("How often must I change my password?", "Passwords are rotated every 90 days.")])]
     release = tmp_path / "goldens" / "v0001"
     release.mkdir(parents=True)
-    (release / "goldens.json").write_text(json.dumps(goldens))
-    (release / "manifest.json").write_text(json.dumps({"sha256": "abc"}))
+    payload = json.dumps(goldens)
+    (release / "goldens.json").write_text(payload)
+    (release / "manifest.json").write_text(json.dumps({"sha256": hashlib.sha256(payload.encode()).hexdigest()}))
     return tmp_path / "goldens", duckdb.connect(str(tmp_path / "eval.duckdb"))

@@ -1,5 +1,6 @@
 """Regression eval: offline metrics, the DeepEval-native path on a stand-in server, gates, demo."""
 
+import json
 import shutil
 from pathlib import Path
 
@@ -153,7 +154,8 @@ def test_deepeval_native_metrics_through_an_openai_compatible_endpoint(small_rel
     assert again.usage.calls == 0 and again.usage.cache_hits == calls  # the rerun costs nothing
     run = con.execute("SELECT judge->>'model', deepeval_version, release_sha256, cost_usd FROM eval_runs "
                       "WHERE run_id = ?", [report.run_id]).fetchall()[0]
-    assert run[0] == "stand-in-judge" and run[1] == "4.3.1" and run[2] == "abc" and run[3] > 0
+    manifest = json.loads((goldens_dir / "v0001" / "manifest.json").read_text())
+    assert run[0] == "stand-in-judge" and run[1] == "4.3.1" and run[2] == manifest["sha256"] and run[3] > 0
 
 
 @pytest.mark.parametrize("mode", ["fail", "hang"])

@@ -181,3 +181,19 @@ def test_releases_are_world_readable_durable_and_stale_staging_is_swept(db, tmp_
     for path in [directory / result.version, directory / "CHANGELOG.md",
                  *(directory / result.version).iterdir()]:
         assert stat.S_IMODE(path.stat().st_mode) & 0o005 in (0o004, 0o005), path  # others may read
+
+
+def test_an_edited_release_is_refused_wherever_it_is_read(db, tmp_path):
+    from rag_loop.evaluation.runner import release_of
+    from rag_loop.store.releases import ReleaseIntegrityError
+    goldens_dir = tmp_path / "g"
+    publish_release(goldens_dir, _goldens(db, tmp_path, [GOOD]), "", "", {})
+    edited = goldens_dir / "v0001" / "goldens.json"
+    edited.write_text(edited.read_text().replace("15 days.", "16 days."))
+    for read in (lambda: release_of(goldens_dir, "latest"),  # the eval
+                 lambda: refresh_release_tables(db, goldens_dir),  # lineage
+                 lambda: publish_release(goldens_dir, _goldens(db, tmp_path, [{**GOOD, "tags": ["x"]}]),
+                                         "", "", {})):  # the parent of the next release
+        with pytest.raises(ReleaseIntegrityError, match="v0001/goldens.json does not match its manifest"):
+            read()
+    assert release_versions(goldens_dir) == ["v0001"]

@@ -1,4 +1,4 @@
-"""TODO docstring."""
+"""OTLP JSON builders: spans of a request trace, export lines, files."""
 
 import json
 from datetime import UTC, datetime

@@ -1,4 +1,4 @@
-"""TODO docstring."""
+"""Intent clusters across runs: a new intent gets a new cluster, old ones keep their ids."""
 from rag_loop.intents.clusters import cluster_intents
 from rag_loop.vectors.clustering import (
     ClusterSettings,

@@ -1,4 +1,4 @@
-"""TODO docstring."""
+"""The suggested failure type follows seed 004 §13's order."""
 
 import pytest
 

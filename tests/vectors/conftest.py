@@ -1,4 +1,4 @@
-"""TODO docstring."""
+"""The bundled MiniLM, loaded once per module that asks for it."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""TODO docstring."""
+"""Intent clustering: labelled intents recovered, sampled fits, summaries, stable matching."""
 
 from dataclasses import replace
 
