@@ -58,6 +58,9 @@ class EvalConfig(Config):
         description="Metrics scored without a pass/fail verdict (threshold=None).")
     gates: list[GateConfig] = [{**g.__dict__, "slices": list(g.slices)} for g in DEFAULT_GATES]
     concurrency: int = 8
+    deadline_seconds: float | None = Field(
+        7200.0, description="The run ends at this limit (it holds the DuckDB writer) with what it has "
+                            "scored; the cases left are errored and the run is blocked. Null: no limit.")
     max_error_rate: float = Field(0.05, description="Above this share of errored results the "
                                                     "run fails.")
 
@@ -67,7 +70,7 @@ class EvalConfig(Config):
                  for values in map(_as_dict, self.gates)]
         return EvalSettings(self.release, self.mode, rag_app.target(), dict(rag_app.config),
                             thresholds, gates, self.baseline_run or None, self.concurrency,
-                            self.max_error_rate)
+                            self.max_error_rate, deadline_seconds=self.deadline_seconds)
 
 
 @stage_asset(group_name="evaluation", deps=["golden_releases", "judge_calibrations"],

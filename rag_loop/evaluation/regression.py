@@ -52,7 +52,8 @@ def run_regression(con: duckdb.DuckDBPyConnection, goldens_dir: Path, judge: Jud
     description = judge.describe()
     log(f"{release}: {len(cases)} cases, mode {settings.mode}, judge {description['model']}")
     judge.open(con)
-    run = score_cases(cases, lambda: judge.metrics(settings.thresholds), settings.concurrency, log)
+    run = score_cases(cases, lambda: judge.metrics(settings.thresholds), settings.concurrency, log,
+                      settings.deadline_seconds)
     judge.close(con)
     usage = judge.usage
     description["calibration"] = latest_calibration(con, description["model"])  # vs humans, if known
@@ -77,6 +78,10 @@ def run_regression(con: duckdb.DuckDBPyConnection, goldens_dir: Path, judge: Jud
                 for o in outcomes for f in o.failures]
     total = len(results)
     untrusted = bool(total) and run.errored / total > settings.max_error_rate
+    if run.unfinished:  # cut off by its deadline: blocked, never a baseline
+        failures.append({"metric": "run deadline", "blocking": True, "slice": "all", "value": "all",
+                         "n": len(cases), "problems": f"{run.unfinished}/{len(cases)} cases not scored "
+                                                      f"within {settings.deadline_seconds:g} s"})
     if untrusted:  # blocked, so that it never becomes a baseline
         failures.append({"metric": "errored results", "blocking": True, "slice": "all",
                          "value": "all", "n": total, "problems": f"{run.errored}/{total} errored "

@@ -88,33 +88,49 @@ class RunResult:
     seconds: float
     errored: int
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    unfinished: int = 0  # cases the run's deadline cut off (their metrics are errored)
 
 
 def score_cases(cases: Sequence[Case], make_metrics: Callable[[], list[BaseMetric]],
-                concurrency: int = 8, log: Log = quiet) -> RunResult:
-    """Every case × metric, concurrently; errors are caught per metric and kept."""
+                concurrency: int = 8, log: Log = quiet, deadline_seconds: float | None = None) -> RunResult:
+    """Every case × metric, concurrently; errors are caught per metric and kept. At the
+    deadline the cases still running are cancelled and their metrics stored as errored, so
+    the run ends with what it has (and what the judge was paid for is already cached)."""
     started, start = datetime.now(UTC), time.perf_counter()
     rows: list[dict[str, Any]] = []
-    done = 0
+    finished: set[int] = set()
 
-    async def one_case(case: Case, gate: asyncio.Semaphore) -> None:
-        nonlocal done
+    async def one_case(index: int, case: Case, gate: asyncio.Semaphore) -> None:
         async with gate:
             metrics = make_metrics()
             outcomes = await asyncio.gather(*(_measure(m, case) for m in metrics))
         rows.extend(outcomes)
-        done += 1
-        if done % 10 == 0 or done == len(cases):
-            log(f"scored {done}/{len(cases)} cases")
+        finished.add(index)
+        if len(finished) % 10 == 0 or len(finished) == len(cases):
+            log(f"scored {len(finished)}/{len(cases)} cases")
 
     async def run_all() -> None:
         gate = asyncio.Semaphore(concurrency)
-        await asyncio.gather(*(one_case(c, gate) for c in cases))
+        tasks = [asyncio.create_task(one_case(i, c, gate)) for i, c in enumerate(cases)]
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=deadline_seconds)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
     asyncio.run(run_all())
+    unfinished = [c for i, c in enumerate(cases) if i not in finished]
+    if unfinished:
+        log(f"run deadline ({deadline_seconds:g} s) reached: {len(unfinished)} cases not scored")
+        names = [(m.__name__, m.threshold) for m in make_metrics()]
+        rows += [{"golden": c.golden.get("name"), "metric": name, "threshold": threshold, "score": None,
+                  "passed": None, "errored": True, "reason": None, "actual_output": c.test_case.actual_output,
+                  "error": f"deadline: the run's limit of {deadline_seconds:g} s was reached first"}
+                 for c in unfinished for name, threshold in names]
     frame = pd.DataFrame(rows)
     errored = int(frame["errored"].sum()) if len(frame) else 0
-    return RunResult(frame, time.perf_counter() - start, errored, started)
+    return RunResult(frame, time.perf_counter() - start, errored, started, len(unfinished))
 
 
 async def _measure(metric: BaseMetric, case: Case) -> dict[str, Any]:

@@ -56,6 +56,7 @@ class EvalSettings:
     concurrency: int = 8
     max_error_rate: float = 0.05
     severe_below: float = 0.3
+    deadline_seconds: float | None = None  # the run ends at this limit with what it has scored
 
     def __post_init__(self) -> None:
         if self.mode not in ("live", "replay"):

@@ -2,7 +2,7 @@
 
 import pytest
 from deepeval.metrics.faithfulness.schema import Claims, Truths
-from deepeval.metrics.g_eval.schema import ReasonScore
+from deepeval.metrics.g_eval.schema import ReasonScore, Steps
 from pydantic import ValidationError
 
 from rag_loop.evaluation.judges.llm import JudgeReplyError, LlmJudge, OpenAICompatibleModel, checked_reply
@@ -57,3 +57,35 @@ def test_a_run_that_cannot_be_trusted_is_blocked_and_never_a_baseline(small_rele
                             "WHERE run_id NOT IN (?, ?)", [good.run_id, after.run_id]).fetchall()
     assert len(untrusted) == 1 and untrusted[0][1] is True and "errored results" in untrusted[0][2]
     assert after.baseline_run_id == good.run_id
+
+
+def test_empty_steps_are_refused_and_empty_truths_never_cached():
+    with pytest.raises(JudgeReplyError, match="no steps"):
+        checked_reply(Steps(steps=[]))
+    with StandIn() as server:
+        model = OpenAICompatibleModel(LlmJudgeSettings(base_url=server.base_url, model="m", max_retries=0,
+                                                       timeout_seconds=5))
+        model.load_model()
+        server.content = '{"truths": []}'
+        truths, _ = model.generate("extract truths", schema=Truths)
+        assert truths.truths == [] and model.cache == {}  # an answer, but never one to reuse
+        server.content = '{"steps": []}'
+        with pytest.raises(JudgeReplyError):
+            model.generate("make steps", schema=Steps)
+    assert model.cache == {} and len(server.requests) == 2
+
+
+def test_a_run_cut_off_by_its_deadline_keeps_every_reply_it_paid_for(small_release):
+    goldens_dir, con = small_release
+    with StandIn() as server:
+        server.mode = "slow"
+        judge = LlmJudge(LlmJudgeSettings(base_url=server.base_url, model="m", max_retries=0, timeout_seconds=5))
+        with pytest.raises(EvalError):  # mostly errored: it cannot be trusted
+            run_regression(con, goldens_dir, judge, EvalSettings(**DEMO_APP, concurrency=1, deadline_seconds=1.0))
+        answered = len(server.requests)
+    cached = con.execute("SELECT count(*) FROM judge_cache").fetchall()[0][0]
+    assert 0 < cached <= answered  # persisted as they came, not at the end
+    blocked, failures = con.execute("SELECT blocked, gate_failures FROM eval_runs").fetchall()[0]
+    assert blocked and "run deadline" in failures
+    cut = con.execute("SELECT count(*) FROM eval_results WHERE error LIKE 'deadline:%'").fetchall()[0][0]
+    assert cut > 0

@@ -40,7 +40,7 @@ def instance_of(schema: dict[str, Any], definitions: dict[str, Any]) -> Any:
 class StandIn:
     def __init__(self):
         self.requests: list[dict[str, Any]] = []
-        self.mode = "ok"  # "ok" | "fail" | "hang"
+        self.mode = "ok"  # "ok" | "slow" (answers after 0.3 s) | "fail" | "hang"
         self.content: str | None = None  # a fixed reply instead of one that fits the schema
         owner = self
 
@@ -54,6 +54,8 @@ class StandIn:
                                        "body": body})
                 if owner.mode == "hang":
                     time.sleep(3)
+                if owner.mode == "slow":
+                    time.sleep(0.3)
                 if owner.mode in ("fail", "hang"):
                     try:
                         self.send_response(500)

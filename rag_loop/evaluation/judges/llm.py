@@ -12,7 +12,7 @@ import asyncio
 import hashlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import duckdb
@@ -42,6 +42,7 @@ class OpenAICompatibleModel(DeepEvalBaseLLM):
         self.settings = settings
         self.cache: dict[str, tuple[str, int, int]] = dict(cache or {})
         self.new_entries: dict[str, tuple[str, int, int]] = {}
+        self.on_reply: Callable[[str, tuple[str, int, int]], None] | None = None
         self.usage = JudgeUsage()
         super().__init__(settings.model)
 
@@ -81,7 +82,10 @@ class OpenAICompatibleModel(DeepEvalBaseLLM):
             value = (input_tokens * self.settings.input_cost_per_million
                      + output_tokens * self.settings.output_cost_per_million) / 1e6
             self.usage.cost_usd += value
-            self.cache[key] = self.new_entries[key] = (text, input_tokens, output_tokens)
+            if not any(getattr(result, name, None) == [] for name in _NEVER_CACHED_EMPTY):
+                self.cache[key] = self.new_entries[key] = (text, input_tokens, output_tokens)
+                if self.on_reply is not None:  # persisted as it comes: a killed run keeps what it paid
+                    self.on_reply(key, self.new_entries.pop(key))
             cost = EvaluationCost(value, input_tokens, output_tokens)
         return result, cost
 
@@ -112,7 +116,10 @@ class JudgeReplyError(ValueError):
     """A reply that parses but judges nothing, or out of range: the result is errored."""
 
 
-_JUDGEMENT_LISTS = ("claims", "statements", "verdicts")  # truths may be none: no context
+_JUDGEMENT_LISTS = ("claims", "statements", "verdicts", "steps")
+# a context may hold no truths: an empty list is an answer, but not one to reuse (a degraded
+# judge says it too), so it is never cached
+_NEVER_CACHED_EMPTY = ("truths",)
 GEVAL_SCORE_RANGE = (0, 10)  # DeepEval's GEval asks for an integer score in 0..10
 
 
@@ -140,6 +147,14 @@ def load_judge_cache(con: duckdb.DuckDBPyConnection, model: str) -> dict[str, tu
     rows = con.execute("SELECT key, response, input_tokens, output_tokens FROM judge_cache "
                        "WHERE model = ?", [model]).fetchall()
     return {k: (r, i, o) for k, r, i, o in rows}
+
+
+def store_judge_reply(con: duckdb.DuckDBPyConnection, model: str, key: str,
+                      entry: tuple[str, int, int]) -> None:
+    """One validated reply into `judge_cache`, at once."""
+    con.execute(JUDGE_CACHE_DDL)
+    con.execute("INSERT OR IGNORE INTO judge_cache (key, model, response, input_tokens, output_tokens) "
+                "VALUES (?, ?, ?, ?, ?)", [key, model, *entry])
 
 
 def save_judge_cache(con: duckdb.DuckDBPyConnection, judge: OpenAICompatibleModel) -> None:
@@ -173,9 +188,11 @@ class LlmJudge(Judge):
     def open(self, con: duckdb.DuckDBPyConnection) -> None:
         self.model.usage = JudgeUsage()
         self.model.cache.update(load_judge_cache(con, self.settings.model))
+        self.model.on_reply = lambda key, entry: store_judge_reply(con, self.settings.model, key, entry)
 
     def close(self, con: duckdb.DuckDBPyConnection) -> None:
         save_judge_cache(con, self.model)
+        self.model.on_reply = None
 
     def metrics(self, thresholds: Mapping[str, float | None]) -> list[BaseMetric]:
         metrics: list[BaseMetric] = [
