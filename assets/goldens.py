@@ -6,6 +6,7 @@ from dagster import (
     AssetExecutionContext,
     AssetSelection,
     Config,
+    Failure,
     MaterializeResult,
     MetadataValue,
     asset,
@@ -19,7 +20,7 @@ from assets.resources import DUCKDB_WRITER, RagLoopPaths
 from assets.stage import stage_asset
 from rag_loop.goldens.lineage import refresh_release_tables
 from rag_loop.goldens.redaction import KINDS, Redactor
-from rag_loop.goldens.release import build_goldens, publish_release, redaction_quality
+from rag_loop.goldens.release import MissingTraceError, build_goldens, publish_release, redaction_quality
 from rag_loop.reporting import plots
 from rag_loop.reporting.reports import release_report
 
@@ -41,7 +42,10 @@ def golden_release(context: AssetExecutionContext, config: ReleaseConfig, duckdb
                    paths: RagLoopPaths) -> MaterializeResult:
     redactor = Redactor(config.redact, config.keep_email_domains)
     with duckdb.get_connection() as con:
-        goldens = build_goldens(con, redactor)
+        try:
+            goldens = build_goldens(con, redactor)
+        except MissingTraceError as error:
+            raise Failure(description=str(error)) from error
         quality = redaction_quality(con, redactor)
     notes, released_by = redactor.redact(config.notes), redactor.redact(config.released_by)
     result = publish_release(Path(paths.goldens_dir), goldens, notes or "", released_by or "",

@@ -28,6 +28,7 @@ from rag_loop.goldens.manifest import Diff, changes_markdown, diff_goldens, mani
 from rag_loop.goldens.redaction import Redactor, false_positives, planted_recall
 from rag_loop.store.files import fsync_directory, write_atomically
 from rag_loop.store.releases import read_goldens, release_versions, serialize
+from rag_loop.store.tables import has_table
 from rag_loop.store.traces import retrieval_contexts
 
 # what a killed release leaves: its staging folder, a temporary of the changelog
@@ -51,8 +52,30 @@ def golden_id(trace_id: str) -> str:
     return "g-" + hashlib.sha256(trace_id.encode()).hexdigest()[:12]
 
 
+class MissingTraceError(RuntimeError):
+    """An accepted label whose trace is no longer stored: releasing would drop its golden."""
+
+
+def missing_traces(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Accepted labels whose trace row is gone, each with what became of the trace id."""
+    has_otlp = has_table(con, "otlp_traces")
+    rows = con.execute(f"""
+        SELECT l.trace_id, {"o.state, o.reason" if has_otlp else "NULL, NULL"}
+        FROM current_labels l
+        {"LEFT JOIN otlp_traces o USING (trace_id)" if has_otlp else ""}
+        WHERE l.decision = 'accept' AND l.trace_id NOT IN (SELECT trace_id FROM raw_traces)
+        ORDER BY 1""").fetchall()
+    return [f"{trace_id}: " + (f"{state} ({reason})" if state else "no longer in raw_traces")
+            for trace_id, state, reason in rows]
+
+
 def build_goldens(con: duckdb.DuckDBPyConnection, redactor: Redactor) -> list[dict[str, Any]]:
-    """DeepEval goldens from the current accepted labels, redacted, sorted by name."""
+    """DeepEval goldens from the current accepted labels, redacted, sorted by name. Raises
+    MissingTraceError when a label's trace is gone (a golden is never dropped silently)."""
+    if missing := missing_traces(con):
+        raise MissingTraceError(
+            f"{len(missing)} accepted labels have no stored trace, so their goldens cannot be built: "
+            + "; ".join(missing[:20]) + ". Restore the traces (re-ingest the files) or relabel.")
     rows = con.execute("""
         SELECT l.*, coalesce(l.input, t.original_query) AS golden_input, t.language,
                t.query_type, t.tenant

@@ -197,3 +197,15 @@ def test_an_edited_release_is_refused_wherever_it_is_read(db, tmp_path):
         with pytest.raises(ReleaseIntegrityError, match="v0001/goldens.json does not match its manifest"):
             read()
     assert release_versions(goldens_dir) == ["v0001"]
+
+
+def test_a_labelled_trace_that_was_quarantined_later_fails_the_release_loudly(db, tmp_path):
+    from rag_loop.goldens.release import MissingTraceError
+    from rag_loop.store.tables import create_tables
+    create_tables(db)
+    assert len(_goldens(db, tmp_path, [GOOD, {**GOOD, "trace_id": "t2"}])) == 2
+    db.execute("DELETE FROM raw_traces WHERE trace_id = 't2'")  # a late span re-assembled it into quarantine
+    db.execute("INSERT INTO otlp_traces (trace_id, state, reason) VALUES "
+               "('t2', 'quarantined', 'wrong_type: rag.temperature')")
+    with pytest.raises(MissingTraceError, match=r"t2: quarantined \(wrong_type: rag.temperature\)"):
+        build_goldens(db, Redactor())
