@@ -3,19 +3,27 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-export DAGSTER_HOME := $(CURDIR)/.dagster_home
+# a deployment's home holds its database, curation, goldens, reports and Dagster instance
+# (rag_loop/home.py): yours is RAG_LOOP_HOME (default .rag-loop/), the demo's is .demo/
+export RAG_LOOP_HOME ?= $(CURDIR)/.rag-loop
+export DAGSTER_HOME ?= $(RAG_LOOP_HOME)/dagster
+DEMO_HOME := $(CURDIR)/.demo
 export DEEPEVAL_TELEMETRY_OPT_OUT := 1
 export DEEPEVAL_DISABLE_DOTENV := 1
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
 DRIFT_ASSETS := group:drift
-# the demo's inputs and drift days; `make run` and your own deployment set their own
-DEMO_ENV := RAG_LOOP_TRACES_DIR="$${RAG_LOOP_TRACES_DIR-$(CURDIR)/data/demo/traces}" \
-	RAG_LOOP_KB_DIR="$${RAG_LOOP_KB_DIR-$(CURDIR)/data/demo/kb}" \
-	RAG_LOOP_DRIFT_START="$${RAG_LOOP_DRIFT_START-2026-11-01}"
+# the demo: its own home, its inputs and drift days, whatever your environment says
+DEMO_ENV := RAG_LOOP_HOME="$(DEMO_HOME)" DAGSTER_HOME="$(DEMO_HOME)/dagster" \
+	RAG_LOOP_DB="$(DEMO_HOME)/rag_loop.duckdb" RAG_LOOP_CURATION_DIR="$(DEMO_HOME)/curation" \
+	RAG_LOOP_GOLDENS_DIR="$(DEMO_HOME)/goldens" RAG_LOOP_REPORTS_DIR="$(DEMO_HOME)/reports" \
+	RAG_LOOP_TRACES_DIR="$(CURDIR)/data/demo/traces" RAG_LOOP_KB_DIR="$(CURDIR)/data/demo/kb" \
+	RAG_LOOP_DRIFT_START=2026-11-01
+# a Dagster instance in a home: deploy/dagster.yaml copied there once (yours may then differ)
+INSTANCE = mkdir -p "$$DAGSTER_HOME" && { test -f "$$DAGSTER_HOME/dagster.yaml" || cp deploy/dagster.yaml "$$DAGSTER_HOME/"; }
 
-.PHONY: install demo run test ui demo-data bench clean
+.PHONY: install demo run release evaluate test ui demo-data bench clean
 
 install: $(STAMP)
 
@@ -26,37 +34,50 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -c "from rag_loop.vectors.clustering import compile_once; compile_once()"  # Numba cache
 	touch $(STAMP)
 
-$(DAGSTER_HOME)/dagster.yaml: deploy/dagster.yaml
-	mkdir -p $(DAGSTER_HOME)
-	cp deploy/dagster.yaml $@
-
-demo: install $(DAGSTER_HOME)/dagster.yaml
+demo: install
+	$(DEMO_ENV) sh -c '$(INSTANCE)'
 	$(DEMO_ENV) $(BIN)/dagster job execute -f definitions.py -j rag_loop_job -c data/demo/loop.yaml
 	$(DEMO_ENV) $(BIN)/dagster asset materialize -f definitions.py --select $(DRIFT_ASSETS) \
 		--partition-range 2026-11-01...2026-11-14
-	$(BIN)/rag-loop demo curate --round 1
+	$(DEMO_ENV) $(BIN)/rag-loop demo curate --round 1
 	$(DEMO_ENV) $(BIN)/dagster job execute -f definitions.py -j release_goldens -c data/demo/release/round-1.yaml
-	$(BIN)/rag-loop demo curate --round 2
+	$(DEMO_ENV) $(BIN)/rag-loop demo curate --round 2
 	$(DEMO_ENV) $(BIN)/dagster job execute -f definitions.py -j release_goldens -c data/demo/release/round-2.yaml
 	$(DEMO_ENV) $(BIN)/dagster job execute -f definitions.py -j regression_eval_job -c data/demo/eval/baseline.yaml
 	@echo "Evaluating the candidate deployment: its hard gate is expected to block it (exit code ignored)."
 	-$(DEMO_ENV) $(BIN)/dagster job execute -f definitions.py -j regression_eval_job -c data/demo/eval/candidate.yaml \
-		> $(DAGSTER_HOME)/candidate-eval.log 2>&1
-	$(BIN)/rag-loop summary
+		> $(DEMO_HOME)/candidate-eval.log 2>&1
+	$(DEMO_ENV) $(BIN)/rag-loop summary
 	@echo "Open the UI with: make ui  (then http://127.0.0.1:3000)"
 
-# the loop on your own traces: RAG_LOOP_TRACES_DIR (required), RAG_LOOP_DB, RAG_LOOP_KB_DIR (optional)
-run: install $(DAGSTER_HOME)/dagster.yaml
+# your own deployment, in RAG_LOOP_HOME (default .rag-loop/, never the demo's): the loop on
+# RAG_LOOP_TRACES_DIR (required; RAG_LOOP_KB_DIR optional), then a release, then an eval
+run: install
 	@test -n "$$RAG_LOOP_TRACES_DIR" || { echo "make run: set RAG_LOOP_TRACES_DIR to the folder of your trace files"\
-		"(and RAG_LOOP_DB; RAG_LOOP_KB_DIR is optional)"; exit 2; }
+		"(RAG_LOOP_HOME, default $(CURDIR)/.rag-loop, holds what the run writes; RAG_LOOP_KB_DIR is optional)"; exit 2; }
+	@case "$$RAG_LOOP_HOME" in "$(DEMO_HOME)"*) echo "make run: RAG_LOOP_HOME is the demo's; choose another"; exit 2;; esac
+	@$(INSTANCE)
 	RAG_LOOP_KB_DIR="$${RAG_LOOP_KB_DIR-}" $(BIN)/dagster job execute -f definitions.py -j rag_loop_job
 	$(BIN)/rag-loop summary --next-steps
+
+# release the labelled goldens of RAG_LOOP_HOME (RELEASE_CONFIG: a run config with notes, released_by)
+release: install
+	@$(INSTANCE)
+	$(BIN)/dagster job execute -f definitions.py -j release_goldens $(if $(RELEASE_CONFIG),-c $(RELEASE_CONFIG))
+	$(BIN)/rag-loop summary
+
+# evaluate RAG_LOOP_RAG_APP_URL (or the rag_app of EVAL_CONFIG) on the newest release of RAG_LOOP_HOME
+evaluate: install
+	@$(INSTANCE)
+	$(BIN)/dagster job execute -f definitions.py -j regression_eval_job $(if $(EVAL_CONFIG),-c $(EVAL_CONFIG))
+	$(BIN)/rag-loop summary
 
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
-ui: install $(DAGSTER_HOME)/dagster.yaml
+ui: install
+	$(DEMO_ENV) sh -c '$(INSTANCE)'
 	$(DEMO_ENV) $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 demo-data: install
@@ -71,5 +92,5 @@ bench: install
 	$(BIN)/python bench/eval.py
 	$(BIN)/python bench/drift.py
 
-clean:
-	rm -rf $(DAGSTER_HOME) data/rag_loop.duckdb data/rag_loop.duckdb.wal
+clean:  # the demo's home only: your RAG_LOOP_HOME is yours to remove
+	rm -rf $(DEMO_HOME)

@@ -9,9 +9,7 @@ from dagster import (
     Config,
     MaterializeResult,
     MetadataValue,
-    RunRequest,
     SensorEvaluationContext,
-    SkipReason,
     asset,
     define_asset_job,
     sensor,
@@ -21,6 +19,7 @@ from pydantic import Field
 
 from assets.intents import intent_clusters
 from assets.resources import DUCKDB_WRITER, EmbedderResource, RagLoopPaths
+from assets.sensors import request_for_input
 from assets.stage import stage_asset
 from rag_loop.curation.labels import label_files, label_summary, store_label_files
 from rag_loop.curation.queue import build_curation_queue
@@ -47,7 +46,7 @@ class QueueConfig(Config):
 @asset(group_name="curation", deps=[intent_clusters, "trace_clusters"],
        description="Representatives to label, sorted by priority then cluster weight, with "
                    "suggested failure_type and origin; exported to "
-                   "data/curation/queue/<batch>.jsonl and .csv.")
+                   "curation/queue/<batch>.jsonl and .csv in the home.")
 def curation_queue(context: AssetExecutionContext, config: QueueConfig, duckdb: DuckDBResource,
                    embedder: EmbedderResource, paths: RagLoopPaths) -> MaterializeResult:
     with duckdb.get_connection() as con:
@@ -76,7 +75,7 @@ def curation_queue(context: AssetExecutionContext, config: QueueConfig, duckdb: 
                     "label_files": "Label files read, by content hash (an edited file replaces "
                                    "its rows)",
                     "current_labels": "View: the latest label per trace"},
-       description="Curator labels from data/curation/labels/ (JSONL or CSV), validated row by "
+       description="Curator labels from curation/labels/ in the home (JSONL or CSV), validated row by "
                    "row: valid rows in `curated_labels` (a relabel supersedes, both kept; "
                    "`current_labels` is the latest per trace), invalid rows in `label_errors`.")
 def curated_labels(context: AssetExecutionContext, duckdb: DuckDBResource,
@@ -95,13 +94,11 @@ def curated_labels(context: AssetExecutionContext, duckdb: DuckDBResource,
 
 
 @sensor(job_name="label_job", minimum_interval_seconds=30,
-        description="Stores curator label files when they appear or change.")
+        description="Stores curator label files when they appear or change; a failed run's "
+                    "files are tried again.")
 def new_label_files_sensor(context: SensorEvaluationContext, paths: RagLoopPaths):
     fingerprint = directory_fingerprint(Path(paths.curation_dir) / "labels", label_files)
-    if fingerprint == context.cursor:
-        return SkipReason("no new label files")
-    context.update_cursor(fingerprint)
-    return RunRequest(run_key=fingerprint)
+    return request_for_input(context, "label_job", fingerprint, "label files")
 
 
 label_job = define_asset_job("label_job", selection=AssetSelection.assets(curated_labels),

@@ -35,7 +35,7 @@ class ReleaseConfig(Config):
 
 
 @asset(group_name="goldens", deps=["current_labels"],
-       description="Makes the next golden release data/goldens/vNNNN/ (goldens.json in DeepEval "
+       description="Makes the next golden release goldens/vNNNN/ in the home (goldens.json in DeepEval "
                    "format, manifest.json, CHANGES.md) from the accepted labels, unless nothing "
                    "changed since the newest release.")
 def golden_release(context: AssetExecutionContext, config: ReleaseConfig, duckdb: DuckDBResource,

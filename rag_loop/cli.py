@@ -28,14 +28,14 @@ import duckdb
 from rag_loop.curation.labels import DECISIONS, MAX_TAG_CHARS, KnownSources, check_source, label_files
 from rag_loop.curation.queue_files import read_queue
 from rag_loop.evaluation.settings import DEFAULT_THRESHOLDS, LlmJudgeSettings
-from rag_loop.home import DATA_DIR, DEFAULT_CURATION_DIR, DEFAULT_DATABASE
+from rag_loop.home import DEMO_INPUTS, home
 from rag_loop.schema import FailureType, Origin
 
 
 def _db_option(help: str) -> Callable:
     return click.option("--db", envvar="RAG_LOOP_DB", show_envvar=True,
-                        default=lambda: str(DEFAULT_DATABASE),
-                        show_default="data/rag_loop.duckdb in the project", help=help)
+                        default=lambda: str(home().database),
+                        show_default="rag_loop.duckdb in $RAG_LOOP_HOME", help=help)
 
 
 def _curation_options(command: Callable) -> Callable:
@@ -43,8 +43,8 @@ def _curation_options(command: Callable) -> Callable:
     for option in reversed((
             click.option("--curation-dir", type=click.Path(file_okay=False, path_type=Path),
                          envvar="RAG_LOOP_CURATION_DIR", show_envvar=True,
-                         default=lambda: DEFAULT_CURATION_DIR,
-                         show_default="data/curation in the project",
+                         default=lambda: home().curation_dir,
+                         show_default="curation/ in $RAG_LOOP_HOME",
                          help="The curation folder: queue exports in queue/, label files in labels/."),
             click.option("--queue-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
                          help="Where the newest queue export is taken from; default: <curation dir>/queue."),
@@ -258,7 +258,7 @@ def curate(round_number: str, queue_file: Path | None, curation_dir: Path, queue
 
 @demo.command()
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
-              default=lambda: DATA_DIR / "demo", show_default="data/demo in the project",
+              default=lambda: DEMO_INPUTS, show_default="data/demo in the project",
               help="Where the demo world is written.")
 @click.option("--seed", type=int, default=7, show_default=True)
 def generate(out: Path, seed: int) -> None:

@@ -31,6 +31,8 @@ from rag_loop.store.tables import create_tables
 
 TRACE_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")
 DEFAULT_MAX_RECORD_BYTES = 1 << 20
+# the raw_traces_quarantine_rate check: share of the records read that were quarantined
+QUARANTINE_WARN_RATE, QUARANTINE_ERROR_RATE = 0.01, 0.10
 DEFAULT_BATCH_BYTES = 32 << 20
 # DuckDB's, while ingesting. Peak RSS at 1M traces: 1.1 GB by read_json, 3.3 GB by batches;
 # 2GB makes read_json ~10 % faster but lets the batch readers pass 4 GB.

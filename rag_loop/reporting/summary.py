@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+import shlex
 
 import duckdb
 
+from rag_loop.home import Home, home
+from rag_loop.ingest.pipeline import QUARANTINE_ERROR_RATE, QUARANTINE_WARN_RATE, trace_table_summary
 
-def print_summary(path: str, next_steps: bool = False) -> None:
-    """Every table's row count, quarantine reasons, selection, clusters, releases, evals, drift."""
+
+def print_summary(path: str, next_steps: bool = False, where: Home | None = None) -> None:
+    """Every table's row count, quarantine reasons and rate (against the check's limits),
+    selection, clusters, releases, evals, drift; then the next steps as commands to paste."""
+    where = where or home()
     with duckdb.connect(path, read_only=True) as con:
         tables = [t for (t,) in con.execute("SELECT table_name FROM information_schema.tables "
                                             "WHERE table_schema = 'main' ORDER BY 1").fetchall()]
@@ -16,6 +22,8 @@ def print_summary(path: str, next_steps: bool = False) -> None:
         for table in tables:
             print(f"  {table:<18} {con.execute(f'SELECT count(*) FROM {table}').fetchall()[0][0]:>8} rows")
         print(con.sql("SELECT format, reason, count(*) AS n FROM quarantine GROUP BY ALL ORDER BY n DESC"))
+        if "raw_traces" in tables:
+            _print_quarantine_check(con)
         if "failure_candidates" in tables:
             print("Selected for judging and curation, by priority and stream:")
             print(con.sql("SELECT priority, count(*) AS selected, count(*) FILTER (by_random) AS random, "
@@ -28,13 +36,13 @@ def print_summary(path: str, next_steps: bool = False) -> None:
                 "FROM intent_clusters").fetchall()[0]
             queued, batch = con.execute("SELECT count(*), any_value(batch) FROM curation_queue").fetchall()[0]
             print(f"Intent clusters: {clusters} (+ {singletons} singletons); curation queue: "
-                  f"{queued} representatives, batch {batch} (data/curation/queue/{batch}.jsonl)")
+                  f"{queued} representatives, batch {batch} ({where.curation_dir / 'queue' / f'{batch}.jsonl'})")
         if "golden_releases" in tables:
             print("Golden releases:")
             print(con.sql("SELECT version, parent_version, goldens, added, removed, changed, "
                           "released_by FROM golden_releases ORDER BY version"))
         if "eval_runs" in tables:
-            _print_eval_runs(con)
+            _print_eval_runs(con, where)
         if {"retrieval_scores", "quality_slis", "query_mix", "freshness_daily"} <= set(tables):
             print("Drift per day (the checks' verdicts are in the UI: Assets > drift):")
             print(con.sql("""
@@ -58,23 +66,34 @@ def print_summary(path: str, next_steps: bool = False) -> None:
                              SELECT 'waiting', count(DISTINCT trace_id), NULL FROM otlp_spans
                              WHERE trace_id NOT IN (SELECT trace_id FROM otlp_traces) ORDER BY 1"""))
     if next_steps:
-        print(NEXT_STEPS.format(db=path))
+        print(NEXT_STEPS.format(home=shlex.quote(str(where.root)), queue=where.curation_dir / "queue",
+                                labels=where.curation_dir / "labels", goldens=where.goldens_dir))
 
 
 NEXT_STEPS = """
-Next steps
-  1. Label the curation queue (one row per intent, newest export first):
-       .venv/bin/rag-loop label --db {db}
-     or fill the exported CSV/JSONL and drop it in data/curation/labels/ (RAG_LOOP_CURATION_DIR).
-  2. Release the labelled goldens (immutable, hashed vNNNN under data/goldens/):
-       .venv/bin/dagster job execute -f definitions.py -j release_goldens
-  3. Evaluate your RAG service on the release (HTTP: see README "Your own RAG service"):
-       RAG_LOOP_RAG_APP_URL=http://127.0.0.1:8000/answer \\
-         .venv/bin/dagster job execute -f definitions.py -j regression_eval_job
+Next steps (everything below stays in this deployment's home, {home}):
+  1. Label the curation queue in the terminal (one row per intent, newest export first):
+       RAG_LOOP_HOME={home} .venv/bin/rag-loop label
+     or fill the export in {queue} (CSV or JSONL) and save it in {labels}
+  2. Release the labelled goldens (immutable, hashed vNNNN in {goldens}):
+       RAG_LOOP_HOME={home} make release
+  3. Evaluate your RAG service on the release (see README "Your own RAG service"):
+       RAG_LOOP_HOME={home} RAG_LOOP_RAG_APP_URL=http://127.0.0.1:8000/answer make evaluate
 """
 
 
-def _print_eval_runs(con: duckdb.DuckDBPyConnection) -> None:
+def _print_quarantine_check(con: duckdb.DuckDBPyConnection) -> None:
+    """The raw_traces_quarantine_rate check, as the asset check judges it."""
+    figures = trace_table_summary(con)
+    records = figures["traces"] + figures["duplicates"] + figures["quarantined"]
+    rate = figures["quarantine_rate"]
+    verdict = ("ERROR" if rate > QUARANTINE_ERROR_RATE else "WARN" if rate > QUARANTINE_WARN_RATE else "ok")
+    print(f"Check raw_traces_quarantine_rate: {verdict}: {figures['quarantined']} of {records} records "
+          f"quarantined ({rate:.1%}; WARN above {QUARANTINE_WARN_RATE:.0%}, ERROR above "
+          f"{QUARANTINE_ERROR_RATE:.0%})")
+
+
+def _print_eval_runs(con: duckdb.DuckDBPyConnection, where: Home) -> None:
     """Each evaluation: release, app configuration, verdict of its gates, what failed, and
     what could not be evaluated (no baseline figure is its own verdict, never a pass)."""
     runs = con.execute("""SELECT *, rag_app || ' ' || rag_config::VARCHAR AS target,
@@ -86,7 +105,7 @@ def _print_eval_runs(con: duckdb.DuckDBPyConnection) -> None:
         against = (f"{run['flipped']} case x metric flipped to fail vs baseline {run['baseline_run_id']}"
                    if run["baseline_run_id"] else "no baseline run: flips and drops not evaluated")
         print(f"  {run['run_id']} on {run['release_version']}, {run['target']}: {verdict}; {against}")
-        print(f"    report: data/reports/{run['run_id']}.html")
+        print(f"    report: {where.reports_dir / (run['run_id'] + '.html')}")
         for failure in json.loads(run["gate_failures"] or "[]"):
             print(f"    - {failure['metric']} on {failure['slice']}={failure['value']} "
                   f"(n={failure['n']}): {failure['problems']}")

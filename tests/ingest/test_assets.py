@@ -71,3 +71,39 @@ def test_sensor_requests_a_run_only_when_files_change(tmp_path):
         context = build_sensor_context(instance=instance, cursor=context.cursor,
                                        resources={"paths": paths})
         assert new_trace_files_sensor(context).run_key != first.run_key
+
+
+def test_the_files_of_a_failed_run_are_requested_again_after_a_pause(tmp_path):
+    from dagster import DagsterRunStatus
+    from dagster._core.test_utils import create_run_for_test
+
+    from assets.sensors import INPUT_TAG
+    traces = tmp_path / "traces"
+    shutil.copytree(DEMO / "traces" / "malformed", traces)
+    paths = RagLoopPaths(traces_dir=str(traces))
+    with DagsterInstance.ephemeral() as instance:
+        context = build_sensor_context(instance=instance, resources={"paths": paths})
+        first = new_trace_files_sensor(context)
+        run = create_run_for_test(instance, job_name="ingest_job", status=DagsterRunStatus.STARTED,
+                                  tags={INPUT_TAG: first.tags[INPUT_TAG]})
+        again = build_sensor_context(instance=instance, cursor=context.cursor, resources={"paths": paths})
+        assert not hasattr(new_trace_files_sensor(again), "run_key")  # under way
+        instance.report_run_failed(run)  # e.g. the database was locked by a notebook
+        retry = new_trace_files_sensor(build_sensor_context(instance=instance, cursor=context.cursor,
+                                                            resources={"paths": paths}))
+        assert not hasattr(retry, "run_key") and "next try" in retry.skip_message  # a pause first
+        with instance_time_shift(3600):
+            retry = new_trace_files_sensor(build_sensor_context(instance=instance, cursor=context.cursor,
+                                                                resources={"paths": paths}))
+        assert retry.run_key and retry.run_key != first.run_key
+        assert retry.tags[INPUT_TAG] == first.tags[INPUT_TAG]
+
+
+def instance_time_shift(seconds: float):
+    """Pretend `seconds` have passed (the sensor reads the time through datetime.now)."""
+    from datetime import UTC, datetime, timedelta
+    from unittest import mock
+    later = datetime.now(UTC) + timedelta(seconds=seconds)
+    fake = mock.MagicMock(wraps=datetime)
+    fake.now.return_value = later
+    return mock.patch("assets.sensors.datetime", fake)
