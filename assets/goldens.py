@@ -19,8 +19,14 @@ from assets.curation import curated_labels
 from assets.resources import DUCKDB_WRITER, RagLoopPaths
 from assets.stage import stage_asset
 from rag_loop.goldens.lineage import refresh_release_tables
-from rag_loop.goldens.redaction import KINDS, Redactor
-from rag_loop.goldens.release import MissingTraceError, build_goldens, publish_release, redaction_quality
+from rag_loop.goldens.redaction import KINDS
+from rag_loop.goldens.release import (
+    MissingTraceError,
+    build_goldens,
+    publish_release,
+    redaction_quality,
+    release_policy,
+)
 from rag_loop.reporting import plots
 from rag_loop.reporting.reports import release_report
 
@@ -28,10 +34,11 @@ from rag_loop.reporting.reports import release_report
 class ReleaseConfig(Config):
     notes: str = Field("", description="Release notes: what changed and why.")
     released_by: str = Field("", description="Who releases it.")
-    redact: list[str] = Field(list(KINDS), description=f"Kinds to redact: {', '.join(KINDS)}.")
-    keep_email_domains: list[str] = Field(
-        [], description="Organisation addresses that are content, not personal data "
-                        "(e.g. support@ addresses quoted in answers).")
+    redact: list[str] | None = Field(
+        None, description=f"Kinds to redact ({', '.join(KINDS)}); null: the newest release's (all at first).")
+    keep_email_domains: list[str] | None = Field(
+        None, description="Organisation addresses that are content, not personal data (e.g. support@ "
+                          "addresses quoted in answers); null: the newest release's (none at first).")
 
 
 @asset(group_name="goldens", deps=["current_labels"],
@@ -40,16 +47,19 @@ class ReleaseConfig(Config):
                    "changed since the newest release.")
 def golden_release(context: AssetExecutionContext, config: ReleaseConfig, duckdb: DuckDBResource,
                    paths: RagLoopPaths) -> MaterializeResult:
-    redactor = Redactor(config.redact, config.keep_email_domains)
+    policy, parent_policy = release_policy(Path(paths.goldens_dir), config.redact, config.keep_email_domains)
+    redactor = policy.redactor()
     with duckdb.get_connection() as con:
         try:
             goldens = build_goldens(con, redactor)
+            under_parent = build_goldens(con, parent_policy.redactor()) \
+                if parent_policy is not None and parent_policy != policy else None
         except MissingTraceError as error:
             raise Failure(description=str(error)) from error
         quality = redaction_quality(con, redactor)
     notes, released_by = redactor.redact(config.notes), redactor.redact(config.released_by)
     result = publish_release(Path(paths.goldens_dir), goldens, notes or "", released_by or "",
-                             redactor.summary())
+                             redactor.summary(), policy=policy, under_parent_policy=under_parent)
     context.log.info(result.message)
     metadata = {"message": result.message, "released": result.version is not None,
                 "version": result.version or result.parent or "none", "goldens": len(goldens),

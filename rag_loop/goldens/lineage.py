@@ -22,7 +22,9 @@ def refresh_release_tables(con: duckdb.DuckDBPyConnection, goldens_dir: Path) ->
         releases.append({"version": version, "parent_version": manifest["parent_version"],
                          "created_at": manifest["created_at"], "released_by": manifest["released_by"],
                          "notes": manifest["notes"], "goldens": manifest["goldens"],
-                         **manifest["diff"], "redacted": sum(manifest["redaction"].values()),
+                         **{k: manifest["diff"].get(k, 0) for k in ("added", "removed", "changed",
+                                                                    "redacted_differently")},
+                         "redacted": sum(manifest["redaction"].values()),
                          "sha256": manifest["sha256"], "path": str(goldens_dir / version)})
         for golden in read_goldens(goldens_dir, version):
             meta = golden["additional_metadata"]

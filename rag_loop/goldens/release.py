@@ -25,9 +25,9 @@ from typing import Any
 import duckdb
 
 from rag_loop.goldens.manifest import Diff, changes_markdown, diff_goldens, manifest_of
-from rag_loop.goldens.redaction import Redactor, false_positives, planted_recall
+from rag_loop.goldens.redaction import DEFAULT_PHONE_REGIONS, KINDS, Redactor, false_positives, planted_recall
 from rag_loop.store.files import fsync_directory, write_atomically
-from rag_loop.store.releases import read_goldens, release_versions, serialize
+from rag_loop.store.releases import read_goldens, read_manifest, release_versions, serialize
 from rag_loop.store.tables import has_table
 from rag_loop.store.traces import retrieval_contexts
 
@@ -122,10 +122,46 @@ class ReleaseResult:
     manifest: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class RedactionPolicy:
+    """What a release redacts: part of the release, recorded in its manifest and inherited by
+    the next release unless a release changes it."""
+
+    kinds: tuple[str, ...] = KINDS
+    keep_email_domains: tuple[str, ...] = ()
+    phone_regions: tuple[str, ...] = DEFAULT_PHONE_REGIONS
+
+    def redactor(self) -> Redactor:
+        return Redactor(self.kinds, self.keep_email_domains, self.phone_regions)
+
+    def as_dict(self) -> dict[str, list[str]]:
+        return {"kinds": list(self.kinds), "keep_email_domains": sorted(self.keep_email_domains),
+                "phone_regions": list(self.phone_regions)}
+
+
+def release_policy(goldens_dir: Path, kinds: Sequence[str] | None = None,
+                   keep_email_domains: Sequence[str] | None = None) -> tuple[RedactionPolicy, RedactionPolicy | None]:
+    """(the next release's policy, the newest release's): the newest release's policy with the
+    fields given here changed (a release made before policies were recorded counts as the
+    default policy)."""
+    versions = release_versions(goldens_dir)
+    recorded = read_manifest(goldens_dir, versions[-1]).get("redaction_policy") if versions else None
+    parent = RedactionPolicy(**{k: tuple(v) for k, v in recorded.items()}) if recorded else \
+        (RedactionPolicy() if versions else None)
+    base = parent or RedactionPolicy()
+    return RedactionPolicy(tuple(kinds) if kinds is not None else base.kinds,
+                           tuple(keep_email_domains) if keep_email_domains is not None else base.keep_email_domains,
+                           base.phone_regions), parent
+
+
 def publish_release(goldens_dir: Path, goldens: Sequence[dict], notes: str, released_by: str,
-                    redaction: dict[str, int], now: datetime | None = None,
-                    attempts: int = 50) -> ReleaseResult:
-    """Write the next `vNNNN/` unless it would equal the newest release."""
+                    redaction: dict[str, int], now: datetime | None = None, attempts: int = 50,
+                    policy: RedactionPolicy | None = None,
+                    under_parent_policy: Sequence[dict] | None = None) -> ReleaseResult:
+    """Write the next `vNNNN/` unless it would equal the newest release. `policy` is recorded;
+    `under_parent_policy` (the same goldens redacted with the parent's policy) tells content
+    changes from policy changes in the diff."""
+    policy = policy or RedactionPolicy()
     goldens_dir.mkdir(parents=True, exist_ok=True)
     sweep_stale_staging(goldens_dir)
     payload = serialize(goldens)
@@ -139,9 +175,10 @@ def publish_release(goldens_dir: Path, goldens: Sequence[dict], notes: str, rele
             return ReleaseResult(None, parent, "no accepted labels: nothing to release")
         number = max((int(v[1:]) for v in versions), default=0) + 1
         version = f"v{number:04d}"
-        diff = diff_goldens(parent_goldens, goldens)
+        parent_policy = read_manifest(goldens_dir, parent).get("redaction_policy") if parent else None
+        diff = diff_goldens(parent_goldens, goldens, under_parent_policy)
         manifest = manifest_of(version, parent, goldens, payload, notes, released_by, redaction,
-                             diff, now or datetime.now(UTC))
+                               diff, now or datetime.now(UTC), policy.as_dict(), parent_policy)
         staging = Path(tempfile.mkdtemp(dir=goldens_dir, prefix=STAGING_PREFIX))
         try:
             _write(staging / "goldens.json", payload)

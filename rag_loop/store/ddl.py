@@ -113,7 +113,8 @@ CREATE OR REPLACE VIEW current_labels AS
 # goldens: releases and lineage, rebuilt from the release files
 GOLDEN_RELEASES_COLUMNS = ("version VARCHAR, parent_version VARCHAR, created_at TIMESTAMPTZ, "
                            "released_by VARCHAR, notes VARCHAR, goldens BIGINT, added BIGINT, "
-                           "removed BIGINT, changed BIGINT, redacted BIGINT, sha256 VARCHAR, "
+                           "removed BIGINT, changed BIGINT, redacted_differently BIGINT, redacted BIGINT, "
+                           "sha256 VARCHAR, "
                            "path VARCHAR")
 GOLDEN_LINEAGE_COLUMNS = ("version VARCHAR, golden VARCHAR, label_id VARCHAR, trace_id VARCHAR, "
                           "source_trace_ids VARCHAR[], cluster_id VARCHAR")

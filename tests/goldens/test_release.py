@@ -56,7 +56,8 @@ def test_no_op_release_and_correct_diff(db, tmp_path):
     assert (second.diff.added, second.diff.removed, second.diff.changed) == \
         ([names["t3"]], [names["t2"]], [names["t1"]])
     manifest = json.loads((tmp_path / "g" / "v0002" / "manifest.json").read_text())
-    assert manifest["diff"] == {"added": 1, "removed": 1, "changed": 1} and manifest["parent_version"] == "v0001"
+    assert manifest["diff"] == {"added": 1, "removed": 1, "changed": 1, "redacted_differently": 0}
+    assert manifest["parent_version"] == "v0001"
     assert "## v0002" in (tmp_path / "g" / "CHANGELOG.md").read_text()
     assert refresh_release_tables(db, tmp_path / "g") == 2
     assert db.execute("SELECT count(*) FROM golden_lineage WHERE version = 'v0002'").fetchall() == [(2,)]
@@ -209,3 +210,27 @@ def test_a_labelled_trace_that_was_quarantined_later_fails_the_release_loudly(db
                "('t2', 'quarantined', 'wrong_type: rag.temperature')")
     with pytest.raises(MissingTraceError, match=r"t2: quarantined \(wrong_type: rag.temperature\)"):
         build_goldens(db, Redactor())
+
+
+def test_the_redaction_policy_is_part_of_a_release_and_inherited_unless_changed(db, tmp_path):
+    from rag_loop.goldens.release import release_policy
+    goldens_dir = tmp_path / "g"
+    quoted = {**GOOD, "expected_output": "15 days. Ask hr@company.example."}
+    write_labels(tmp_path / "labels", "a.jsonl", [quoted])
+    store_label_files(db, tmp_path / "labels")
+    first, _ = release_policy(goldens_dir, keep_email_domains=["company.example"])
+    v1 = publish_release(goldens_dir, build_goldens(db, first.redactor()), "", "", {}, policy=first)
+    assert "hr@company.example" in (goldens_dir / v1.version / "goldens.json").read_text()
+    inherited, parent = release_policy(goldens_dir)  # the README's config: notes and released_by only
+    assert inherited == parent == first
+    again = publish_release(goldens_dir, build_goldens(db, inherited.redactor()), "notes", "ana", {},
+                            policy=inherited)
+    assert again.version is None and "nothing changed" in again.message
+    stricter, parent = release_policy(goldens_dir, keep_email_domains=[])
+    v2 = publish_release(goldens_dir, build_goldens(db, stricter.redactor()), "", "", {}, policy=stricter,
+                         under_parent_policy=build_goldens(db, parent.redactor()))
+    assert (v2.diff.changed, len(v2.diff.redacted_differently)) == ([], 1)  # a policy change, not content
+    assert v2.manifest["redaction_policy"]["keep_email_domains"] == []
+    assert v2.manifest["redaction_policy_change"]["from"]["keep_email_domains"] == ["company.example"]
+    changes = (goldens_dir / v2.version / "CHANGES.md").read_text()
+    assert "Redaction policy changed: keep_email_domains: ['company.example'] → []" in changes
