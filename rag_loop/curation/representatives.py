@@ -41,6 +41,31 @@ def collapse_near_duplicates(vectors: np.ndarray, order: Sequence[int],
     return variants
 
 
+def identical_points(vectors: np.ndarray, points: np.ndarray) -> list[np.ndarray]:
+    """`points` grouped by identical vector, in first-seen order: the same normalized text embeds
+    to the same cached vector, so a question asked three times is one singleton of three.
+
+    Rows are keyed by a random projection (one sort of floats, not of whole rows); the rows
+    sharing a key are then compared, so only identical vectors group."""
+    if len(points) == 0:
+        return []
+    probe = np.random.default_rng(0).normal(size=vectors.shape[1]).astype(vectors.dtype)
+    _, first, inverse = np.unique(vectors[points] @ probe, return_index=True, return_inverse=True)
+    sizes = np.bincount(inverse)
+    by_key, starts = np.argsort(inverse, kind="stable"), np.cumsum(sizes) - sizes
+    exact = []
+    for g in np.argsort(first, kind="stable"):
+        if sizes[g] == 1:
+            exact.append(points[first[g]:first[g] + 1])
+            continue
+        members = points[by_key[starts[g]:starts[g] + sizes[g]]]
+        while len(members):
+            same = (vectors[members] == vectors[members[0]]).all(axis=1)
+            exact.append(members[same])
+            members = members[~same]
+    return exact
+
+
 def select_representatives(members: pd.DataFrame, vectors: np.ndarray, clustering: Clustering,
                            settings: QueueSettings = QueueSettings()) -> pd.DataFrame:
     """Representatives of every cluster and singleton, in queue order.
@@ -58,7 +83,7 @@ def select_representatives(members: pd.DataFrame, vectors: np.ndarray, clusterin
     types = members["suggested_failure_type"].to_numpy()
     priority_rank = members["priority"].map({p.value: i for i, p in enumerate(Priority)}).to_numpy()
     groups = [np.flatnonzero(labels == c) for c in range(clustering.count)]
-    groups += [np.array([i]) for i in np.flatnonzero(labels == NOISE)]
+    groups += identical_points(vectors, np.flatnonzero(labels == NOISE))  # one row per text
     for number, group in enumerate(groups):
         cluster = number if number < clustering.count else NOISE
         centre = clustering.centroids[cluster] if cluster != NOISE else vectors[group[0]]

@@ -2,6 +2,8 @@
 
 import numpy as np
 import pandas as pd
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rag_loop.curation.representatives import (
     QueueSettings,
@@ -9,6 +11,7 @@ from rag_loop.curation.representatives import (
     order_farthest_first,
     select_representatives,
 )
+from rag_loop.vectors.clustering import NOISE, Clustering
 
 
 def test_near_duplicates_collapse_into_one_variant():
@@ -62,3 +65,21 @@ def test_farthest_first_orders_at_most_limit_points_from_a_bounded_pool():
     pooled = order_farthest_first(vectors, points, before=[], limit=4, pool=12)
     assert sorted(pooled.tolist()) == list(range(20)) and len(set(topic[pooled[:4]])) >= 2
     assert order_farthest_first(vectors, np.array([], dtype=int), before=[0]).size == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=20))
+def test_the_same_text_asked_again_is_one_queue_row_carrying_every_trace(texts):
+    """Singletons: identical texts embed to the same cached vector and make one row."""
+    directions = np.eye(8, dtype=np.float32)
+    vectors = directions[texts]
+    members = pd.DataFrame({"trace_id": [f"t{i}" for i in range(len(texts))], "priority": "P3",
+                            "weight": 1.5, "suggested_failure_type": "retrieval"})
+    clustering = Clustering(np.full(len(texts), NOISE), np.zeros((0, 8), np.float32), np.array([], int),
+                            np.array([]))
+    queue = select_representatives(members, vectors, clustering)
+    assert len(queue) == len(set(texts))
+    for row in queue.to_dict("records"):
+        same = [f"t{i}" for i, t in enumerate(texts) if t == texts[row["point"]]]
+        assert sorted(row["variant_trace_ids"]) == sorted(same) and row["cluster_size"] == len(same)
+        assert row["cluster_weight"] == 1.5 * len(same)
