@@ -116,7 +116,8 @@ def _otlp_figures(report: IngestReport) -> dict[str, int]:
             "otlp_spans_quarantined": spans.quarantined,
             "otlp_traces_partial": assembly.partial, "otlp_traces_reassembled": assembly.reassembled,
             "otlp_traces_not_a_request": assembly.not_a_request,
-            "otlp_traces_waiting": assembly.waiting}
+            "otlp_traces_waiting": assembly.waiting,
+            "otlp_traces_retrieval_unknown": assembly.retrieval_unknown}
 
 
 def _files_table(report: IngestReport) -> str:

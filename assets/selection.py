@@ -41,6 +41,7 @@ def trace_signals(config: SignalConfig, duckdb: DuckDBResource) -> MaterializeRe
         traces = compute_signals(con, SignalSettings(**config.model_dump()))
         counts = signal_counts(con)
         documents = con.execute("SELECT count(*) FROM documents").fetchall()[0][0]
+        unknown = con.execute("SELECT count(*) FILTER (retrieval_unknown) FROM trace_signals").fetchall()[0][0]
         preview = con.sql("SELECT s.trace_id, s.day, s.language, s.query_type, s.signals, "
                           "t.original_query FROM trace_signals s JOIN raw_traces t USING (trace_id) "
                           "ORDER BY s.signal_count DESC, s.trace_id LIMIT 10").df()
@@ -50,6 +51,7 @@ def trace_signals(config: SignalConfig, duckdb: DuckDBResource) -> MaterializeRe
         "dagster/row_count": traces,
         **{f"signal_{name}": n for name, n in counts.items()},
         "any_signal_share": counts["any_signal"] / traces if traces else 0.0,
+        "retrieval_unknown": unknown,  # unreadable retrieval output: not counted as empty
         "stale_source": (f"checked against {documents} document versions" if documents
                          else "no KB: stale_source is never flagged"),
         "signals": MetadataValue.md(plots.markdown_image(chart, "signals")),

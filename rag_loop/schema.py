@@ -111,6 +111,9 @@ class Trace(_Record):
     rewritten_query: str | None = None
     filters: dict[str, Any] | None = None
     chunks: list[RetrievedChunk] = Field(default_factory=list)
+    # why the retrieval output could not be read (OTLP: documents cut off, not a list...):
+    # retrieval unknown, not empty (see selection.signals)
+    retrieval_unreadable: str | None = None
     # generation
     answer: str | None = None
     citations: list[str] | None = None  # chunk ids the answer cites

@@ -2,6 +2,11 @@
 
 Signals are cheap, deterministic symptoms (seed 004 §07), computed on every trace. They are
 not ground truth: they decide where judging and curation budget goes (`sampling`).
+
+`retrieval_unknown` (a column, not one of `SIGNALS`: it says nothing about the answer's
+quality and does not drive sampling) marks a trace whose retrieval output could not be read
+(`raw_traces.retrieval_unreadable`, e.g. OTLP documents cut off by an attribute length limit).
+Such a trace is not an `empty_retrieval`: nothing is known about what was retrieved.
 """
 
 from __future__ import annotations
@@ -83,7 +88,9 @@ def compute_signals(con: duckdb.DuckDBPyConnection, settings: SignalSettings) ->
             SELECT t.trace_id, t."timestamp", CAST(timezone('UTC', t."timestamp") AS DATE) AS day,
                    {", ".join(f"t.{c}" for c in SLICE_COLUMNS)},
                    coalesce(f.thumbs_down, false) AS thumbs_down, f.feedback_category,
-                   coalesce(k.retrieved, 0) = 0 AS empty_retrieval,
+                   coalesce(k.retrieved, 0) = 0 AND t.retrieval_unreadable IS NULL
+                       AS empty_retrieval,
+                   t.retrieval_unreadable IS NOT NULL AS retrieval_unknown,
                    coalesce(k.top_rerank_score < {float(settings.low_rerank_threshold)}, false)
                        AS low_rerank_score,
                    coalesce(t.status = 'ok', true) AND NOT coalesce(t.is_fallback, false)

@@ -34,6 +34,7 @@ ALTER TABLE trace_chunks ADD COLUMN IF NOT EXISTS doc_id_from VARCHAR;
 ALTER TABLE raw_traces ADD COLUMN IF NOT EXISTS llm_calls BIGINT;
 ALTER TABLE raw_traces ADD COLUMN IF NOT EXISTS final_input_tokens BIGINT;
 ALTER TABLE raw_traces ADD COLUMN IF NOT EXISTS final_output_tokens BIGINT;
+ALTER TABLE raw_traces ADD COLUMN IF NOT EXISTS retrieval_unreadable VARCHAR;
 CREATE TABLE IF NOT EXISTS trace_spans (
     trace_id VARCHAR NOT NULL, span_id VARCHAR, parent_span_id VARCHAR, name VARCHAR,
     kind VARCHAR, start_time TIMESTAMPTZ, duration_ms DOUBLE, status VARCHAR);

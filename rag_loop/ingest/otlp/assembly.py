@@ -5,7 +5,9 @@ duplicate, listed in `trace_duplicates`). A trace id is assembled into `raw_trac
 root span (no parent) is there, or, without it, once `grace` has passed since its newest
 span ended; a span that arrives after its trace was assembled assembles it again. What became
 of every trace id is in `otlp_traces`: ingested, duplicate (of a trace already stored),
-quarantined (with the reason) or not_a_request (indexing and embedding traces).
+quarantined (with the reason) or not_a_request (indexing and embedding traces). An ingested
+trace whose retrieval output could not be read has the reason `retrieval_unknown: <why>`
+(the record's `retrieval_unreadable`), and is counted in `AssemblyCounts.retrieval_unknown`.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class AssemblyCounts:
     quarantined: int = 0
     not_a_request: int = 0
     waiting: int = 0  # no root span yet, within the grace period
+    retrieval_unknown: int = 0  # of ingested: retrieval output unreadable (not "nothing retrieved")
 
     def as_batch_counts(self) -> BatchCounts:
         return BatchCounts(ingested=self.ingested, duplicates=self.duplicates,
@@ -181,7 +184,9 @@ def assemble_spans(spans: pa.Table) -> list[Assembled]:
         result = Assembled(trace[0]["trace_id"], trace[0]["has_root"], trace[0]["spans"],
                            place["source_file"], place["source_line"], place["span_id"])
         if is_request(trace):
-            result.record = json.dumps(assemble_trace(result.trace_id, trace), ensure_ascii=False)
+            record = assemble_trace(result.trace_id, trace)
+            result.retrieval_unreadable = record.get("retrieval_unreadable")
+            result.record = json.dumps(record, ensure_ascii=False)
         else:
             result.state = "not_a_request"
         assembled.append(result)
@@ -207,6 +212,7 @@ class Assembled:
     record: str | None = None  # the native JSON record, for requests
     state: str = "ingested"
     reason: str | None = None
+    retrieval_unreadable: str | None = None  # the record's: why its retrieval is unknown
 
     def row(self) -> tuple:
         return (self.trace_id, self.state, self.complete, self.spans, self.reason,
@@ -234,6 +240,9 @@ def _store_traces(con: duckdb.DuckDBPyConnection, done: list[Assembled], max_rec
                       "quarantined": "quarantined", "not_a_request": "not_a_request"}[trace.state]
         setattr(counts, field_name, getattr(counts, field_name) + 1)
         counts.partial += trace.state == "ingested" and not trace.complete
+        if trace.state == "ingested" and trace.retrieval_unreadable:
+            trace.reason = f"retrieval_unknown: {trace.retrieval_unreadable}"
+            counts.retrieval_unknown += 1
     columns = ("trace_id", "state", "complete", "spans", "reason", "source_file", "source_line",
                "record_span_id")
     states = pa.Table.from_pylist([dict(zip(columns, t.row())) for t in done])

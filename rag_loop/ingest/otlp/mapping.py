@@ -13,7 +13,11 @@ In short:
 - the answer: the final LLM call's output (`llm.output_messages`, `gen_ai.output.messages`),
   and only when no LLM was called the root's output (LlamaIndex's "Empty Response");
 - documents: the RETRIEVER's documents; ids by `DOC_ID_KEYS` (a text hash when none);
-  a RERANKER's output documents are the context actually used;
+  a RERANKER's output documents are the context actually used. A documents attribute that
+  is there but cannot be read (not JSON, JSON cut off by an SDK's attribute length limit, not
+  a list, items that are not objects) is "retrieval unknown", never "nothing retrieved": the
+  record's `retrieval_unreadable` says why (and a reranker's unreadable output leaves
+  `selected` unknown);
 - models and tokens: per LLM call (an LLM span with no LLM span below it), summed over the
   trace, the final call's kept too.
 
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -38,7 +43,9 @@ QUERY_KEYS = ("input", "question", "query", "message", "query_str", "user_input"
 # where a document's id comes from, in this order (metadata keys, then the document's own id);
 # a document with none of them gets `text:<hash of its text>`
 DOC_ID_KEYS = ("doc_id", "document_id", "ref_doc_id", "source", "file_path", "file_name", "url")
+GENAI_DOCUMENTS = "gen_ai.retrieval.documents"  # a JSON list as a string (the app's choice of shape)
 Span = dict[str, Any]
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")
 
 
 def span_kind(attrs: dict[str, Any]) -> str | None:
@@ -66,18 +73,37 @@ def _text(value: Any) -> str | None:
 
 
 def _message_text(messages: Any, role: str | None = None) -> str | None:
-    """Text of the last (`role`) message of a GenAI messages list (JSON string or list)."""
+    """Text of the last (`role`) message of a GenAI messages list (JSON string or list).
+
+    `parts` is a list of `{"type": "text", "content"}` parts; `parts` given as a string (the
+    text itself, or a JSON-encoded list) and a message with a `content` string and no parts
+    are read too, so the query or the answer is not lost."""
     messages = _json_value(messages)
     if not isinstance(messages, list):
         return None
     for message in reversed(messages):
         if isinstance(message, dict) and (role is None or message.get("role") == role):
-            parts = message.get("parts") or []
-            texts = [p.get("content") for p in parts if isinstance(p, dict) and p.get("type") == "text"
-                     and isinstance(p.get("content"), str)]
-            if texts:
-                return "".join(texts)
+            text = _parts_text(message.get("parts"))
+            if text is None and not message.get("parts"):
+                text = _text(message.get("content"))
+            if text is not None:
+                return text
     return None
+
+
+def _parts_text(parts: Any) -> str | None:
+    """The text parts of a message, joined; a string of parts is a JSON list or the text."""
+    if isinstance(parts, str):
+        parsed = _json_value(parts) if parts.lstrip()[:1] == "[" else None
+        if not isinstance(parsed, list):
+            return _text(parts)
+        parts = parsed
+    if not isinstance(parts, list):
+        return None
+    texts = [p if isinstance(p, str) else p.get("content") for p in parts
+             if isinstance(p, str) or isinstance(p, dict) and p.get("type") == "text"
+             and isinstance(p.get("content"), str)]
+    return "".join(texts) if texts else None
 
 
 def _input_text(value: Any, keys: tuple[str, ...] = QUERY_KEYS) -> str | None:
@@ -166,24 +192,69 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _raw_documents(attrs: dict[str, Any], prefix: str) -> list[Any]:
-    """A span's documents: the GenAI JSON list, else OpenInference's `<prefix>.N.document.*`."""
-    if "gen_ai.retrieval.documents" in attrs:
-        raw = _json_value(attrs["gen_ai.retrieval.documents"])
-        return raw if isinstance(raw, list) else []
-    return _indexed_documents(attrs, prefix)
+def _raw_documents(attrs: dict[str, Any], prefix: str) -> tuple[list[Any], str | None]:
+    """A span's documents: the GenAI JSON list, else OpenInference's `<prefix>.N.document.*`;
+    and why they could not be read (None when they could, or when there are none)."""
+    if GENAI_DOCUMENTS in attrs:
+        return _genai_documents(attrs[GENAI_DOCUMENTS])
+    return _indexed_documents(attrs, prefix), None
 
 
-def _retrieved(span: Span) -> list[dict[str, Any]]:
-    raw = _raw_documents(span["attrs"], "retrieval.documents")
+def _genai_documents(value: Any) -> tuple[list[Any], str | None]:
+    """`gen_ai.retrieval.documents` (a JSON string, or an OTLP array): its documents, and
+    why it is unreadable. Only a readable empty list means nothing was retrieved."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as error:
+            if value.lstrip()[:1] in ("[", "{") and (error.msg.startswith("Unterminated string")
+                                                     or error.pos >= len(value.rstrip())):
+                kept = [d for d in _complete_items(value) if isinstance(d, dict)]
+                return kept, (f"{GENAI_DOCUMENTS}: JSON cut off at {len(value)} chars (an "
+                              f"attribute length limit?), {len(kept)} whole documents read")
+            return [], f"{GENAI_DOCUMENTS}: not JSON ({len(value)} chars)"
+        except RecursionError:
+            return [], f"{GENAI_DOCUMENTS}: JSON nested too deeply"
+    if not isinstance(value, list):
+        found = "an object" if isinstance(value, dict) else "null" if value is None \
+            else type(value).__name__
+        return [], f"{GENAI_DOCUMENTS}: {found}, not a list"
+    documents = [_json_value(d) if isinstance(d, str) else d for d in value]  # items as JSON text
+    bad = sum(not isinstance(d, dict) for d in documents)
+    if bad:
+        return ([d for d in documents if isinstance(d, dict)],
+                f"{GENAI_DOCUMENTS}: {bad} of {len(documents)} items are not objects")
+    return documents, None
+
+
+def _complete_items(text: str) -> list[Any]:
+    """The whole items at the start of a JSON list that was cut off (`[{...}, {...}, {..`)."""
+    decoder, items = json.JSONDecoder(), []
+    position = text.find("[") + 1 if text.lstrip().startswith("[") else len(text)
+    while position < len(text):
+        position = _JSON_SPACE.match(text, position).end()
+        try:
+            item, position = decoder.raw_decode(text, position)
+        except (json.JSONDecodeError, RecursionError):
+            break
+        items.append(item)
+        position = _JSON_SPACE.match(text, position).end()
+        if text[position:position + 1] != ",":
+            break
+        position += 1
+    return items
+
+
+def _retrieved(span: Span) -> tuple[list[dict[str, Any]], str | None]:
+    raw, unreadable = _raw_documents(span["attrs"], "retrieval.documents")
     own_ids = [d.get("id") for d in _output_documents(span["attrs"])]
     own_ids = own_ids if len(own_ids) == len(raw) else [None] * len(raw)
-    return [candidate(d, i, own_ids[i]) for i, d in enumerate(raw) if isinstance(d, dict)]
+    return [candidate(d, i, own_ids[i]) for i, d in enumerate(raw) if isinstance(d, dict)], unreadable
 
 
-def _reranked(span: Span) -> list[dict[str, Any]]:
-    raw = _raw_documents(span["attrs"], "reranker.output_documents")
-    return [candidate(d, i) for i, d in enumerate(raw) if isinstance(d, dict)]
+def _reranked(span: Span) -> tuple[list[dict[str, Any]], str | None]:
+    raw, unreadable = _raw_documents(span["attrs"], "reranker.output_documents")
+    return [candidate(d, i) for i, d in enumerate(raw) if isinstance(d, dict)], unreadable
 
 
 def _merge_rerank(candidates: list[dict[str, Any]], reranked: list[dict[str, Any]]) -> None:
@@ -209,7 +280,7 @@ def _llm_call(span: Span) -> dict[str, Any]:
     responded = _str_or_none(attrs.get("gen_ai.response.model"))
     if responded is None and named != requested:  # LangChain: llm.model_name is the response's
         responded = named
-    reasons = attrs.get("gen_ai.response.finish_reasons")
+    reasons = _finish_reasons(attrs.get("gen_ai.response.finish_reasons"))
     output = (_text(attrs.get("llm.output_messages.0.message.content"))
               or _message_text(attrs.get("gen_ai.output.messages"), "assistant"))
     if output is None and attrs.get("output.mime_type") != "application/json":
@@ -223,10 +294,20 @@ def _llm_call(span: Span) -> dict[str, Any]:
         "output_tokens": _count(attrs.get("gen_ai.usage.output_tokens",
                                           attrs.get("llm.token_count.completion"))),
         "temperature": _number(temperature),
-        "finish_reason": reasons[0] if isinstance(reasons, list) and reasons
-        else _str_or_none(attrs.get("llm.finish_reason")),
+        "finish_reason": reasons[0] if reasons else _str_or_none(attrs.get("llm.finish_reason")),
         "answer": output,
     }
+
+
+def _finish_reasons(value: Any) -> list[str]:
+    """`gen_ai.response.finish_reasons`: a string array; a plain string is one reason (or a
+    JSON-encoded array, as SDKs that only set strings write it)."""
+    if isinstance(value, str):
+        parsed = _json_value(value) if value.lstrip()[:1] == "[" else None
+        value = parsed if isinstance(parsed, list) else [value]
+    if not isinstance(value, list):
+        return []
+    return [str(r).strip() for r in value if r is not None and str(r).strip()]
 
 
 def _count(value: Any) -> int | None:
@@ -336,19 +417,22 @@ def _generation(spans: list[Span], root: Span | None) -> dict[str, Any]:
 
 def _retrieval(spans: list[Span], root: Span | None, typed: str | None) -> dict[str, Any]:
     """Candidates of the first retriever that returned documents, rerank, the context used."""
-    retrievers = [(s, _retrieved(s)) for s in spans if span_kind(s["attrs"]) == "RETRIEVER"]
-    retriever, candidates = next((r for r in retrievers if r[1]), retrievers[0] if retrievers
-                                 else (None, []))
+    retrievers = [(s, *_retrieved(s)) for s in spans if span_kind(s["attrs"]) == "RETRIEVER"]
+    retriever, candidates, _ = next((r for r in retrievers if r[1]), retrievers[0] if retrievers
+                                    else (None, [], None))
+    unreadable = [f"{s['name'] or 'retriever'}: {why}" for s, _, why in retrievers if why]
     query = _retrieval_query(retriever) if retriever else None
     rerankers = [s for s in spans if span_kind(s["attrs"]) == "RERANKER"]
     fields: dict[str, Any] = {"original_query": typed or query}
     if query and typed and query != typed:
         fields["rewritten_query"] = query
     if rerankers:
-        reranked = _reranked(rerankers[-1])
+        reranked, why = _reranked(rerankers[-1])
+        if why:  # what the reranker kept is unknown: `selected` is left as it is
+            unreadable.append(f"{rerankers[-1]['name'] or 'reranker'}: {why}")
         _merge_rerank(candidates, reranked)
         kept = {d["chunk_id"] for d in reranked}
-        for chunk in candidates:
+        for chunk in candidates if not why else []:
             chunk["selected"] = chunk["chunk_id"] in kept
         model = rerankers[-1]["attrs"].get("reranker.model_name")
         if model:
@@ -359,6 +443,8 @@ def _retrieval(spans: list[Span], root: Span | None, typed: str | None) -> dict[
         for chunk in candidates:
             chunk["selected"] = chunk["chunk_id"] in chosen
     fields["chunks"] = candidates
+    if unreadable:
+        fields["retrieval_unreadable"] = "; ".join(unreadable)[:500]
     return {k: v for k, v in fields.items() if v is not None}
 
 

@@ -1,0 +1,155 @@
+"""Unreadable GenAI attributes (issue 23 §5): documents that are not a JSON list, or JSON cut off
+by an SDK's attribute length limit, are "retrieval unknown", never "nothing retrieved"; a string
+`finish_reasons` and string message `parts` are read, not dropped."""
+
+import json
+
+import pytest
+
+from rag_loop.ingest import ingest_directory
+from tests.helpers.otlp import AFTER, line, span, trace_hex, write
+
+QUERY = "How many leave days do contractors get?"
+DOCUMENTS = json.dumps([{"id": f"leave@2026#c{i}", "score": 0.9 - i / 10, "content": "x" * 40,
+                         "metadata": {"doc_id": "leave", "doc_version": "2026"}} for i in range(4)])
+
+
+def _messages(role: str, parts) -> str:
+    return json.dumps([{"role": role, "parts": parts}])
+
+
+def genai_spans(trace: int, documents=DOCUMENTS, query: str = QUERY) -> list[dict]:
+    """A GenAI request: workflow root, retrieval with `documents` (a string attribute, or an
+    OTLP AnyValue dict when given one), chat."""
+    retrieval = span(trace, 2, 1, "retrieval kb", {"gen_ai.operation.name": "retrieval",
+                                                    "gen_ai.retrieval.query.text": query}, 10, 100)
+    retrieval["attributes"].append({"key": "gen_ai.retrieval.documents",
+                                    "value": documents if isinstance(documents, dict)
+                                    else {"stringValue": documents}})
+    return [
+        span(trace, 1, None, "invoke_workflow rag", {
+            "gen_ai.operation.name": "invoke_workflow",
+            "gen_ai.input.messages": _messages("user", [{"type": "text", "content": query}])}, 0, 900),
+        retrieval,
+        span(trace, 3, 1, "chat m", {
+            "gen_ai.operation.name": "chat", "gen_ai.request.model": "m",
+            "gen_ai.output.messages": _messages("assistant", [{"type": "text", "content": f"answer {trace}"}])},
+             100, 800),
+    ]
+
+
+def _ingest(con, tmp_path, *traces: list[dict]):
+    write(tmp_path / "t.jsonl", [line(spans) for spans in traces])
+    return ingest_directory(con, tmp_path, now=AFTER)
+
+
+def _stored(con, trace: int) -> tuple:
+    return con.execute("""SELECT t.retrieval_unreadable, count(c.trace_id) FROM raw_traces t
+                          LEFT JOIN trace_chunks c USING (trace_id) WHERE trace_id = ?
+                          GROUP BY ALL""", [trace_hex(trace)]).fetchall()[0]
+
+
+@pytest.mark.parametrize("documents, chunks, why", [
+    (DOCUMENTS[:30], 0, "JSON cut off at 30 chars"),
+    (DOCUMENTS[:-1], 4, "JSON cut off"),  # only the closing bracket lost: every document kept
+    (DOCUMENTS[:DOCUMENTS.index("}}, {", DOCUMENTS.index("}}, {") + 1) + 2] + ", {\"id", 2,
+     "2 whole documents read"),
+    (json.dumps({"documents": json.loads(DOCUMENTS)}), 0, "an object, not a list"),
+    ("leave@2026#c0, leave@2026#c1", 0, "not JSON"),
+    ('"just a string"', 0, "str, not a list"),
+    ("null", 0, "null, not a list"),
+    ('[1, "a", null]', 0, "3 of 3 items are not objects"),
+    ({"kvlistValue": {"values": [{"key": "id", "value": {"stringValue": "leave@2026#c0"}}]}}, 0,
+     "an object, not a list"),
+    ({"intValue": "3"}, 0, "int, not a list"),
+])
+def test_unreadable_documents_mark_the_trace_retrieval_unknown(con, tmp_path, documents, chunks, why):
+    report = _ingest(con, tmp_path, genai_spans(1, documents))
+    assert report.assembly.ingested == 1 and report.assembly.retrieval_unknown == 1
+    unreadable, stored = _stored(con, 1)
+    assert stored == chunks
+    assert unreadable.startswith("retrieval kb: gen_ai.retrieval.documents: ") and why in unreadable
+    assert con.execute("SELECT state, reason FROM otlp_traces").fetchall() == [
+        ("ingested", f"retrieval_unknown: {unreadable}")]
+    # the answer and the query are still there: only the retrieval is unknown
+    assert con.execute("SELECT original_query, answer FROM raw_traces").fetchall() == [(QUERY, "answer 1")]
+
+
+@pytest.mark.parametrize("documents, chunks", [
+    ("[]", 0), (" [ ]\n", 0), (DOCUMENTS, 4),
+    # OTLP arrays: of objects, and of JSON-encoded objects
+    ({"arrayValue": {"values": [{"kvlistValue": {"values": [
+        {"key": "id", "value": {"stringValue": "leave@2026#c0"}}]}}]}}, 1),
+    ({"arrayValue": {"values": [{"stringValue": json.dumps({"id": "leave@2026#c0"})}]}}, 1),
+])
+def test_readable_documents_are_not_unknown(con, tmp_path, documents, chunks):
+    report = _ingest(con, tmp_path, genai_spans(1, documents))
+    assert report.assembly.ingested == 1 and report.assembly.retrieval_unknown == 0
+    assert _stored(con, 1) == (None, chunks)
+    assert con.execute("SELECT reason FROM otlp_traces").fetchall() == [(None,)]
+
+
+def test_an_unreadable_reranker_output_leaves_the_selection_unknown(con, tmp_path):
+    spans = genai_spans(1)
+    spans.append(span(1, 4, 1, "rerank", {"gen_ai.operation.name": "rerank",
+                                          "gen_ai.retrieval.documents": DOCUMENTS[:50]}, 100, 120))
+    _ingest(con, tmp_path, spans)
+    assert con.execute("SELECT count(*), count(selected) FROM trace_chunks").fetchall() == [(4, 0)]
+    assert "rerank: gen_ai.retrieval.documents: JSON cut off" in _stored(con, 1)[0]
+
+
+def test_one_unreadable_trace_in_a_run_is_counted_and_every_span_accounted_for(con, tmp_path):
+    report = _ingest(con, tmp_path, genai_spans(1), genai_spans(2, DOCUMENTS[:100]), genai_spans(3, "[]"))
+    assert report.assembly.ingested == 3 and report.assembly.retrieval_unknown == 1
+    assert report.spans().ingested == 9 and report.spans().quarantined == report.spans().duplicates == 0
+    assert con.execute("SELECT trace_id FROM otlp_traces WHERE reason LIKE 'retrieval_unknown:%'"
+                       ).fetchall() == [(trace_hex(2),)]
+    assert con.execute("SELECT count(*) FROM quarantine").fetchall() == [(0,)]
+
+
+def _chat(trace: int, finish_reasons: dict | None = None, parts=None) -> list[dict]:
+    spans = genai_spans(trace)
+    if parts is not None:
+        spans[2] = span(trace, 3, 1, "chat m", {"gen_ai.operation.name": "chat",
+                                                "gen_ai.output.messages": _messages("assistant", parts)},
+                        100, 800)
+    if finish_reasons is not None:
+        spans[2]["attributes"].append({"key": "gen_ai.response.finish_reasons", "value": finish_reasons})
+    return spans
+
+
+@pytest.mark.parametrize("value, expected", [
+    ({"stringValue": "length"}, "length"),  # a plain string: one finish reason
+    ({"stringValue": '["content_filter"]'}, "content_filter"),  # a JSON-encoded array
+    ({"arrayValue": {"values": [{"stringValue": "stop"}]}}, "stop"),  # as the SDK writes it
+])
+def test_a_string_finish_reasons_is_one_finish_reason(con, tmp_path, value, expected):
+    _ingest(con, tmp_path, _chat(1, finish_reasons=value))
+    assert con.execute("SELECT finish_reason, answer FROM raw_traces").fetchall() == [(expected, "answer 1")]
+
+
+@pytest.mark.parametrize("parts", [
+    "The answer is 15 days.",  # the text itself
+    json.dumps([{"type": "text", "content": "The answer is 15 days."}]),  # a JSON-encoded list
+])
+def test_string_message_parts_keep_the_answer(con, tmp_path, parts):
+    _ingest(con, tmp_path, _chat(1, parts=parts))
+    assert con.execute("SELECT answer FROM raw_traces").fetchall() == [("The answer is 15 days.",)]
+
+
+def test_string_message_parts_keep_the_users_query(con, tmp_path):
+    spans = genai_spans(1, query="leave days for contractors (condensed)")
+    spans[0] = span(1, 1, None, "invoke_workflow rag", {
+        "gen_ai.operation.name": "invoke_workflow",
+        "gen_ai.input.messages": json.dumps([{"role": "user", "parts": "and for contractors?"}])}, 0, 900)
+    _ingest(con, tmp_path, spans)
+    assert con.execute("SELECT original_query, rewritten_query FROM raw_traces").fetchall() == [
+        ("and for contractors?", "leave days for contractors (condensed)")]
+
+
+def test_a_message_with_content_and_no_parts_keeps_the_answer(con, tmp_path):
+    spans = genai_spans(1)
+    spans[2] = span(1, 3, 1, "chat m", {"gen_ai.operation.name": "chat", "gen_ai.output.messages":
+                                        json.dumps([{"role": "assistant", "content": "Fifteen."}])}, 100, 800)
+    _ingest(con, tmp_path, spans)
+    assert con.execute("SELECT answer FROM raw_traces").fetchall() == [("Fifteen.",)]
