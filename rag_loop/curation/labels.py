@@ -3,7 +3,8 @@
 A label file (JSONL or CSV, rows shaped like the curation queue) is read once; its valid rows
 land in `curated_labels`, its invalid rows in `label_errors` with every problem listed (a row
 is validated by the pydantic model `LabelRow`). A relabel of a trace supersedes the earlier
-label (latest `labeled_at`, then the later file and line); both rows are kept.
+label (latest `labeled_at`, then the later file and line); both rows are kept. A file is read only
+once settled (see `store_label_files`), and its rows are stored with one statement per table.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Iterable
+import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,6 +22,7 @@ from typing import Annotated, Any, Literal, NoReturn, get_args
 
 import duckdb
 import pandas as pd
+import pyarrow as pa
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo
 from pydantic_core import PydanticCustomError
 
@@ -32,6 +36,7 @@ DECISIONS: tuple[str, ...] = get_args(Decision)
 EARLIEST_LABEL = datetime(2000, 1, 1, tzinfo=UTC)
 MAX_TAG_CHARS = 40
 LABEL_SUFFIXES = (".jsonl", ".csv")
+ORIGINS, FAILURE_TYPES = tuple(Origin), tuple(FailureType)  # once: iterating an enum per row is slow
 
 
 @dataclass
@@ -123,9 +128,9 @@ def _timestamp(value: Any) -> datetime | None:
     return parsed
 
 
-def _one_of(value: str, choices: Iterable[str]) -> str:
+def _one_of(value: str, choices: tuple[str, ...]) -> str:
     """`value` if it is one of `choices` (StrEnum members are their values), else today's error."""
-    return value if value in tuple(choices) else _fail(f"{value!r} is not one of {', '.join(choices)}")
+    return value if value in choices else _fail(f"{value!r} is not one of {', '.join(choices)}")
 
 
 def _known_source(source: str, info: ValidationInfo) -> str:
@@ -164,8 +169,8 @@ class LabelRow(BaseModel):
     trace_id: Annotated[Text, KnownTrace] = ""
     decision: Annotated[Decision, BeforeValidator(lambda value: _one_of(_text(value).lower(), DECISIONS))] = Field("")
     expected_output: Annotated[Text, _if_accepted(lambda text, _: text or _fail("required to accept"))] = ""
-    origin: Annotated[Text, _if_accepted(lambda text, _: _one_of(text, Origin))] = ""
-    failure_type: Annotated[Text, _if_accepted(lambda text, _: _one_of(text, FailureType))] = ""
+    origin: Annotated[Text, _if_accepted(lambda text, _: _one_of(text, ORIGINS))] = ""
+    failure_type: Annotated[Text, _if_accepted(lambda text, _: _one_of(text, FAILURE_TYPES))] = ""
     expected_sources: Annotated[list[Annotated[str, _if_accepted(_known_source)]], BeforeValidator(_string_list)] = []
     tags: Annotated[list[Annotated[str, ShortTag]], BeforeValidator(_string_list)] = []
     source_trace_ids: Annotated[list[str], BeforeValidator(_string_list), AfterValidator(  # else the row's own trace
@@ -194,6 +199,7 @@ class LabelReport:
     rejected: int = 0
     warnings: int = 0
     errors: list[dict[str, Any]] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)  # "path: why" of files not read yet (maybe being written)
 
 
 def label_files(directory: Path) -> list[Path]:
@@ -203,9 +209,23 @@ def label_files(directory: Path) -> list[Path]:
                   and not any(part.startswith(".") for part in p.relative_to(directory).parts))
 
 
-def store_label_files(con: duckdb.DuckDBPyConnection, directory: Path,
-                      log: Log = quiet) -> LabelReport:
-    """Read the label files not read before (by path, size, mtime), one transaction per file."""
+def _unsettled(stat: os.stat_result, settle_seconds: float, now: datetime | None) -> str | None:
+    """Why a file may still be being written (modified under `settle_seconds` ago), or None."""
+    age = (now.timestamp() if now else time.time()) - stat.st_mtime_ns / 1e9
+    if settle_seconds <= 0 or age >= settle_seconds:  # no settle time: read any file, as before
+        return None
+    if age < 0:
+        return f"modified {-age:.1f} s in the future (clock skew?), waiting for {settle_seconds:g} s after it"
+    return f"modified {age:.1f} s ago, under the {settle_seconds:g} s settle time: may still be being written"
+
+
+def store_label_files(con: duckdb.DuckDBPyConnection, directory: Path, log: Log = quiet,
+                      settle_seconds: float = 0.0, now: datetime | None = None) -> LabelReport:
+    """Read the label files not read before (by path, size, mtime), one transaction per file.
+
+    A file is read only once it is stable: modified at least `settle_seconds` before `now`
+    (default: the clock) and unchanged in size and mtime while it was read. Any other file is
+    listed in `LabelReport.waiting`, not recorded in `label_files`, so a later call reads it."""
     con.execute(LABELS_DDL)
     known, report = KnownSources.load(con), LabelReport()
     traces = {t for (t,) in con.execute("SELECT trace_id FROM raw_traces").fetchall()}
@@ -214,33 +234,77 @@ def store_label_files(con: duckdb.DuckDBPyConnection, directory: Path,
         if con.execute("SELECT 1 FROM label_files WHERE path = ? AND size = ? AND mtime_ns = ?",
                        [relative, stat.st_size, stat.st_mtime_ns]).fetchall():
             continue
-        file_time = datetime.fromtimestamp(stat.st_mtime, UTC)
-        con.execute("BEGIN")
-        for table in ("curated_labels", "label_errors"):  # an edited file replaces what it said
-            con.execute(f"DELETE FROM {table} WHERE source_file = ?", [relative])
-        stored = rejected = 0
+        if why := _unsettled(stat, settle_seconds, now):
+            report.waiting.append(f"{relative}: {why}")
+            log(f"{relative}: not read yet, {why}")
+            continue
         rows = _read_rows(path)
+        after = path.stat()
+        if (after.st_size, after.st_mtime_ns) != (stat.st_size, stat.st_mtime_ns):
+            report.waiting.append(f"{relative}: changed while it was read: still being written")
+            log(f"{relative}: not read yet, it changed while it was read")
+            continue
+        labels: dict[str, dict[str, Any]] = {}  # by label_id: a later row of the same id wins
+        errors: list[dict[str, Any]] = []
+        file_time = datetime.fromtimestamp(stat.st_mtime, UTC)
         for line_no, row in rows:
             checked = check_label(row, known, traces)
             if checked.errors:
-                rejected += 1
-                report.errors.append({"file": relative, "line": line_no, "trace_id": checked.values["trace_id"],
-                                      "errors": checked.errors})
-                con.execute("INSERT INTO label_errors VALUES (?, ?, ?, ?, ?, now())",
-                            [relative, line_no, checked.values["trace_id"], checked.errors,
-                             json.dumps(row, ensure_ascii=False, default=str)[:4000]])
+                error = {"file": relative, "line": line_no, "trace_id": checked.values["trace_id"],
+                         "errors": checked.errors}
+                report.errors.append(error)
+                errors.append({**error, "raw": json.dumps(row, ensure_ascii=False, default=str)[:4000]})
                 continue
-            stored += 1
             report.warnings += len(checked.warnings)
-            _insert_label(con, checked, relative, line_no, file_time)
-        con.execute("INSERT INTO label_files VALUES (?, ?, ?, ?, ?, ?, now())",
-                    [relative, stat.st_size, stat.st_mtime_ns, len(rows), stored, rejected])
-        con.execute("COMMIT")
+            label = _label_values(checked, relative, line_no, file_time)
+            labels[label["label_id"]] = label
+        stored, rejected = len(rows) - len(errors), len(errors)
+        con.execute("BEGIN")
+        try:
+            for table in ("curated_labels", "label_errors"):  # an edited file replaces what it said
+                con.execute(f"DELETE FROM {table} WHERE source_file = ?", [relative])
+            _insert_frame(con, LABEL_COLUMNS, list(labels.values()), """
+                INSERT OR REPLACE INTO curated_labels BY NAME
+                SELECT *, now() AS stored_at FROM {frame}""")
+            _insert_frame(con, ERROR_COLUMNS, errors, """
+                INSERT INTO label_errors (source_file, line_no, trace_id, errors, raw, found_at)
+                SELECT file, line, trace_id, errors, raw, now() FROM {frame}""")
+            con.execute("INSERT INTO label_files VALUES (?, ?, ?, ?, ?, ?, now())",
+                        [relative, stat.st_size, stat.st_mtime_ns, len(rows), stored, rejected])
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
         report.files += 1
         report.stored += stored
         report.rejected += rejected
         log(f"{relative}: {stored} labels stored, {rejected} rejected")
     return report
+
+
+_TEXT, _TEXTS = pa.string(), pa.list_(pa.string())
+LABEL_COLUMNS = pa.schema([  # curated_labels but stored_at (now())
+    ("label_id", _TEXT), ("trace_id", _TEXT), ("decision", _TEXT), ("input", _TEXT),
+    ("expected_output", _TEXT), ("expected_sources", _TEXTS), ("tags", _TEXTS), ("origin", _TEXT),
+    ("failure_type", _TEXT), ("curator", _TEXT), ("labeled_at", pa.timestamp("us", tz="UTC")),
+    ("cluster_id", _TEXT), ("cluster_weight", pa.float64()), ("priority", _TEXT),
+    ("source_trace_ids", _TEXTS), ("warnings", _TEXTS), ("source_file", _TEXT), ("line_no", pa.int64()),
+    ("suggested_failure_type", _TEXT), ("judge_score", pa.float64())])
+ERROR_COLUMNS = pa.schema([("file", _TEXT), ("line", pa.int64()), ("trace_id", _TEXT), ("errors", _TEXTS),
+                           ("raw", _TEXT)])
+
+
+def _insert_frame(con: duckdb.DuckDBPyConnection, schema: pa.Schema, rows: list[dict[str, Any]],
+                  statement: str) -> None:
+    """One INSERT of `rows` (dicts with the schema's keys) through an Arrow table."""
+    if not rows:
+        return
+    name = f"_label_rows_{id(rows):x}"
+    con.register(name, pa.Table.from_pylist(rows, schema=schema))
+    try:
+        con.execute(statement.format(frame=name))
+    finally:
+        con.unregister(name)
 
 
 def _read_rows(path: Path) -> list[tuple[int, dict]]:
@@ -267,22 +331,19 @@ def _read_rows(path: Path) -> list[tuple[int, dict]]:
     return rows
 
 
-def _insert_label(con: duckdb.DuckDBPyConnection, checked: CheckedLabel, source_file: str,
-                  line_no: int, file_time: datetime) -> None:
+def _label_values(checked: CheckedLabel, source_file: str, line_no: int,
+                  file_time: datetime) -> dict[str, Any]:
+    """A `curated_labels` row (but stored_at) of a valid label; empty optional texts are NULL."""
     v = checked.values
-    label_id = hashlib.sha256(f"{source_file}:{line_no}:{v['trace_id']}".encode()).hexdigest()[:16]
-    con.execute("""
-        INSERT OR REPLACE INTO curated_labels (label_id, trace_id, decision, input,
-            expected_output, expected_sources, tags, origin, failure_type, curator, labeled_at,
-            cluster_id, cluster_weight, priority, source_trace_ids, warnings, source_file, line_no,
-            stored_at, suggested_failure_type, judge_score) VALUES
-        (?, ?, ?, nullif(?, ''), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now(), nullif(?, ''), ?)""",
-        [label_id, v["trace_id"], v["decision"], v.get("input") or "", v["expected_output"],
-         v["expected_sources"], v["tags"], v["origin"] or None, v["failure_type"] or None,
-         v.get("curator") or None, v["labeled_at"] or file_time, v.get("cluster_id") or None,
-         v["cluster_weight"], v.get("priority") or None,
-         v["source_trace_ids"], checked.warnings, source_file, line_no,
-         v["suggested_failure_type"], v["judge_score"]])
+    return {"label_id": hashlib.sha256(f"{source_file}:{line_no}:{v['trace_id']}".encode()).hexdigest()[:16],
+            "trace_id": v["trace_id"], "decision": v["decision"], "input": v.get("input") or None,
+            "expected_output": v["expected_output"], "expected_sources": v["expected_sources"],
+            "tags": v["tags"], "origin": v["origin"] or None, "failure_type": v["failure_type"] or None,
+            "curator": v.get("curator") or None, "labeled_at": v["labeled_at"] or file_time,
+            "cluster_id": v.get("cluster_id") or None, "cluster_weight": v["cluster_weight"],
+            "priority": v.get("priority") or None, "source_trace_ids": v["source_trace_ids"],
+            "warnings": checked.warnings, "source_file": source_file, "line_no": line_no,
+            "suggested_failure_type": v["suggested_failure_type"] or None, "judge_score": v["judge_score"]}
 
 
 def label_summary(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
