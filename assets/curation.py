@@ -1,5 +1,6 @@
 """Curation: the queue of representatives curators label, and their label files back in."""
 
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -10,6 +11,7 @@ from dagster import (
     MaterializeResult,
     MetadataValue,
     SensorEvaluationContext,
+    SkipReason,
     asset,
     define_asset_job,
     sensor,
@@ -70,6 +72,16 @@ def curation_queue(context: AssetExecutionContext, config: QueueConfig, duckdb: 
     return MaterializeResult(metadata=metadata)
 
 
+# a label file is read once it has not changed for this long: a spreadsheet still saving it, or a
+# copy under way, is not read half-written (the sensor waits as long)
+SETTLE_SECONDS = 2.0
+
+
+class LabelConfig(Config):
+    settle_seconds: float = Field(SETTLE_SECONDS, description="Read a label file only once it has "
+                                                              "not changed for this many seconds.")
+
+
 @stage_asset(group_name="curation", deps=[curation_queue],
              parts={"label_errors": "Every invalid label row with its file, line and errors",
                     "label_files": "Label files read, by content hash (an edited file replaces "
@@ -78,10 +90,11 @@ def curation_queue(context: AssetExecutionContext, config: QueueConfig, duckdb: 
        description="Curator labels from curation/labels/ in the home (JSONL or CSV), validated row by "
                    "row: valid rows in `curated_labels` (a relabel supersedes, both kept; "
                    "`current_labels` is the latest per trace), invalid rows in `label_errors`.")
-def curated_labels(context: AssetExecutionContext, duckdb: DuckDBResource,
+def curated_labels(context: AssetExecutionContext, config: LabelConfig, duckdb: DuckDBResource,
                    paths: RagLoopPaths) -> MaterializeResult:
     with duckdb.get_connection() as con:
-        report = store_label_files(con, Path(paths.curation_dir) / "labels", log=context.log.info)
+        report = store_label_files(con, Path(paths.curation_dir) / "labels", log=context.log.info,
+                                   settle_seconds=config.settle_seconds)
         summary = label_summary(con)
     errors = pd.DataFrame(report.errors[:20])
     if not errors.empty:
@@ -89,6 +102,7 @@ def curated_labels(context: AssetExecutionContext, duckdb: DuckDBResource,
     return MaterializeResult(metadata={
         "dagster/row_count": summary["labels"], **summary, "files_read": report.files,
         "run_stored": report.stored, "run_rejected": report.rejected, "run_warnings": report.warnings,
+        "files_waiting": MetadataValue.json(report.waiting),
         "run_errors": MetadataValue.md(errors.to_markdown(index=False) if not errors.empty
                                        else "no invalid rows")})
 
@@ -97,8 +111,17 @@ def curated_labels(context: AssetExecutionContext, duckdb: DuckDBResource,
         description="Stores curator label files when they appear or change; a failed run's "
                     "files are tried again.")
 def new_label_files_sensor(context: SensorEvaluationContext, paths: RagLoopPaths):
-    fingerprint = directory_fingerprint(Path(paths.curation_dir) / "labels", label_files)
+    labels = Path(paths.curation_dir) / "labels"
+    if not _settled_label_files(labels):
+        return SkipReason("no label file (or none unchanged for the settle time)")
+    fingerprint = directory_fingerprint(labels, _settled_label_files)
     return request_for_input(context, "label_job", fingerprint, "label files")
+
+
+def _settled_label_files(directory: Path) -> list[Path]:
+    """The label files unchanged for SETTLE_SECONDS: a file still being written asks for no run."""
+    now = time.time()
+    return [p for p in label_files(directory) if now - p.stat().st_mtime >= SETTLE_SECONDS]
 
 
 label_job = define_asset_job("label_job", selection=AssetSelection.assets(curated_labels),

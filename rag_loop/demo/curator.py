@@ -23,6 +23,7 @@ from rag_loop.curation.queue_files import read_queue
 from rag_loop.demo.generate import read_truth
 from rag_loop.demo.intent_catalog import INTENTS
 from rag_loop.demo.knowledge import DOCUMENTS
+from rag_loop.store.files import write_atomically
 
 DEMO_DIR = Path(__file__).resolve().parents[2] / "data" / "demo"
 ROUNDS = {1: (0, 40), 2: (40, 70)}
@@ -87,6 +88,6 @@ def curate(queue_file: Path, labels_dir: Path, round_number: int,
         accepted[2].update(decision="reject", expected_output="", expected_sources=[], tags=[])
         labels += accepted[:3]
     labels_dir.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in labels), encoding="utf-8")
+    write_atomically(out, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in labels))  # whole or not
     return out
 

@@ -146,7 +146,8 @@ def test_three_runs_at_once_queue_on_the_duckdb_tag_then_a_curator_release(dagst
     queue = next((root / "curation" / "queue").glob("*.jsonl"))
     curate(queue, root / "curation" / "labels", 1)
     release = server.launch("release_goldens", {"ops": {"golden_release": {"config": {
-        "notes": "from the e2e test", "released_by": "curator@e2e"}}}})
+        "notes": "from the e2e test", "released_by": "curator@e2e"}},
+        "curated_labels": {"config": {"settle_seconds": 0}}}})  # curate() wrote its file whole
     assert server.wait(release) == "SUCCESS"
     manifest = json.loads((root / "goldens" / "v0001" / "manifest.json").read_text())
     assert manifest["released_by"] == "curator@e2e" and manifest["goldens"] > 10

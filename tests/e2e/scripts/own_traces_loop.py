@@ -29,7 +29,8 @@ labels = [{**row, "decision": "accept", "expected_output": f"The answer to: {row
 (curation / "labels" / "first.jsonl").write_text("".join(json.dumps(r) + "\n" for r in labels))
 release = defs.get_job_def("release_goldens").execute_in_process(
     instance=instance, run_config={"ops": {"golden_release": {"config": {
-        "notes": "first goldens from our own traces", "released_by": "test"}}}})
+        "notes": "first goldens from our own traces", "released_by": "test"}},
+        "curated_labels": {"config": {"settle_seconds": 0}}}})  # written whole, just above
 evaluation = defs.get_job_def("regression_eval_job").execute_in_process(instance=instance,
                                                                         raise_on_error=False)
 print(json.dumps({"loop": loop.success, "release": release.success, "labels": len(labels),
