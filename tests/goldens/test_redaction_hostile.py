@@ -19,10 +19,13 @@ SURVIVORS = [  # (kind, text) that the earlier redactor let through
     ("secret", "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBg\n-----END PRIVATE KEY-----"),
     ("secret", "password: hunter2"), ("secret", "mật khẩu: abc123"),
     ("iban", "DE89 3704 0044 0532 0130 00"), ("ip", "10.1.2.3"), ("ip", "2001:db8::1"),
+    ("ip", "192.168.1.10."), ("ip", "10.0.0.1:8080"), ("ip", "2001:db8::1."),  # issue 23 §2
 ]
 BENIGN = ["2026-11-01 10:00", "150.000.000 đồng", "1 000 000 000 VND", "ISBN 978-3-16-148410-0",
           "order #123456789", "invoice 2026-000123456", "Passwords are rotated every 180 days.",
-          "the helpdesk is open from 8:00 to 18:00", "ERR-PAY-942", "version 1.2.3"]
+          "the helpdesk is open from 8:00 to 18:00", "ERR-PAY-942", "version 1.2.3",
+          "The fee is 1690 EUR. Built in 1648.", "16 900 000 VND", "ISBN 0-306-40615-2",  # issue 23 §2
+          "from 1648-1690", "version 1.2.3.4.5", "v1.2.3.4"]
 
 
 @pytest.mark.parametrize("kind, text", SURVIVORS)
