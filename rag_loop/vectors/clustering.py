@@ -11,12 +11,13 @@ points, HDBSCAN (fast_hdbscan: parallel, Numba-compiled, the same clusters as th
 package) is fitted on a sample and every other point joins the cluster of its nearest sample
 point when it is within that cluster's reach (the largest nearest-neighbour gap inside it),
 else it is noise: one matrix product per block of points (hdbscan's approximate_predict
-loops point by point).
+loops point by point). `ClusterSettings.backend` "hdbscan" runs the hdbscan package instead
+(exact spanning tree: the same labels, slower; see BACKENDS).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,6 +34,30 @@ _VI_STOP_WORDS = frozenset(
     ["là", "có", "được", "bao", "nhiêu", "thì", "sao", "tôi", "của", "cho", "và", "không", "với", "nào", "thế", "gì", "khi", "bị", "những", "các", "một", "này", "đó", "ở", "trong", "để", "phải", "mình", "bạn", "ạ", "nhé", "ơi", "hả", "vậy", "làm"])
 
 
+def _fast_hdbscan_labels(points: np.ndarray, settings: ClusterSettings) -> np.ndarray:
+    from fast_hdbscan import HDBSCAN  # compiles on first use (cached on disk after)
+    model = HDBSCAN(min_cluster_size=settings.min_cluster_size, min_samples=settings.min_samples,
+                    cluster_selection_method=settings.selection_method)
+    return model.fit(points).labels_
+
+
+def _hdbscan_labels(points: np.ndarray, settings: ClusterSettings) -> np.ndarray:
+    from hdbscan import HDBSCAN
+    # the exact spanning tree (its default approximates it), so that the labels are fast_hdbscan's
+    # (with min_samples > 1, tied mutual reachabilities may still split a leaf differently)
+    model = HDBSCAN(min_cluster_size=settings.min_cluster_size, min_samples=settings.min_samples,
+                    cluster_selection_method=settings.selection_method,
+                    approx_min_span_tree=False, core_dist_n_jobs=-1)
+    return model.fit(points).labels_
+
+
+# HDBSCAN implementations by ClusterSettings.backend: fast_hdbscan (parallel, Numba) by default
+BACKENDS: dict[str, Callable[[np.ndarray, ClusterSettings], np.ndarray]] = {
+    "fast_hdbscan": _fast_hdbscan_labels,
+    "hdbscan": _hdbscan_labels,
+}
+
+
 @dataclass(frozen=True)
 class ClusterSettings:
     """HDBSCAN and merge parameters, chosen on the mean coverage of shuffled 90 % resamples of
@@ -45,10 +70,13 @@ class ClusterSettings:
     merge_distance: float = 0.25  # × the median pairwise cosine distance: closer clusters merge
     fit_sample: int = 20_000
     seed: int = 0
+    backend: str = "fast_hdbscan"  # or "hdbscan": the same labels, slower (see BACKENDS)
 
     def __post_init__(self) -> None:
         if not 2 <= self.pca_dims <= MAX_PCA_DIMS:
             raise ValueError(f"pca_dims {self.pca_dims} is not within [2, {MAX_PCA_DIMS}]")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend {self.backend!r} is not one of {', '.join(map(repr, BACKENDS))}")
 
 
 @dataclass
@@ -94,11 +122,8 @@ def compile_once() -> None:
 
 
 def hdbscan_labels(points: np.ndarray, settings: ClusterSettings) -> np.ndarray:
-    """HDBSCAN cluster of each point (NOISE for noise)."""
-    from fast_hdbscan import HDBSCAN  # compiles on first use (cached on disk after)
-    model = HDBSCAN(min_cluster_size=settings.min_cluster_size, min_samples=settings.min_samples,
-                    cluster_selection_method=settings.selection_method)
-    return model.fit(np.ascontiguousarray(points, dtype=np.float64)).labels_
+    """HDBSCAN cluster of each point (NOISE for noise), by the settings' backend."""
+    return BACKENDS[settings.backend](np.ascontiguousarray(points, dtype=np.float64), settings)
 
 
 def nearest(queries: np.ndarray, points: np.ndarray, exclude_self: bool = False,
