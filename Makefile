@@ -69,8 +69,9 @@ release: install
 # evaluate RAG_LOOP_RAG_APP_URL (or the rag_app of EVAL_CONFIG) on the newest release of RAG_LOOP_HOME
 evaluate: install
 	@$(INSTANCE)
-	$(BIN)/dagster job execute -f definitions.py -j regression_eval_job $(if $(EVAL_CONFIG),-c $(EVAL_CONFIG))
-	$(BIN)/rag-loop summary
+	@# a blocked run fails the job: the summary says why, and make's exit status stays the job's
+	$(BIN)/dagster job execute -f definitions.py -j regression_eval_job $(if $(EVAL_CONFIG),-c $(EVAL_CONFIG)); \
+		status=$$?; $(BIN)/rag-loop summary; exit $$status
 
 test: install
 	$(BIN)/ruff check .
