@@ -21,7 +21,8 @@ from pathlib import Path
 
 import duckdb
 
-from rag_loop.curation.labels import KnownSources, _read_rows, check_label, store_label_files
+from rag_loop.curation.label_rules import KnownSources, check_label
+from rag_loop.curation.labels import _read_rows, store_label_files
 from rag_loop.store.ddl import LABELS_DDL
 from rag_loop.store.tables import create_tables
 

@@ -25,7 +25,8 @@ from pathlib import Path
 import click
 import duckdb
 
-from rag_loop.curation.labels import DECISIONS, MAX_TAG_CHARS, KnownSources, check_source, label_files
+from rag_loop.curation.label_rules import DECISIONS, MAX_TAG_CHARS, KnownSources, check_source
+from rag_loop.curation.labels import label_files
 from rag_loop.curation.queue_files import read_queue
 from rag_loop.evaluation.settings import DEFAULT_THRESHOLDS, LlmJudgeSettings
 from rag_loop.home import DEMO_INPUTS, home

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rag_loop.cli import main as cli
-from rag_loop.curation.labels import check_label, store_label_files
+from rag_loop.curation.label_rules import check_label
+from rag_loop.curation.labels import store_label_files
 from rag_loop.curation.queue_files import export_queue
 from tests.helpers import GOOD, KNOWN, write_labels
 

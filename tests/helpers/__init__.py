@@ -9,7 +9,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
-from rag_loop.curation.labels import KnownSources
+from rag_loop.curation.label_rules import KnownSources
 from rag_loop.demo.intent_catalog import INTENTS, paraphrase
 
 PROJECT = Path(__file__).resolve().parents[2]

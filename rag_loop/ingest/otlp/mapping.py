@@ -27,12 +27,18 @@ fields (`rag.prompt_version`, `rag.tenant`, `rag.feedback.rating`, `rag.context_
 
 from __future__ import annotations
 
-import hashlib
-import json
-import re
 from datetime import UTC, datetime
 from typing import Any
 
+from rag_loop.ingest.otlp.retrieved import (
+    Span,
+    json_value,
+    merge_rerank,
+    number_or_none,
+    reranked,
+    retrieved,
+    str_or_none,
+)
 from rag_loop.schema import NESTED_FIELDS, Trace
 
 _KINDS = {"retrieval": "RETRIEVER", "rerank": "RERANKER", "chat": "LLM", "text_completion": "LLM",
@@ -40,12 +46,6 @@ _KINDS = {"retrieval": "RETRIEVER", "rerank": "RERANKER", "chat": "LLM", "text_c
           "embeddings": "EMBEDDING"}
 # keys of a framework's input object that hold what the user typed, in this order
 QUERY_KEYS = ("input", "question", "query", "message", "query_str", "user_input", "content")
-# where a document's id comes from, in this order (metadata keys, then the document's own id);
-# a document with none of them gets `text:<hash of its text>`
-DOC_ID_KEYS = ("doc_id", "document_id", "ref_doc_id", "source", "file_path", "file_name", "url")
-GENAI_DOCUMENTS = "gen_ai.retrieval.documents"  # a JSON list as a string (the app's choice of shape)
-Span = dict[str, Any]
-_JSON_SPACE = re.compile(r"[ \t\n\r]*")
 
 
 def span_kind(attrs: dict[str, Any]) -> str | None:
@@ -58,16 +58,6 @@ def _iso(nanos: int) -> str:
     return datetime.fromtimestamp(nanos / 1e9, tz=UTC).isoformat()
 
 
-def _json_value(value: Any) -> Any:
-    """Attributes that carry JSON as a string (document lists, metadata, messages)."""
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except (json.JSONDecodeError, RecursionError):
-            return None
-    return value
-
-
 def _text(value: Any) -> str | None:
     return value.strip() or None if isinstance(value, str) else None
 
@@ -78,7 +68,7 @@ def _message_text(messages: Any, role: str | None = None) -> str | None:
     `parts` is a list of `{"type": "text", "content"}` parts; `parts` given as a string (the
     text itself, or a JSON-encoded list) and a message with a `content` string and no parts
     are read too, so the query or the answer is not lost."""
-    messages = _json_value(messages)
+    messages = json_value(messages)
     if not isinstance(messages, list):
         return None
     for message in reversed(messages):
@@ -94,7 +84,7 @@ def _message_text(messages: Any, role: str | None = None) -> str | None:
 def _parts_text(parts: Any) -> str | None:
     """The text parts of a message, joined; a string of parts is a JSON list or the text."""
     if isinstance(parts, str):
-        parsed = _json_value(parts) if parts.lstrip()[:1] == "[" else None
+        parsed = json_value(parts) if parts.lstrip()[:1] == "[" else None
         if not isinstance(parsed, list):
             return _text(parts)
         parts = parsed
@@ -111,7 +101,7 @@ def _input_text(value: Any, keys: tuple[str, ...] = QUERY_KEYS) -> str | None:
     object (LangChain `{"input"}`, LlamaIndex `{"message"}`, `{"query_bundle": {"query_str"}}`)."""
     if not isinstance(value, str):
         return None
-    parsed = _json_value(value) if value.lstrip()[:1] in ("{", "[", '"') else None
+    parsed = json_value(value) if value.lstrip()[:1] in ("{", "[", '"') else None
     if parsed is None:
         return _text(value)
     if isinstance(parsed, str):
@@ -139,145 +129,15 @@ def _retrieval_query(span: Span) -> str | None:
     return _text(attrs.get("gen_ai.retrieval.query.text")) or _input_text(attrs.get("input.value"))
 
 
-def _indexed_documents(attrs: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
-    """OpenInference flattened documents: `<prefix>.N.document.<field>`."""
-    found: dict[int, dict[str, Any]] = {}
-    for key, value in attrs.items():
-        if key.startswith(prefix + "."):
-            index, _, field = key[len(prefix) + 1:].partition(".document.")
-            if index.isdigit() and field:
-                found.setdefault(int(index), {})[field] = value
-    return [found[i] for i in sorted(found)]
-
-
-def _output_documents(attrs: dict[str, Any]) -> list[dict[str, Any]]:
-    """LangChain's retriever output `{"documents": [{"id", "metadata", "page_content"}]}`."""
-    output = _json_value(attrs.get("output.value"))
-    documents = output.get("documents") if isinstance(output, dict) else None
-    return [d for d in documents if isinstance(d, dict)] if isinstance(documents, list) else []
-
-
-def candidate(document: dict[str, Any], position: int, fallback_id: Any = None) -> dict[str, Any]:
-    """A retrieved document (any convention) as a native chunk record, ids by `DOC_ID_KEYS`."""
-    metadata = _json_value(document.get("metadata"))
-    metadata = metadata if isinstance(metadata, dict) else {}
-    merged = {**metadata, **{k: v for k, v in document.items() if k != "metadata" and v is not None}}
-    text = merged.get("content", merged.get("text", merged.get("page_content")))
-    text = text if isinstance(text, str) else None
-    own_id = merged.get("id") if merged.get("id") is not None else fallback_id
-    doc_id, doc_id_from = next(((str(merged[k]), k) for k in DOC_ID_KEYS if merged.get(k)),
-                               (None, None))
-    if doc_id is None and own_id is not None:
-        doc_id, doc_id_from = str(own_id), "id"
-    chunk_id = merged.get("chunk_id") or own_id
-    if doc_id is None or chunk_id is None:
-        digest = f"text:{hashlib.sha256((text or '').encode()).hexdigest()[:16]}"
-        doc_id_from = doc_id_from or "text_hash"
-        doc_id, chunk_id = doc_id or digest, chunk_id or digest
-    return {
-        "doc_id": doc_id, "doc_id_from": doc_id_from, "chunk_id": str(chunk_id),
-        "doc_version": _str_or_none(merged.get("doc_version", merged.get("version"))),
-        "score": _number(merged.get("score")), "rank": position + 1,
-        "rerank_score": _number(merged.get("rerank_score")), "rerank_rank": None,
-        "selected": merged.get("selected") if isinstance(merged.get("selected"), bool) else None,
-        "text": text,
-    }
-
-
-def _str_or_none(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _raw_documents(attrs: dict[str, Any], prefix: str) -> tuple[list[Any], str | None]:
-    """A span's documents: the GenAI JSON list, else OpenInference's `<prefix>.N.document.*`;
-    and why they could not be read (None when they could, or when there are none)."""
-    if GENAI_DOCUMENTS in attrs:
-        return _genai_documents(attrs[GENAI_DOCUMENTS])
-    return _indexed_documents(attrs, prefix), None
-
-
-def _genai_documents(value: Any) -> tuple[list[Any], str | None]:
-    """`gen_ai.retrieval.documents` (a JSON string, or an OTLP array): its documents, and
-    why it is unreadable. Only a readable empty list means nothing was retrieved."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as error:
-            if value.lstrip()[:1] in ("[", "{") and (error.msg.startswith("Unterminated string")
-                                                     or error.pos >= len(value.rstrip())):
-                kept = [d for d in _complete_items(value) if isinstance(d, dict)]
-                return kept, (f"{GENAI_DOCUMENTS}: JSON cut off at {len(value)} chars (an "
-                              f"attribute length limit?), {len(kept)} whole documents read")
-            return [], f"{GENAI_DOCUMENTS}: not JSON ({len(value)} chars)"
-        except RecursionError:
-            return [], f"{GENAI_DOCUMENTS}: JSON nested too deeply"
-    if not isinstance(value, list):
-        found = "an object" if isinstance(value, dict) else "null" if value is None \
-            else type(value).__name__
-        return [], f"{GENAI_DOCUMENTS}: {found}, not a list"
-    documents = [_json_value(d) if isinstance(d, str) else d for d in value]  # items as JSON text
-    bad = sum(not isinstance(d, dict) for d in documents)
-    if bad:
-        return ([d for d in documents if isinstance(d, dict)],
-                f"{GENAI_DOCUMENTS}: {bad} of {len(documents)} items are not objects")
-    return documents, None
-
-
-def _complete_items(text: str) -> list[Any]:
-    """The whole items at the start of a JSON list that was cut off (`[{...}, {...}, {..`)."""
-    decoder, items = json.JSONDecoder(), []
-    position = text.find("[") + 1 if text.lstrip().startswith("[") else len(text)
-    while position < len(text):
-        position = _JSON_SPACE.match(text, position).end()
-        try:
-            item, position = decoder.raw_decode(text, position)
-        except (json.JSONDecodeError, RecursionError):
-            break
-        items.append(item)
-        position = _JSON_SPACE.match(text, position).end()
-        if text[position:position + 1] != ",":
-            break
-        position += 1
-    return items
-
-
-def _retrieved(span: Span) -> tuple[list[dict[str, Any]], str | None]:
-    raw, unreadable = _raw_documents(span["attrs"], "retrieval.documents")
-    own_ids = [d.get("id") for d in _output_documents(span["attrs"])]
-    own_ids = own_ids if len(own_ids) == len(raw) else [None] * len(raw)
-    return [candidate(d, i, own_ids[i]) for i, d in enumerate(raw) if isinstance(d, dict)], unreadable
-
-
-def _reranked(span: Span) -> tuple[list[dict[str, Any]], str | None]:
-    raw, unreadable = _raw_documents(span["attrs"], "reranker.output_documents")
-    return [candidate(d, i) for i, d in enumerate(raw) if isinstance(d, dict)], unreadable
-
-
-def _merge_rerank(candidates: list[dict[str, Any]], reranked: list[dict[str, Any]]) -> None:
-    """Give each retrieved candidate its rerank score and rank (reranked list order)."""
-    by_chunk = {c["chunk_id"]: c for c in candidates}
-    for position, doc in enumerate(reranked):
-        target = by_chunk.get(doc["chunk_id"])
-        if target is None:
-            target = {**doc, "score": None, "rank": None}
-            candidates.append(target)
-        target["rerank_score"] = doc["score"] if doc.get("rerank_score") is None else doc["rerank_score"]
-        target["rerank_rank"] = position + 1
-
-
 def _llm_call(span: Span) -> dict[str, Any]:
     """Model, tokens and output of one LLM call."""
     attrs = span["attrs"]
-    params = _json_value(attrs.get("llm.invocation_parameters"))
+    params = json_value(attrs.get("llm.invocation_parameters"))
     params = params if isinstance(params, dict) else {}
-    named = _str_or_none(attrs.get("llm.model_name"))
-    requested = _str_or_none(attrs.get("gen_ai.request.model") or params.get("model")
+    named = str_or_none(attrs.get("llm.model_name"))
+    requested = str_or_none(attrs.get("gen_ai.request.model") or params.get("model")
                              or params.get("model_name")) or named
-    responded = _str_or_none(attrs.get("gen_ai.response.model"))
+    responded = str_or_none(attrs.get("gen_ai.response.model"))
     if responded is None and named != requested:  # LangChain: llm.model_name is the response's
         responded = named
     reasons = _finish_reasons(attrs.get("gen_ai.response.finish_reasons"))
@@ -288,13 +148,13 @@ def _llm_call(span: Span) -> dict[str, Any]:
     temperature = attrs.get("gen_ai.request.temperature", params.get("temperature"))
     return {
         "model_name": requested, "response_model": responded,
-        "provider": _str_or_none(attrs.get("gen_ai.provider.name") or attrs.get("gen_ai.system")
+        "provider": str_or_none(attrs.get("gen_ai.provider.name") or attrs.get("gen_ai.system")
                                  or attrs.get("llm.provider")),
         "input_tokens": _count(attrs.get("gen_ai.usage.input_tokens", attrs.get("llm.token_count.prompt"))),
         "output_tokens": _count(attrs.get("gen_ai.usage.output_tokens",
                                           attrs.get("llm.token_count.completion"))),
-        "temperature": _number(temperature),
-        "finish_reason": reasons[0] if reasons else _str_or_none(attrs.get("llm.finish_reason")),
+        "temperature": number_or_none(temperature),
+        "finish_reason": reasons[0] if reasons else str_or_none(attrs.get("llm.finish_reason")),
         "answer": output,
     }
 
@@ -303,7 +163,7 @@ def _finish_reasons(value: Any) -> list[str]:
     """`gen_ai.response.finish_reasons`: a string array; a plain string is one reason (or a
     JSON-encoded array, as SDKs that only set strings write it)."""
     if isinstance(value, str):
-        parsed = _json_value(value) if value.lstrip()[:1] == "[" else None
+        parsed = json_value(value) if value.lstrip()[:1] == "[" else None
         value = parsed if isinstance(parsed, list) else [value]
     if not isinstance(value, list):
         return []
@@ -329,7 +189,7 @@ def _rag_fields(attrs: dict[str, Any]) -> dict[str, Any]:
     if feedback:
         fields["feedback"] = feedback
     if isinstance(fields.get("filters"), str):
-        fields["filters"] = _json_value(fields["filters"])
+        fields["filters"] = json_value(fields["filters"])
     return fields
 
 
@@ -417,7 +277,7 @@ def _generation(spans: list[Span], root: Span | None) -> dict[str, Any]:
 
 def _retrieval(spans: list[Span], root: Span | None, typed: str | None) -> dict[str, Any]:
     """Candidates of the first retriever that returned documents, rerank, the context used."""
-    retrievers = [(s, *_retrieved(s)) for s in spans if span_kind(s["attrs"]) == "RETRIEVER"]
+    retrievers = [(s, *retrieved(s)) for s in spans if span_kind(s["attrs"]) == "RETRIEVER"]
     retriever, candidates, _ = next((r for r in retrievers if r[1]), retrievers[0] if retrievers
                                     else (None, [], None))
     unreadable = [f"{s['name'] or 'retriever'}: {why}" for s, _, why in retrievers if why]
@@ -427,11 +287,11 @@ def _retrieval(spans: list[Span], root: Span | None, typed: str | None) -> dict[
     if query and typed and query != typed:
         fields["rewritten_query"] = query
     if rerankers:
-        reranked, why = _reranked(rerankers[-1])
+        kept_documents, why = reranked(rerankers[-1])
         if why:  # what the reranker kept is unknown: `selected` is left as it is
             unreadable.append(f"{rerankers[-1]['name'] or 'reranker'}: {why}")
-        _merge_rerank(candidates, reranked)
-        kept = {d["chunk_id"] for d in reranked}
+        merge_rerank(candidates, kept_documents)
+        kept = {d["chunk_id"] for d in kept_documents}
         for chunk in candidates if not why else []:
             chunk["selected"] = chunk["chunk_id"] in kept
         model = rerankers[-1]["attrs"].get("reranker.model_name")
