@@ -120,8 +120,14 @@ def new_label_files_sensor(context: SensorEvaluationContext, paths: RagLoopPaths
 
 def _settled_label_files(directory: Path) -> list[Path]:
     """The label files unchanged for SETTLE_SECONDS: a file still being written asks for no run."""
-    now = time.time()
-    return [p for p in label_files(directory) if now - p.stat().st_mtime >= SETTLE_SECONDS]
+    now, settled = time.time(), []
+    for path in label_files(directory):
+        try:
+            if now - path.stat().st_mtime >= SETTLE_SECONDS:
+                settled.append(path)
+        except FileNotFoundError:  # removed while the folder was listed
+            continue
+    return settled
 
 
 label_job = define_asset_job("label_job", selection=AssetSelection.assets(curated_labels),

@@ -12,7 +12,6 @@ from dagster import DagsterRunStatus, RunRequest, RunsFilter, SensorEvaluationCo
 
 INPUT_TAG = "rag-loop/input"
 RETRY_AFTER_SECONDS, RETRY_AT_MOST_SECONDS = 60, 3600
-_DONE = {DagsterRunStatus.SUCCESS}
 _FAILED = {DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
 
 

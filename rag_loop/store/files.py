@@ -42,8 +42,16 @@ def fsync_directory(directory: Path) -> None:
 
 
 def directory_fingerprint(directory: Path, list_files: Callable[[Path], Sequence[Path]]) -> str:
-    """Changes whenever a listed file is added, grows or is touched (a sensor's cursor)."""
+    """Changes whenever a listed file is added, grows or is touched (a sensor's cursor); a file
+    removed while the folder is listed is left out, not an error."""
     files = list_files(directory) if directory.is_dir() else []
-    listing = "\n".join(f"{p.relative_to(directory)}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
-                        for p in files)
+    listing = "\n".join(f"{p.relative_to(directory)}:{s.st_size}:{s.st_mtime_ns}"
+                        for p in files if (s := _stat(p)) is not None)
     return hashlib.sha256(listing.encode()).hexdigest()
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    try:
+        return path.stat()
+    except FileNotFoundError:
+        return None
