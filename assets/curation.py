@@ -1,6 +1,6 @@
 """Curation: the queue of representatives curators label, and their label files back in."""
 
-import time
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -23,7 +23,7 @@ from assets.intents import intent_clusters
 from assets.resources import DUCKDB_WRITER, EmbedderResource, RagLoopPaths
 from assets.sensors import request_for_input
 from assets.stage import stage_asset
-from rag_loop.curation.labels import label_files, label_summary, store_label_files
+from rag_loop.curation.labels import label_summary, settled_label_files, store_label_files
 from rag_loop.curation.queue import build_curation_queue
 from rag_loop.curation.representatives import QueueSettings
 from rag_loop.store.files import directory_fingerprint
@@ -112,22 +112,10 @@ def curated_labels(context: AssetExecutionContext, config: LabelConfig, duckdb: 
                     "files are tried again.")
 def new_label_files_sensor(context: SensorEvaluationContext, paths: RagLoopPaths):
     labels = Path(paths.curation_dir) / "labels"
-    if not _settled_label_files(labels):
+    settled = partial(settled_label_files, settle_seconds=SETTLE_SECONDS)  # a file being written asks for no run
+    if not settled(labels):
         return SkipReason("no label file (or none unchanged for the settle time)")
-    fingerprint = directory_fingerprint(labels, _settled_label_files)
-    return request_for_input(context, "label_job", fingerprint, "label files")
-
-
-def _settled_label_files(directory: Path) -> list[Path]:
-    """The label files unchanged for SETTLE_SECONDS: a file still being written asks for no run."""
-    now, settled = time.time(), []
-    for path in label_files(directory):
-        try:
-            if now - path.stat().st_mtime >= SETTLE_SECONDS:
-                settled.append(path)
-        except FileNotFoundError:  # removed while the folder was listed
-            continue
-    return settled
+    return request_for_input(context, "label_job", directory_fingerprint(labels, settled), "label files")
 
 
 label_job = define_asset_job("label_job", selection=AssetSelection.assets(curated_labels),

@@ -57,6 +57,19 @@ def _unsettled(stat: os.stat_result, settle_seconds: float, now: datetime | None
     return f"modified {age:.1f} s ago, under the {settle_seconds:g} s settle time: may still be being written"
 
 
+def settled_label_files(directory: Path, settle_seconds: float, now: datetime | None = None) -> list[Path]:
+    """The label files unchanged for `settle_seconds`, the ones store_label_files would read
+    (a file removed while the folder is listed is left out)."""
+    settled = []
+    for path in label_files(directory):
+        try:
+            if _unsettled(path.stat(), settle_seconds, now) is None:
+                settled.append(path)
+        except FileNotFoundError:
+            continue
+    return settled
+
+
 def store_label_files(con: duckdb.DuckDBPyConnection, directory: Path, log: Log = quiet,
                       settle_seconds: float = 0.0, now: datetime | None = None) -> LabelReport:
     """Read the label files not read before (by path, size, mtime), one transaction per file.
