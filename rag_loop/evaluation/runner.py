@@ -123,20 +123,22 @@ def score_cases(cases: Sequence[Case], make_metrics: Callable[[], list[BaseMetri
     unfinished = [c for i, c in enumerate(cases) if i not in finished]
     if unfinished:
         log(f"run deadline ({deadline_seconds:g} s) reached: {len(unfinished)} cases not scored")
-        names = [(m.__name__, m.threshold) for m in make_metrics()]
-        rows += [{"golden": c.golden.get("name"), "metric": name, "threshold": threshold, "score": None,
-                  "passed": None, "errored": True, "reason": None, "actual_output": c.test_case.actual_output,
-                  "error": f"deadline: the run's limit of {deadline_seconds:g} s was reached first"}
-                 for c in unfinished for name, threshold in names]
+        error = f"deadline: the run's limit of {deadline_seconds:g} s was reached first"
+        rows += [{**_row(m, c), "errored": True, "error": error} for c in unfinished for m in make_metrics()]
     frame = pd.DataFrame(rows)
     errored = int(frame["errored"].sum()) if len(frame) else 0
     return RunResult(frame, time.perf_counter() - start, errored, started, len(unfinished))
 
 
+def _row(metric: BaseMetric, case: Case) -> dict[str, Any]:
+    """A result row of one case × metric, not scored yet."""
+    return {"golden": case.golden.get("name"), "metric": metric.__name__, "threshold": metric.threshold,
+            "score": None, "passed": None, "errored": False, "error": None, "reason": None,
+            "actual_output": case.test_case.actual_output}
+
+
 async def _measure(metric: BaseMetric, case: Case) -> dict[str, Any]:
-    row = {"golden": case.golden.get("name"), "metric": metric.__name__,
-           "threshold": metric.threshold, "score": None, "passed": None, "errored": False,
-           "error": None, "reason": None, "actual_output": case.test_case.actual_output}
+    row = _row(metric, case)
     if case.app_error:
         return {**row, "errored": True, "error": case.app_error}
     try:
