@@ -13,7 +13,7 @@ export DEEPEVAL_DISABLE_DOTENV := 1
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-DRIFT_ASSETS := group:drift
+DRIFT_ASSETS := 'group:drift or key:online_quality or key:online_cost'
 # the demo: its own home, its inputs and drift days, whatever your environment says
 DEMO_ENV := RAG_LOOP_HOME="$(DEMO_HOME)" DAGSTER_HOME="$(DEMO_HOME)/dagster" \
 	RAG_LOOP_DB="$(DEMO_HOME)/rag_loop.duckdb" RAG_LOOP_CURATION_DIR="$(DEMO_HOME)/curation" \

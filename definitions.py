@@ -16,16 +16,17 @@ from assets.ingestion import (
     raw_traces_quarantine_rate,
 )
 from assets.intents import intent_clusters, query_embeddings
+from assets.online import online_quality, trace_judgments
 from assets.resources import DUCKDB_WRITER, build_resources
 from assets.selection import failure_candidates, quality_estimates, trace_novelty, trace_signals
 
 rag_loop_job = define_asset_job(
     "rag_loop_job", tags=DUCKDB_WRITER,
     selection=AssetSelection.all() - AssetSelection.assets(golden_release, regression_eval)
-    - AssetSelection.groups("drift"),
+    - AssetSelection.groups("drift") - AssetSelection.assets(online_quality),
     description="Materialize the loop up to the curation queue and labels; releases are the "
                 "curators' (release_goldens), evaluations run on a release (regression_eval_job) "
-                "and drift per day (drift_job, scheduled).")
+                "and drift and judged quality per day (drift_job, scheduled).")
 
 
 
@@ -33,9 +34,10 @@ def build_definitions(resources: Mapping[str, object] | None = None) -> Definiti
     """The project's assets, checks, jobs, schedules and sensors on `resources` (default: from
     the environment, `build_resources`)."""
     return Definitions(
-            assets=[knowledge_base, raw_traces, trace_signals, trace_novelty, failure_candidates, quality_estimates,
-                query_embeddings, intent_clusters, curation_queue, curated_labels, golden_release,
-                golden_releases, regression_eval, judge_calibration, judge_calibrations, *DRIFT_ASSETS],
+        assets=[knowledge_base, raw_traces, trace_signals, trace_novelty, failure_candidates, quality_estimates,
+                trace_judgments, online_quality, query_embeddings, intent_clusters, curation_queue,
+                curated_labels, golden_release, golden_releases, regression_eval, judge_calibration,
+                judge_calibrations, *DRIFT_ASSETS],
         asset_checks=[raw_traces_quarantine_rate],
         jobs=[ingest_job, rag_loop_job, label_job, release_goldens, regression_eval_job, drift_job],
         schedules=[drift_schedule],

@@ -1,21 +1,14 @@
 """Drift assets: daily partitions of query mix, knowledge freshness, retrieval scores and quality
 SLIs, each with an absolute-SLO check and a baseline check (WARN / ERROR from config)."""
 
-import os
-from collections.abc import Callable, Sequence
-from datetime import date, datetime, timedelta
+from collections.abc import Callable
+from datetime import timedelta
 
-import pandas as pd
 from dagster import (
-    AssetCheckResult,
-    AssetCheckSeverity,
-    AssetCheckSpec,
     AssetExecutionContext,
-    BackfillPolicy,
+    AssetSelection,
     Config,
-    DailyPartitionsDefinition,
     MaterializeResult,
-    MetadataValue,
     RunRequest,
     ScheduleEvaluationContext,
     asset,
@@ -25,10 +18,11 @@ from dagster import (
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
+from assets.daily import DAILY, DRIFT_CRON, check_specs, daily, day_checks, series_chart
 from assets.resources import DUCKDB_WRITER, EmbedderResource
 from assets.selection import quality_estimates, trace_novelty, trace_signals
 from assets.stage import stage_asset
-from rag_loop.drift.checks import Limit, Verdict
+from rag_loop.drift.checks import Limit
 from rag_loop.drift.days import (
     FreshnessSettings,
     QualitySettings,
@@ -39,24 +33,14 @@ from rag_loop.drift.days import (
     query_mix_day,
     retrieval_day,
 )
-from rag_loop.reporting import plots
-from rag_loop.reporting.dashboard import change_markers
 
-# partitions are part of the definitions, so the first day is read when the code location
-# loads: set RAG_LOOP_DRIFT_START to the first day of your traffic (`make demo`: 2026-11-01)
-DAILY = DailyPartitionsDefinition(start_date=os.environ.get("RAG_LOOP_DRIFT_START", "2026-01-01"))
-DRIFT_CRON = os.environ.get("RAG_LOOP_DRIFT_CRON", "30 1 * * *")  # after the day closes, UTC
-_common = {"group_name": "drift", "partitions_def": DAILY, "backfill_policy": BackfillPolicy.single_run()}
+_common = daily("drift")
 
 
 def _limit(config: Config, prefix: str, higher_is_bad: bool = True) -> Limit:
     """A Limit from flat config fields `<prefix>_warn`, `<prefix>_error` and `min_sample`."""
     return Limit(getattr(config, f"{prefix}_warn"), getattr(config, f"{prefix}_error"),
                  higher_is_bad, config.min_sample)
-
-
-def _days(context: AssetExecutionContext) -> list[date]:
-    return [datetime.strptime(key, "%Y-%m-%d").date() for key in context.partition_keys]
 
 
 SERIES = {  # the chart of each drift asset: SQL over its table, the columns drawn
@@ -72,48 +56,9 @@ SERIES = {  # the chart of each drift asset: SQL over its table, the columns dra
 }
 
 
-def _chart(con, table: str) -> dict:
-    """The asset's figure over every stored day, with deploy / prompt / index / document markers."""
+def _chart(con, table: str) -> Callable[[], dict]:
     sql, columns = SERIES[table]
-    frame = con.execute(sql).df()
-    if frame.empty:
-        return {}
-    columns = columns or [c for c in frame.columns if c != "day"]
-    png = plots.time_series(frame, columns, f"{table} per day", change_markers(con))
-    return {"over_time": MetadataValue.md(plots.markdown_image(png, table))}
-
-
-def _result(context: AssetExecutionContext, check_names: Sequence[str],
-            run_day: Callable[[date], list[Verdict]], table: str, con=None) -> MaterializeResult:
-    """Run every day of the partition range; one check result per check over those days."""
-    by_check: dict[str, list[tuple[date, Verdict]]] = {name: [] for name in check_names}
-    for day in _days(context):
-        for verdict in run_day(day):
-            by_check[verdict.name].append((day, verdict))
-        context.log.info(f"{table}: {day} done")
-    checks, fired_days = [], set()
-    for name, verdicts in by_check.items():
-        fired = [(d, v) for d, v in verdicts if v.fired]
-        fired_days.update(d for d, _ in fired)
-        worst = "ERROR" if any(v.severity == "ERROR" for _, v in fired) else "WARN"
-        rows = pd.DataFrame([{"day": str(d), "value": v.value, "n": v.n, "fired": v.fired,
-                              "severity": v.severity or "", "note": v.note} for d, v in verdicts])
-        last = verdicts[-1][1] if verdicts else None
-        checks.append(AssetCheckResult(
-            check_name=name, passed=not fired,
-            severity=AssetCheckSeverity.ERROR if worst == "ERROR" else AssetCheckSeverity.WARN,
-            metadata={"days": len(verdicts), "days_fired": [str(d) for d, _ in fired],
-                      "n": last.n if last else 0, "value": last.value if last and last.value is not None else -1.0,
-                      "per_day": MetadataValue.md(rows.to_markdown(index=False) if len(rows) else "-"),
-                      "details": MetadataValue.json({str(d): v.details for d, v in verdicts})}))
-    return MaterializeResult(metadata={"days": len(_days(context)), "table": table,
-                                       "days_with_alerts": sorted(str(d) for d in fired_days),
-                                       **(_chart(con, table) if con is not None else {})},
-                             check_results=checks)
-
-
-def _specs(asset_name: str, checks: dict[str, str]) -> list[AssetCheckSpec]:
-    return [AssetCheckSpec(name, asset=asset_name, description=text) for name, text in checks.items()]
+    return lambda: series_chart(con, sql, columns, f"{table} per day")
 
 
 _MIX, _FRESH, _RETRIEVAL = QueryMixSettings(), FreshnessSettings(), RetrievalSettings()
@@ -136,7 +81,7 @@ class QueryMixConfig(Config):
              parts={"query_mix_counts": "Per day, dimension and value: query counts",
                     "traffic_intents": "Per day: the sampled queries and the intent cluster each "
                                        "was placed in (clusters first seen before the day)"},
-       check_specs=_specs("query_mix", {
+       check_specs=check_specs("query_mix", {
            "query_mix_divergence": "Baseline: JS divergence of language / query_type / tenant / "
                                    "length mix against the trailing window.",
            "query_mix_novel_share": "SLO: share of the day's queries of intents new that day "
@@ -150,9 +95,9 @@ def query_mix(context: AssetExecutionContext, config: QueryMixConfig, duckdb: Du
     settings = QueryMixSettings(config.baseline_days, config.intent_sample,
                                 _limit(config, "divergence"), _limit(config, "novel_share"))
     with duckdb.get_connection() as con:
-        return _result(context, ["query_mix_divergence", "query_mix_novel_share"],
-                       lambda day: query_mix_day(con, day, embedder.router(), settings, context.log.info),
-                       "query_mix", con)
+        return day_checks(context, ["query_mix_divergence", "query_mix_novel_share"],
+                          lambda day: query_mix_day(con, day, embedder.router(), settings, context.log.info),
+                          "query_mix", _chart(con, "query_mix"))
 
 
 class FreshnessConfig(Config):
@@ -173,7 +118,7 @@ class FreshnessConfig(Config):
              parts={"freshness_daily": "Per day: lag percentiles, share within the SLO, stale "
                                        "documents",
                     "stale_retrieval": "Per day and slice: stale retrieval rate vs baseline"},
-       check_specs=_specs("freshness_lag", {
+       check_specs=check_specs("freshness_lag", {
            "freshness_within_slo": "SLO: share of the day's source updates indexed within the window.",
            "stale_retrieval_rate": "SLO: share of traces that used an outdated document version.",
            "stale_retrieval_vs_baseline": "Baseline: increase of the stale retrieval rate."}),
@@ -186,9 +131,10 @@ def freshness_lag(context: AssetExecutionContext, config: FreshnessConfig,
                                  Limit(config.slo_share, config.slo_share, False, 1),
                                  _limit(config, "stale_rate"), _limit(config, "stale_increase"))
     with duckdb.get_connection() as con:
-        return _result(context, ["freshness_within_slo", "stale_retrieval_rate",
-                                 "stale_retrieval_vs_baseline"],
-                       lambda day: freshness_day(con, day, settings), "freshness_lag", con)
+        return day_checks(context, ["freshness_within_slo", "stale_retrieval_rate",
+                                    "stale_retrieval_vs_baseline"],
+                          lambda day: freshness_day(con, day, settings), "freshness_lag",
+                          _chart(con, "freshness_lag"))
 
 
 class RetrievalConfig(Config):
@@ -203,7 +149,7 @@ class RetrievalConfig(Config):
 
 
 @asset(**_common, deps=[trace_signals],
-       check_specs=_specs("retrieval_scores", {
+       check_specs=check_specs("retrieval_scores", {
            "retrieval_empty_rate": "SLO: share of requests with no retrieved chunk.",
            "retrieval_score_shift": "Baseline: two-sample KS (and PSI) of the top-1 rerank score."}),
        description="Per day and slice (incl. index_version): p10/p50/p90 of top-1 retrieval and "
@@ -214,8 +160,9 @@ def retrieval_scores(context: AssetExecutionContext, config: RetrievalConfig,
     settings = RetrievalSettings(config.baseline_days, _limit(config, "empty_rate"),
                                  _limit(config, "ks"), config.ks_max_pvalue)
     with duckdb.get_connection() as con:
-        return _result(context, ["retrieval_empty_rate", "retrieval_score_shift"],
-                       lambda day: retrieval_day(con, day, settings), "retrieval_scores", con)
+        return day_checks(context, ["retrieval_empty_rate", "retrieval_score_shift"],
+                          lambda day: retrieval_day(con, day, settings), "retrieval_scores",
+                          _chart(con, "retrieval_scores"))
 
 
 class QualityConfig(Config):
@@ -230,7 +177,7 @@ class QualityConfig(Config):
 
 
 @asset(**_common, deps=[quality_estimates],
-       check_specs=_specs("quality_slis", {
+       check_specs=check_specs("quality_slis", {
            "quality_slo": "SLO: each quality SLI's unbiased daily rate under its limit.",
            "quality_vs_baseline": "Baseline: no quality SLI rises more than allowed."}),
        description="Per day: quality SLIs (timeout, no citation, fallback, stale source, empty "
@@ -240,14 +187,15 @@ def quality_slis(context: AssetExecutionContext, config: QualityConfig,
     settings = QualitySettings(config.baseline_days, config.slos, config.max_increase,
                                config.error_factor, config.min_sample)
     with duckdb.get_connection() as con:
-        return _result(context, ["quality_slo", "quality_vs_baseline"],
-                       lambda day: quality_day(con, day, settings), "quality_slis", con)
+        return day_checks(context, ["quality_slo", "quality_vs_baseline"],
+                          lambda day: quality_day(con, day, settings), "quality_slis",
+                          _chart(con, "quality_slis"))
 
 
 DRIFT_ASSETS = [query_mix, freshness_lag, retrieval_scores, quality_slis]
-drift_job = define_asset_job("drift_job", selection=DRIFT_ASSETS, partitions_def=DAILY,
-                             tags=DUCKDB_WRITER,
-                             description="The day's drift figures and SLO checks.")
+drift_job = define_asset_job("drift_job", partitions_def=DAILY, tags=DUCKDB_WRITER,
+                             selection=AssetSelection.assets(*DRIFT_ASSETS, "online_quality"),
+                             description="The day's drift figures, judged quality and SLO checks.")
 
 
 @schedule(job=drift_job, cron_schedule=DRIFT_CRON, execution_timezone="UTC",

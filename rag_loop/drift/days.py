@@ -23,21 +23,7 @@ from rag_loop.drift.figures import (
 )
 from rag_loop.intents.placement import assign_intents
 from rag_loop.logs import Log, quiet
-from rag_loop.store.ddl import DRIFT_DAY_COLUMNS
-from rag_loop.store.tables import has_table
-
-
-def _replace_day(con: duckdb.DuckDBPyConnection, table: str, day: date, frame: pd.DataFrame) -> None:
-    """Rows of one day replace that day's rows."""
-    con.execute(f"CREATE TABLE IF NOT EXISTS {table} (day DATE, {DRIFT_DAY_COLUMNS[table]})")
-    con.execute(f"DELETE FROM {table} WHERE day = ?", [day])
-    if frame.empty:
-        return
-    con.register("_day_rows", frame.assign(day=day))
-    try:
-        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _day_rows")
-    finally:
-        con.unregister("_day_rows")
+from rag_loop.store.tables import has_table, replace_day
 
 
 @dataclass(frozen=True)
@@ -61,17 +47,17 @@ def query_mix_day(con: duckdb.DuckDBPyConnection, day: date, router, settings: Q
     intents = assign_intents(con, router, day, settings.intent_sample, log) \
         if has_table(con, "intent_clusters") else None
     if intents is not None:
-        _replace_day(con, "traffic_intents", day, intents)
+        replace_day(con, "traffic_intents", day, intents)
         intents = con.execute("SELECT trace_id, cluster_id FROM traffic_intents WHERE day BETWEEN "
                               "? - INTERVAL (?) DAY AND ?", [day, settings.baseline_days, day]).df()
     counts = mix_counts(con, day, settings.baseline_days, intents)
-    _replace_day(con, "query_mix_counts", day, counts[counts["day"] == day].drop(columns="day"))
+    replace_day(con, "query_mix_counts", day, counts[counts["day"] == day].drop(columns="day"))
     divergence = mix_divergence(counts, day)
     novel_share, judged = _novel_share(con, day)
     divergence["novel_share"] = np.where(divergence["dimension"] == "intent",
                                          np.nan if novel_share is None else novel_share, np.nan)
     stored = divergence.assign(top_movers=divergence["top_movers"].map(json.dumps))
-    _replace_day(con, "query_mix", day, stored)
+    replace_day(con, "query_mix", day, stored)
     alerting = divergence[divergence["dimension"].isin(settings.alert_dimensions)]
     worst = alerting.sort_values("js_divergence", ascending=False).head(1)
     verdicts = []
@@ -108,7 +94,7 @@ def freshness_day(con: duckdb.DuckDBPyConnection, day: date, settings: Freshness
     """Store lags of the versions published on the day, stale documents and stale retrieval
     rates per slice; verdicts: share within the SLO window, stale retrieval (SLO, baseline)."""
     versions, stale = freshness_figures(con, day, settings.baseline_days, settings.slo_minutes)
-    _replace_day(con, "freshness_lag", day, versions)
+    replace_day(con, "freshness_lag", day, versions)
     lags = versions["lag_minutes"]
     documents = stale_documents(con, day)
     summary = pd.DataFrame([{
@@ -117,8 +103,8 @@ def freshness_day(con: duckdb.DuckDBPyConnection, day: date, settings: Freshness
         "lag_max_minutes": lags.max() if len(lags) else np.nan,
         "within_slo_share": versions["within_slo"].mean() if len(lags) else np.nan,
         "stale_documents": json.dumps(documents)}])
-    _replace_day(con, "freshness_daily", day, summary)
-    _replace_day(con, "stale_retrieval", day, stale)
+    replace_day(con, "freshness_daily", day, summary)
+    replace_day(con, "stale_retrieval", day, stale)
     overall = stale[stale["slice"] == "all"]
     rate = float(overall["stale_rate"].iloc[0]) if len(overall) else None
     base = overall["baseline_stale_rate"].iloc[0] if len(overall) else np.nan
@@ -148,7 +134,7 @@ def retrieval_day(con: duckdb.DuckDBPyConnection, day: date, settings: Retrieval
     """Store the day's retrieval figures per slice; verdicts: empty retrieval rate (SLO),
     top-1 rerank score distribution shift (KS + PSI against the baseline)."""
     figures = retrieval_figures(con, day, settings.baseline_days)
-    _replace_day(con, "retrieval_scores", day, figures)
+    replace_day(con, "retrieval_scores", day, figures)
     row = figures[figures["slice"] == "all"].iloc[0] if len(figures) else None
     if row is None:
         return [assess("retrieval_empty_rate", None, 0, settings.empty_rate),
@@ -189,7 +175,7 @@ def quality_day(con: duckdb.DuckDBPyConnection, day: date, settings: QualitySett
     outcomes = sorted(set(settings.slos) | set(settings.max_increase))
     figures = quality_figures(con, day, settings.baseline_days, outcomes)
     figures["increase"] = figures["rate"] - figures["baseline_rate"]
-    _replace_day(con, "quality_slis", day, figures)
+    replace_day(con, "quality_slis", day, figures)
     verdicts = []
     for name, limits, column in (("quality_slo", settings.slos, "rate"),
                                  ("quality_vs_baseline", settings.max_increase, "increase")):

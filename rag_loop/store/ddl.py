@@ -164,6 +164,22 @@ CREATE OR REPLACE TABLE judge_agreement (
 """
 
 
+# online evaluation: judgments of selected traces (one per trace × metric × judge version),
+# the judging runs, and the daily quality estimates
+ONLINE_DDL = """
+CREATE TABLE IF NOT EXISTS trace_judgments (
+    trace_id VARCHAR NOT NULL, day DATE, metric VARCHAR NOT NULL, judge_id VARCHAR,
+    judge_version VARCHAR NOT NULL, status VARCHAR, score DOUBLE, threshold DOUBLE,
+    passed BOOLEAN, reason VARCHAR, error VARCHAR, streams VARCHAR[], by_random BOOLEAN,
+    inclusion_probability DOUBLE, metric_rate DOUBLE, cost_usd DOUBLE, latency_ms DOUBLE,
+    run_id VARCHAR, judged_at TIMESTAMPTZ, PRIMARY KEY (trace_id, metric, judge_version));
+CREATE TABLE IF NOT EXISTS judgment_runs (
+    run_id VARCHAR PRIMARY KEY, finished_at TIMESTAMPTZ, judge_id VARCHAR, judge_version VARCHAR,
+    planned BIGINT, judged BIGINT, unjudgeable BIGINT, errored BIGINT, unfinished BIGINT,
+    seconds DOUBLE, cost_usd DOUBLE, over_error_budget BOOLEAN, per_metric JSON);
+"""
+
+
 # drift: one row set per day
 DRIFT_DAY_COLUMNS = {  # each table also has `day DATE`; a day's rows are replaced
     "traffic_intents": "trace_id VARCHAR, language VARCHAR, cluster_id VARCHAR, similarity DOUBLE",
@@ -183,6 +199,12 @@ DRIFT_DAY_COLUMNS = {  # each table also has `day DATE`; a day's rows are replac
                         "baseline_rerank_p50 DOUBLE, empty_rate DOUBLE, baseline_empty_rate DOUBLE, "
                         "source_diversity DOUBLE, topk_overlap DOUBLE, ks_statistic DOUBLE, "
                         "ks_pvalue DOUBLE, rerank_psi DOUBLE",
+    "online_quality": "slice VARCHAR, slice_value VARCHAR, metric VARCHAR, estimator VARCHAR, "
+                      "kind VARCHAR, n BIGINT, passes DOUBLE, pass_rate DOUBLE, ci_low DOUBLE, "
+                      "ci_high DOUBLE, mean_score DOUBLE, population_n BIGINT, judge_version VARCHAR",
+    "online_cost": "requests BIGINT, app_cost_usd DOUBLE, app_cost_per_request DOUBLE, "
+                   "judged_requests BIGINT, eval_cost_usd DOUBLE, eval_cost_per_judged DOUBLE, "
+                   "eval_cost_per_request DOUBLE, eval_to_app_ratio DOUBLE",
     "quality_slis": "outcome VARCHAR, rate DOUBLE, n BIGINT, random_n BIGINT, baseline_rate DOUBLE, "
                     "baseline_days BIGINT, increase DOUBLE",
 }

@@ -3,9 +3,12 @@ tables."""
 
 from __future__ import annotations
 
-import duckdb
+from datetime import date
 
-from rag_loop.store.ddl import INGESTION_DDL
+import duckdb
+import pandas as pd
+
+from rag_loop.store.ddl import DRIFT_DAY_COLUMNS, INGESTION_DDL
 
 
 def create_tables(con: duckdb.DuckDBPyConnection) -> None:
@@ -24,3 +27,17 @@ def replace_table(con: duckdb.DuckDBPyConnection, name: str, frame) -> None:
         con.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM _replacement")
     finally:
         con.unregister("_replacement")
+
+
+def replace_day(con: duckdb.DuckDBPyConnection, table: str, day: date, frame: pd.DataFrame) -> None:
+    """Rows of one day replace that day's rows (a rerun of a day is idempotent)."""
+    con.execute(f"CREATE TABLE IF NOT EXISTS {table} (day DATE, {DRIFT_DAY_COLUMNS[table]})")
+    con.execute("BEGIN")
+    con.execute(f"DELETE FROM {table} WHERE day = ?", [day])
+    if not frame.empty:
+        con.register("_day_rows", frame.assign(day=day))
+        try:
+            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _day_rows")
+        finally:
+            con.unregister("_day_rows")
+    con.execute("COMMIT")

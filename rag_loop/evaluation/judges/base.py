@@ -4,7 +4,9 @@ with every run, seed 000 §14), and counts what its calls cost."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +27,35 @@ class JudgeUsage:
     cost_usd: float = 0.0
 
 
+@dataclass
+class Meter:
+    """What the judge calls made inside one `metered()` block cost."""
+
+    usd: float = 0.0
+
+
+_METER: ContextVar[Meter | None] = ContextVar("judge_meter", default=None)
+
+
+@contextmanager
+def metered() -> Iterator[Meter]:
+    """Count the cost of the judge calls made in this block (and the asyncio tasks it starts),
+    so that concurrent cases each get their own cost."""
+    meter = Meter()
+    token = _METER.set(meter)
+    try:
+        yield meter
+    finally:
+        _METER.reset(token)
+
+
+def charge(usd: float) -> None:
+    """A judge call's cost, added to the enclosing `metered()` block if any."""
+    meter = _METER.get()
+    if meter is not None:
+        meter.usd += usd
+
+
 class Judge(ABC):
     """An instrument that scores cases; `metrics` is called once per case (metrics hold
     per-case state)."""
@@ -32,8 +63,10 @@ class Judge(ABC):
     usage: JudgeUsage
 
     @abstractmethod
-    def metrics(self, thresholds: Mapping[str, float | None]) -> list[BaseMetric]:
-        """One fresh metric per configured name; a None threshold keeps it for monitoring."""
+    def metrics(self, thresholds: Mapping[str, float | None],
+                geval: Sequence[Mapping[str, Any]] | None = None) -> list[BaseMetric]:
+        """One fresh metric per configured name; a None threshold keeps it for monitoring.
+        `geval`: the GEval criteria to build (None: the judge's own)."""
 
     @abstractmethod
     def describe(self) -> dict[str, Any]:

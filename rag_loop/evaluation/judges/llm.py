@@ -30,7 +30,7 @@ from deepeval.models.utils import EvaluationCost
 from deepeval.test_case import SingleTurnParams
 from pydantic import BaseModel
 
-from rag_loop.evaluation.judges.base import Judge, JudgeUsage
+from rag_loop.evaluation.judges.base import Judge, JudgeUsage, charge
 from rag_loop.evaluation.settings import DEFAULT_GEVAL, METRIC_NAMES, OFFLINE_THRESHOLDS, LlmJudgeSettings
 from rag_loop.store.ddl import JUDGE_CACHE_DDL
 
@@ -82,6 +82,7 @@ class OpenAICompatibleModel(DeepEvalBaseLLM):
             value = (input_tokens * self.settings.input_cost_per_million
                      + output_tokens * self.settings.output_cost_per_million) / 1e6
             self.usage.cost_usd += value
+            charge(value)
             if not any(getattr(result, name, None) == [] for name in _NEVER_CACHED_EMPTY):
                 self.cache[key] = self.new_entries[key] = (text, input_tokens, output_tokens)
                 if self.on_reply is not None:  # persisted as it comes: a killed run keeps what it paid
@@ -194,12 +195,13 @@ class LlmJudge(Judge):
         save_judge_cache(con, self.model)
         self.model.on_reply = None
 
-    def metrics(self, thresholds: Mapping[str, float | None]) -> list[BaseMetric]:
+    def metrics(self, thresholds: Mapping[str, float | None],
+                geval: Sequence[Mapping[str, Any]] | None = None) -> list[BaseMetric]:
         metrics: list[BaseMetric] = [
             NATIVE_METRICS[name](model=self.model, threshold=thresholds.get(name, OFFLINE_THRESHOLDS[name]),
                                  async_mode=True, include_reason=True)
             for name in METRIC_NAMES if name in thresholds]
-        for spec in self.geval:
+        for spec in self.geval if geval is None else geval:
             metrics.append(GEval(
                 name=spec["name"], model=self.model, threshold=spec.get("threshold", 0.5),
                 criteria=spec.get("criteria"), evaluation_steps=spec.get("evaluation_steps"),

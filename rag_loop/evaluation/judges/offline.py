@@ -227,13 +227,15 @@ class OfflineJudge(Judge):
         self.geval = [dict(g) for g in geval]
         self.usage = JudgeUsage()
 
-    def metrics(self, thresholds: Mapping[str, float | None]) -> list[BaseMetric]:
+    def metrics(self, thresholds: Mapping[str, float | None],
+                geval: Sequence[Mapping[str, Any]] | None = None) -> list[BaseMetric]:
         classes = {c.name: c for c in OFFLINE_METRICS}
         metrics: list[BaseMetric] = [
             classes[name](self.evidence, threshold=thresholds.get(name, OFFLINE_THRESHOLDS[name]))
             for name in METRIC_NAMES if name in thresholds]
         return metrics + [OfflineCorrectness(self.evidence, threshold=spec.get("threshold", 0.5))
-                          for spec in self.geval if spec["name"] == "Correctness"]
+                          for spec in (self.geval if geval is None else geval)
+                          if spec["name"] == "Correctness"]
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "offline", "model": f"{OFFLINE_JUDGE} ({self.evidence.model_id})",

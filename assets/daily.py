@@ -1,0 +1,80 @@
+"""What the daily-partitioned assets share (drift, online quality): the partitions, and one
+check result per check over the days of a partition range."""
+
+import os
+from collections.abc import Callable, Sequence
+from datetime import date, datetime
+
+import pandas as pd
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    BackfillPolicy,
+    DailyPartitionsDefinition,
+    MaterializeResult,
+    MetadataValue,
+)
+
+from rag_loop.drift.checks import Verdict
+from rag_loop.reporting import plots
+from rag_loop.reporting.dashboard import change_markers
+
+# partitions are part of the definitions, so the first day is read when the code location
+# loads: set RAG_LOOP_DRIFT_START to the first day of your traffic (`make demo`: 2026-11-01)
+DAILY = DailyPartitionsDefinition(start_date=os.environ.get("RAG_LOOP_DRIFT_START", "2026-01-01"))
+DRIFT_CRON = os.environ.get("RAG_LOOP_DRIFT_CRON", "30 1 * * *")  # after the day closes, UTC
+
+
+def daily(group_name: str) -> dict:
+    """Asset arguments of a daily-partitioned asset in `group_name` (a range runs as one run)."""
+    return {"group_name": group_name, "partitions_def": DAILY, "backfill_policy": BackfillPolicy.single_run()}
+
+
+def partition_days(context: AssetExecutionContext) -> list[date]:
+    return [datetime.strptime(key, "%Y-%m-%d").date() for key in context.partition_keys]
+
+
+def series_chart(con, sql: str, columns: Sequence[str] | None, title: str) -> dict:
+    """A figure over every stored day, with deploy / prompt / index / document markers."""
+    frame = con.execute(sql).df()
+    if frame.empty:
+        return {}
+    columns = list(columns or [c for c in frame.columns if c != "day"])
+    png = plots.time_series(frame, columns, title, change_markers(con))
+    return {"over_time": MetadataValue.md(plots.markdown_image(png, title))}
+
+
+def day_checks(context: AssetExecutionContext, check_names: Sequence[str],
+               run_day: Callable[[date], list[Verdict]], table: str,
+               chart: Callable[[], dict] | None = None) -> MaterializeResult:
+    """Run every day of the partition range; one check result per check over those days."""
+    by_check: dict[str, list[tuple[date, Verdict]]] = {name: [] for name in check_names}
+    for day in partition_days(context):
+        for verdict in run_day(day):
+            by_check[verdict.name].append((day, verdict))
+        context.log.info(f"{table}: {day} done")
+    checks, fired_days = [], set()
+    for name, verdicts in by_check.items():
+        fired = [(d, v) for d, v in verdicts if v.fired]
+        fired_days.update(d for d, _ in fired)
+        worst = "ERROR" if any(v.severity == "ERROR" for _, v in fired) else "WARN"
+        rows = pd.DataFrame([{"day": str(d), "value": v.value, "n": v.n, "fired": v.fired,
+                              "severity": v.severity or "", "note": v.note} for d, v in verdicts])
+        last = verdicts[-1][1] if verdicts else None
+        checks.append(AssetCheckResult(
+            check_name=name, passed=not fired,
+            severity=AssetCheckSeverity.ERROR if worst == "ERROR" else AssetCheckSeverity.WARN,
+            metadata={"days": len(verdicts), "days_fired": [str(d) for d, _ in fired],
+                      "n": last.n if last else 0, "value": last.value if last and last.value is not None else -1.0,
+                      "per_day": MetadataValue.md(rows.to_markdown(index=False) if len(rows) else "-"),
+                      "details": MetadataValue.json({str(d): v.details for d, v in verdicts})}))
+    return MaterializeResult(metadata={"days": len(partition_days(context)), "table": table,
+                                       "days_with_alerts": sorted(str(d) for d in fired_days),
+                                       **(chart() if chart is not None else {})},
+                             check_results=checks)
+
+
+def check_specs(asset_name: str, checks: dict[str, str]) -> list[AssetCheckSpec]:
+    return [AssetCheckSpec(name, asset=asset_name, description=text) for name, text in checks.items()]

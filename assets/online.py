@@ -1,0 +1,151 @@
+"""Online evaluation: the selected production traces judged (`trace_judgments`), and judged
+quality per day as SLIs with SLO checks (`online_quality`, daily like the drift assets)."""
+
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    Config,
+    MaterializeResult,
+    MetadataValue,
+)
+from dagster_duckdb import DuckDBResource
+from pydantic import Field
+
+from assets.daily import check_specs, daily, day_checks, series_chart
+from assets.resources import EmbedderResource, GEvalCriterion, JudgeResource
+from assets.selection import failure_candidates
+from assets.stage import stage_asset
+from rag_loop.evaluation.settings import OFFLINE_THRESHOLDS
+from rag_loop.online.judgments import JudgingSettings, OnlineMetric
+from rag_loop.online.quality import OnlineQualitySettings, online_quality_day
+from rag_loop.selection.estimates import DEFAULT_SLICES, parse_slices
+from rag_loop.selection.sampling import SamplingPolicy
+
+
+class OnlineMetricConfig(Config):
+    name: str = Field(description="Faithfulness, Answer Relevancy or Contextual Relevancy.")
+    threshold: float | None = Field(None, description="Pass threshold; null: monitoring only.")
+    rate: float = Field(1.0, description="Share of the selected traces this metric judges.")
+
+
+class OnlineGEvalConfig(GEvalCriterion):
+    rate: float = 1.0
+    evaluation_params: list[str] = ["input", "actual_output"]
+
+
+DEFAULT_METRICS = [
+    {"name": "Faithfulness", "threshold": OFFLINE_THRESHOLDS["Faithfulness"], "rate": 1.0},
+    {"name": "Answer Relevancy", "threshold": OFFLINE_THRESHOLDS["Answer Relevancy"], "rate": 1.0},
+    {"name": "Contextual Relevancy", "threshold": 0.5, "rate": 1.0},
+]
+
+
+class JudgingConfig(Config):
+    metrics: list[OnlineMetricConfig] = Field(DEFAULT_METRICS, description="Referenceless metrics.")
+    geval: list[OnlineGEvalConfig] = Field([], description="Referenceless GEval criteria (no "
+                                                           "expected_output); offline, none has a stand-in.")
+    salt: str = "rag-loop-online"
+    concurrency: int = Field(8, description="Judge calls in flight.")
+    deadline_seconds: float | None = Field(3600.0, description="The run stops judging here; what is "
+                                                               "left is judged by the next run.")
+    max_error_rate: float = Field(0.05, description="Above this share of errored judgements the "
+                                                    "run is marked over its error budget.")
+
+    def settings(self) -> JudgingSettings:
+        metrics = [OnlineMetric(m["name"], m["threshold"], m["rate"]) for m in map(_as_dict, self.metrics)]
+        for spec in map(_as_dict, self.geval):
+            criterion = {k: v for k, v in spec.items() if k != "rate" and v not in ("", [])}
+            metrics.append(OnlineMetric(f"{spec['name']} [GEval]", spec["threshold"], spec["rate"], criterion))
+        return JudgingSettings(metrics, self.salt, self.concurrency, self.deadline_seconds,
+                               self.max_error_rate)
+
+
+def _as_dict(value) -> dict:
+    return dict(value) if isinstance(value, dict) else value.model_dump()
+
+
+@stage_asset(group_name="online", deps=[failure_candidates, "documents"],
+             parts={"judgment_runs": "One row per judging run: planned, judged, unjudgeable, "
+                                     "errored, cost, over its error budget or not"},
+             check_specs=[AssetCheckSpec("judge_error_budget", asset="trace_judgments",
+                                         description="ERROR when the run's errored share is over "
+                                                     "max_error_rate (errored cases are retried next run).")],
+             description="The selected traces judged out of the request path: one row per trace × "
+                         "metric × judge version (score, passed, reason, streams, π, cost, latency); "
+                         "incremental, unjudgeable cases (no context, no answer) counted with "
+                         "their reason, never scored.")
+def trace_judgments(context: AssetExecutionContext, config: JudgingConfig, duckdb: DuckDBResource,
+                    judge: JudgeResource, embedder: EmbedderResource) -> MaterializeResult:
+    from rag_loop.online.judgments import judge_traces  # imports DeepEval
+    settings = config.settings()
+    with duckdb.get_connection() as con:
+        run = judge_traces(con, judge.judge(embedder), settings, log=context.log.info)
+        summary = con.execute("""
+            SELECT metric, count(*) FILTER (status = 'judged') AS judged,
+                   count(*) FILTER (status = 'unjudgeable') AS unjudgeable,
+                   count(*) FILTER (status = 'errored') AS errored,
+                   round(avg(score), 3) AS mean_score, round(avg(passed::INT), 3) AS pass_rate_selected_biased
+            FROM trace_judgments WHERE judge_version = ? GROUP BY 1 ORDER BY 1""", [run.judge_version]).df()
+        reasons = con.execute("""SELECT reason, count(*) AS n FROM trace_judgments
+                                 WHERE judge_version = ? AND status = 'unjudgeable' GROUP BY 1 ORDER BY 2 DESC""",
+                              [run.judge_version]).df()
+        total = con.execute("SELECT count(*) FROM trace_judgments").fetchall()[0][0]
+    over = run.over_error_budget(settings.max_error_rate)
+    return MaterializeResult(metadata={
+        "dagster/row_count": total, "run_id": run.run_id, "judge": run.judge_id,
+        "judge_version": run.judge_version, "planned": run.planned, "judged": run.judged,
+        "unjudgeable": run.unjudgeable, "errored": run.errored, "unfinished": run.unfinished,
+        "seconds": round(run.seconds, 2), "cost_usd": round(run.cost_usd, 6),
+        "judgements_per_second": round((run.judged + run.errored) / run.seconds, 1) if run.seconds else 0.0,
+        "per_metric": MetadataValue.md(summary.to_markdown(index=False) if len(summary) else "nothing judged"),
+        "unjudgeable_reasons": MetadataValue.md(reasons.to_markdown(index=False) if len(reasons) else "none"),
+    }, check_results=[AssetCheckResult(
+        check_name="judge_error_budget", passed=not over, severity=AssetCheckSeverity.ERROR,
+        metadata={"error_rate": round(run.error_rate, 4), "max_error_rate": settings.max_error_rate,
+                  "errored": run.errored, "run_id": run.run_id})])
+
+
+class OnlineQualityConfig(Config):
+    slices: list[str] = Field([",".join(d) for d in DEFAULT_SLICES if d],
+                              description='Slice columns, e.g. "prompt_version,language".')
+    slo_targets: dict[str, float] = Field({"Faithfulness": 0.9, "Answer Relevancy": 0.6},
+                                          description="Lowest pass rate per metric over the window.")
+    window_days: int = Field(7, description="The SLO's sliding window, ending on the day.")
+    min_sample: int = Field(30, description="Fewer judged traces in a window × slice: no verdict.")
+    slo_estimator: str = Field("random", description='"random" (the unbiased stream only) or '
+                                                     '"horvitz_thompson" (every stream, weighted 1/π).')
+    daily_budget_usd: float | None = Field(SamplingPolicy().daily_budget_usd,
+                                           description="Evaluation cost per day; null: no check.")
+    judge_version: str = Field("", description="Empty: the newest judging run's version.")
+
+    def settings(self) -> OnlineQualitySettings:
+        return OnlineQualitySettings(parse_slices(self.slices), 0.95, dict(self.slo_targets),
+                                     self.window_days, self.min_sample, self.slo_estimator,
+                                     self.daily_budget_usd, self.judge_version or None)
+
+
+_CHART_SQL = """PIVOT (SELECT day, metric || ' (' || estimator || ')' AS series, pass_rate
+                      FROM online_quality WHERE slice = 'all' AND kind = 'estimate')
+                ON series USING any_value(pass_rate) GROUP BY day ORDER BY day"""
+
+
+@stage_asset(**daily("online"), deps=[trace_judgments, "trace_signals"],
+             parts={"online_cost": "Per day: application cost and evaluation cost, apart"},
+             check_specs=check_specs("online_quality", {
+                 "online_slo": "SLO: judged pass rate per metric and slice over the sliding window "
+                               "(random stream by default), silent below the minimum sample.",
+                 "online_eval_budget": "The day's evaluation cost against the daily budget."}),
+             description="Per day, slice and metric: the judged pass rate from the random stream "
+                         "(n, Wilson), the Horvitz-Thompson estimate over every stream, and the "
+                         "targeted streams' rates labelled as diagnostics; evaluation cost apart "
+                         "from application cost.")
+def online_quality(context: AssetExecutionContext, config: OnlineQualityConfig,
+                   duckdb: DuckDBResource) -> MaterializeResult:
+    settings = config.settings()
+    with duckdb.get_connection() as con:
+        return day_checks(context, ["online_slo", "online_eval_budget"],
+                          lambda day: online_quality_day(con, day, settings), "online_quality",
+                          lambda: series_chart(con, _CHART_SQL, None, "online_quality per day"))
+

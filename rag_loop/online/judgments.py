@@ -1,0 +1,302 @@
+"""Online evaluation (seed 004 §06-§07): the traces the selection stage chose, judged out of the
+request path with referenceless metrics, one row per trace × metric × judge version.
+
+- Each metric judges its own share of the selected traces (`OnlineMetric.rate`, a deterministic
+  draw per trace and metric), so a trace's inclusion probability for a metric is its selection
+  π times that rate, and a metric's random stream is still a uniform sample.
+- Incremental: a trace × metric is judged once per judge version (a hash of what the judge
+  says it is); a rerun judges only what is new or errored, a new judge version judges again
+  and the old rows stay.
+- The context is what the trace says reached the LLM (its chunk text, else the knowledge
+  base's text of the chunk id). A metric whose input is missing (no context, no answer) is
+  `unjudgeable` with the reason, never scored.
+- Results are written as they arrive (a run killed half way keeps what it judged); a judge
+  error is `errored`, never a pass, and retried by the next run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import duckdb
+import pandas as pd
+
+from rag_loop.evaluation.judges.base import Judge, metered
+from rag_loop.logs import Log, quiet
+from rag_loop.store.ddl import ONLINE_DDL
+from rag_loop.store.traces import retrieval_contexts
+
+REFERENCELESS = ("Faithfulness", "Answer Relevancy", "Contextual Relevancy")
+NEEDS = {"Faithfulness": ("answer", "context"), "Answer Relevancy": ("answer",),
+         "Contextual Relevancy": ("context",)}
+GEVAL_NEEDS = {"actual_output": "answer", "retrieval_context": "context", "context": "context",
+               "expected_output": "expected_output", "input": "input"}
+MISSING = {"answer": "unjudgeable: no answer", "context": "unjudgeable: no context",
+           "expected_output": "unjudgeable: needs an expected output (production has none)",
+           "input": "unjudgeable: no query"}
+
+
+@dataclass(frozen=True)
+class OnlineMetric:
+    """A metric judged online: its pass threshold (None: monitoring, no verdict) and the share
+    of the selected traces it judges (seed §07: not every metric on every trace)."""
+
+    name: str
+    threshold: float | None
+    rate: float = 1.0
+    geval: Mapping[str, Any] | None = None  # a GEval criterion (name "<criterion> [GEval]")
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.rate <= 1.0:
+            raise ValueError(f"rate of {self.name} is {self.rate}: not within [0, 1]")
+        if self.geval is None and self.name not in REFERENCELESS:
+            raise ValueError(f"{self.name!r} is not a referenceless metric ({', '.join(REFERENCELESS)}) "
+                             "or a GEval criterion")
+
+    def needs(self) -> tuple[str, ...]:
+        if self.geval is None:
+            return NEEDS[self.name]
+        params = self.geval.get("evaluation_params") or ["input", "actual_output"]
+        return tuple(dict.fromkeys(GEVAL_NEEDS[p] for p in params if p in GEVAL_NEEDS))
+
+
+@dataclass(frozen=True)
+class JudgingSettings:
+    metrics: Sequence[OnlineMetric]
+    salt: str = "rag-loop-online"
+    concurrency: int = 8
+    deadline_seconds: float | None = None  # the run stops judging here; the rest waits for the next run
+    max_error_rate: float = 0.05  # above this share of errored judgements the run is marked
+    flush_every: int = 50  # results written per batch
+
+
+@dataclass
+class JudgingReport:
+    run_id: str
+    judge_id: str
+    judge_version: str
+    planned: int
+    judged: int = 0
+    unjudgeable: int = 0
+    errored: int = 0
+    unfinished: int = 0  # left by the deadline for the next run
+    seconds: float = 0.0
+    cost_usd: float = 0.0
+    per_metric: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    @property
+    def error_rate(self) -> float:
+        done = self.judged + self.errored
+        return self.errored / done if done else 0.0
+
+    def over_error_budget(self, budget: float) -> bool:
+        return self.error_rate > budget
+
+
+def judge_version(judge: Judge) -> tuple[str, str]:
+    """(judge id, version): the judge's model, and a hash of everything it says it is."""
+    description = judge.describe()
+    text = json.dumps(description, sort_keys=True, default=str)
+    return str(description.get("model")), hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _draw(salt: str, metric: str) -> str:
+    """SQL: a uniform in [0, 1) per trace and metric, from md5."""
+    prefix = f"{salt}:{metric}:".replace("'", "''")
+    return f"(('0x' || substr(md5('{prefix}' || c.trace_id), 1, 8))::UBIGINT / 4294967296.0)"
+
+
+def planned_work(con: duckdb.DuckDBPyConnection, settings: JudgingSettings, version: str) -> pd.DataFrame:
+    """Selected trace × metric pairs the metric's rate draws and this judge version has not
+    judged yet (errored ones are judged again)."""
+    con.execute(ONLINE_DDL)
+    parts = [f"""SELECT c.trace_id, c.day, c.streams, c.by_random, '{m.name.replace("'", "''")}' AS metric,
+                        {float(m.rate)} AS metric_rate, c.inclusion_probability * {float(m.rate)}
+                            AS inclusion_probability
+                 FROM failure_candidates c WHERE {_draw(settings.salt, m.name)} < {float(m.rate)}"""
+             for m in settings.metrics]
+    if not parts:
+        return pd.DataFrame(columns=["trace_id", "day", "streams", "by_random", "metric",
+                                     "metric_rate", "inclusion_probability"])
+    return con.execute(f"""
+        SELECT p.* FROM ({" UNION ALL ".join(parts)}) p
+        ANTI JOIN (SELECT trace_id, metric FROM trace_judgments
+                   WHERE judge_version = ? AND status <> 'errored') done USING (trace_id, metric)
+        ORDER BY p.day, p.trace_id, p.metric""", [version]).df()
+
+
+@dataclass
+class TraceCase:
+    trace_id: str
+    query: str | None
+    answer: str | None
+    context: list[str]
+    plan: list[dict[str, Any]]  # the planned rows of this trace
+
+    def missing(self, metric: OnlineMetric) -> str | None:
+        have = {"answer": bool(self.answer and self.answer.strip()), "context": bool(self.context),
+                "expected_output": False, "input": bool(self.query)}
+        for need in metric.needs():
+            if not have[need]:
+                return MISSING[need]
+        return None
+
+
+def trace_cases(con: duckdb.DuckDBPyConnection, work: pd.DataFrame) -> list[TraceCase]:
+    """The judge's view of each planned trace: the query (rewritten where the app rewrote a
+    follow-up), the answer and the context text that reached the LLM."""
+    ids = list(dict.fromkeys(work["trace_id"]))
+    traces = {row[0]: row[1:] for row in con.execute(
+        "SELECT trace_id, coalesce(rewritten_query, original_query), answer FROM raw_traces "
+        "WHERE trace_id IN (SELECT unnest(?))", [ids]).fetchall()}
+    contexts = retrieval_contexts(con, ids)
+    plans: dict[str, list[dict]] = {}
+    for row in work.to_dict("records"):
+        plans.setdefault(row["trace_id"], []).append(row)
+    return [TraceCase(t, *traces.get(t, (None, None)),
+                      [c["text"] for c in contexts.get(t, []) if c.get("text")], plans[t]) for t in ids]
+
+
+def judge_traces(con: duckdb.DuckDBPyConnection, judge: Judge, settings: JudgingSettings,
+                 log: Log = quiet, now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> JudgingReport:
+    """Judge what is planned, writing `trace_judgments` rows as they arrive."""
+    judge_id, version = judge_version(judge)
+    work = planned_work(con, settings, version)
+    run = JudgingReport(f"judge-{now():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}", judge_id, version, len(work))
+    if work.empty:
+        return run
+    metrics = {m.name: m for m in settings.metrics}
+    cases = trace_cases(con, work)
+    pending: list[dict[str, Any]] = []
+
+    def write(rows: list[dict[str, Any]], force: bool = False) -> None:
+        pending.extend(rows)
+        for row in rows:
+            run.cost_usd += row["cost_usd"] or 0.0
+            counts = run.per_metric.setdefault(row["metric"], {"judged": 0, "unjudgeable": 0, "errored": 0})
+            counts[row["status"]] += 1
+            setattr(run, row["status"], getattr(run, row["status"]) + 1)
+        if pending and (force or len(pending) >= settings.flush_every):
+            store_judgments(con, pending)
+            pending.clear()
+
+    base = {"judge_id": judge_id, "judge_version": version, "run_id": run.run_id}
+    start = time.perf_counter()
+    judge.open(con)
+    try:
+        finished = _judge_all(cases, judge, metrics, settings, base, write, now, log)
+    finally:
+        write([], force=True)
+        judge.close(con)
+    run.unfinished = len(work) - finished
+    run.seconds = time.perf_counter() - start
+    store_run(con, run, settings, now())
+    return run
+
+
+def _judge_all(cases: Sequence[TraceCase], judge: Judge, metrics: Mapping[str, OnlineMetric],
+               settings: JudgingSettings, base: dict[str, Any], write: Callable[[list[dict]], None],
+               now: Callable[[], datetime], log: Log) -> int:
+    """Every case, `concurrency` at once, until the deadline; returns the rows finished."""
+    from deepeval.test_case import LLMTestCase
+    done = {"rows": 0, "cases": 0}
+
+    async def one(case: TraceCase, gate: asyncio.Semaphore) -> None:
+        async with gate:
+            rows, to_measure = [], []
+            for item in case.plan:
+                metric = metrics[item["metric"]]
+                row = {**item, **base, "threshold": metric.threshold, "score": None, "passed": None,
+                       "reason": None, "error": None, "cost_usd": 0.0, "latency_ms": None}
+                reason = case.missing(metric)
+                if reason:
+                    rows.append({**row, "status": "unjudgeable", "reason": reason, "judged_at": now()})
+                else:
+                    to_measure.append((metric, row))
+            if to_measure:
+                test_case = LLMTestCase(input=case.query or "", actual_output=case.answer or "",
+                                        retrieval_context=case.context or None)
+                built = _metrics_for(judge, [m for m, _ in to_measure])
+                rows += await asyncio.gather(*(_measure(built.get(m.name), test_case, row, now)
+                                               for m, row in to_measure))
+        write(rows)
+        done["rows"] += len(rows)
+        done["cases"] += 1
+        if done["cases"] % 100 == 0:
+            log(f"judged {done['cases']}/{len(cases)} traces")
+
+    async def run_all() -> None:
+        gate = asyncio.Semaphore(settings.concurrency)
+        tasks = [asyncio.create_task(one(c, gate)) for c in cases]
+        _, unfinished = await asyncio.wait(tasks, timeout=settings.deadline_seconds)
+        for task in unfinished:
+            task.cancel()
+        await asyncio.gather(*unfinished, return_exceptions=True)
+        if unfinished:
+            log(f"deadline ({settings.deadline_seconds:g} s): {len(unfinished)} traces left for the next run")
+
+    asyncio.run(run_all())
+    return done["rows"]
+
+
+def _metrics_for(judge: Judge, wanted: Sequence[OnlineMetric]) -> dict[str, Any]:
+    """Fresh DeepEval metrics of the judge, by name (GEval ones from the online criteria)."""
+    thresholds = {m.name: m.threshold for m in wanted if m.geval is None}
+    geval = [{**m.geval, "threshold": m.threshold if m.threshold is not None else 0.5}
+             for m in wanted if m.geval is not None]
+    return {metric.__name__: metric for metric in judge.metrics(thresholds, geval=geval)
+            if metric.__name__ in {m.name for m in wanted}}
+
+
+async def _measure(metric: Any, case: Any, row: dict[str, Any], now: Callable[[], datetime]) -> dict[str, Any]:
+    if metric is None:
+        return {**row, "status": "unjudgeable", "reason": "unjudgeable: this judge has no such metric",
+                "judged_at": now()}
+    start = time.perf_counter()
+    with metered() as cost:
+        try:
+            score = await metric.a_measure(case, _show_indicator=False)
+            error = str(metric.error)[:500] if metric.error else None
+        except Exception as exc:  # a judge outage, a bad reply: errored, never passed
+            score, error = None, f"{type(exc).__name__}: {exc}"[:500]
+    latency = (time.perf_counter() - start) * 1000
+    if error is not None or score is None:
+        return {**row, "status": "errored", "error": error or "no score", "cost_usd": cost.usd,
+                "latency_ms": latency, "judged_at": now()}
+    threshold = row["threshold"]
+    return {**row, "status": "judged", "score": float(score), "reason": str(metric.reason or "")[:2000],
+            "passed": None if threshold is None else bool(score >= threshold),
+            "cost_usd": cost.usd, "latency_ms": latency, "judged_at": now()}
+
+
+JUDGMENT_COLUMNS = ("trace_id", "day", "metric", "judge_id", "judge_version", "status", "score",
+                    "threshold", "passed", "reason", "error", "streams", "by_random",
+                    "inclusion_probability", "metric_rate", "cost_usd", "latency_ms", "run_id",
+                    "judged_at")
+
+
+def store_judgments(con: duckdb.DuckDBPyConnection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Insert rows; a row replaces the same trace × metric × judge version (an errored retry)."""
+    frame = pd.DataFrame([{c: r.get(c) for c in JUDGMENT_COLUMNS} for r in rows])
+    frame["streams"] = frame["streams"].map(lambda s: list(s) if s is not None else [])
+    con.register("_judgments", frame)
+    try:
+        con.execute("INSERT OR REPLACE INTO trace_judgments BY NAME SELECT * FROM _judgments")
+    finally:
+        con.unregister("_judgments")
+
+
+def store_run(con: duckdb.DuckDBPyConnection, run: JudgingReport, settings: JudgingSettings,
+              finished_at: datetime) -> None:
+    con.execute("INSERT INTO judgment_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
+        run.run_id, finished_at, run.judge_id, run.judge_version, run.planned, run.judged,
+        run.unjudgeable, run.errored, run.unfinished, run.seconds, run.cost_usd,
+        run.over_error_budget(settings.max_error_rate), json.dumps(run.per_metric)])

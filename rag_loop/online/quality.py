@@ -1,0 +1,224 @@
+"""Judged quality as SLIs that stay honest (seed 004 §08-§09): per day, slice and metric, the
+pass rate estimated from the random stream only, with the Horvitz–Thompson estimate over
+every stream beside it, and the targeted streams' rates as labelled diagnostics.
+
+- `random`: the judged traces the random stream drew; n, pass rate, Wilson interval.
+- `horvitz_thompson`: every judged trace weighted by 1/π (π of the trace × the metric's rate):
+  the Hájek ratio Σ w·pass / Σ w, with its linearised variance under independent (Poisson)
+  draws, Σ (1 − π)/π² (pass − R)² / (Σ w)², as a normal interval.
+- `diagnostic:<stream>`: the plain pass rate of the traces a targeted stream drew; biased on
+  purpose (they were drawn for looking bad), `kind = diagnostic`, never an estimate.
+A metric without a threshold has no pass rate; its (weighted) mean score is reported instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+
+import duckdb
+import numpy as np
+import pandas as pd
+from scipy.stats import norm
+
+from rag_loop.drift.checks import Verdict
+from rag_loop.selection.estimates import DEFAULT_SLICES, wilson_interval
+from rag_loop.selection.sampling import DIAGNOSTIC_STREAMS
+from rag_loop.selection.signals import SLICE_COLUMNS
+from rag_loop.store.ddl import ONLINE_DDL
+from rag_loop.store.tables import has_table, replace_day
+
+
+@dataclass(frozen=True)
+class OnlineQualitySettings:
+    slices: Sequence[tuple[str, ...]] = DEFAULT_SLICES
+    confidence: float = 0.95
+    slo_targets: Mapping[str, float] = field(default_factory=dict)  # metric -> lowest pass rate
+    window_days: int = 7  # the SLO's sliding window, ending on the day
+    min_sample: int = 30  # fewer judged traces in a window × slice: no verdict
+    slo_estimator: str = "random"  # or "horvitz_thompson"
+    daily_budget_usd: float | None = None  # evaluation cost per day; None: no check
+    judge_version: str | None = None  # None: the version of the newest judging run
+
+    def __post_init__(self) -> None:
+        if self.slo_estimator not in ("random", "horvitz_thompson"):
+            raise ValueError(f"slo_estimator {self.slo_estimator!r}: 'random' or 'horvitz_thompson'")
+
+
+def current_judge_version(con: duckdb.DuckDBPyConnection, wanted: str | None = None) -> str | None:
+    """The configured judge version, else the one of the newest judging run."""
+    if wanted:
+        return wanted
+    if not has_table(con, "judgment_runs"):
+        return None
+    row = con.execute("SELECT judge_version FROM judgment_runs WHERE planned > 0 "
+                      "ORDER BY finished_at DESC LIMIT 1").fetchall()
+    return row[0][0] if row else None
+
+
+def judged_traces(con: duckdb.DuckDBPyConnection, first: date, last: date, version: str) -> pd.DataFrame:
+    """The judged rows of `version` for traces of days first..last that are still selected,
+    with the trace's slice columns."""
+    con.execute(ONLINE_DDL)
+    return con.execute(f"""
+        SELECT j.day, j.trace_id, j.metric, j.score, j.passed, j.by_random, j.streams,
+               j.inclusion_probability, {", ".join(f"s.{c}" for c in SLICE_COLUMNS)}
+        FROM trace_judgments j JOIN failure_candidates c USING (trace_id)
+        JOIN trace_signals s USING (trace_id)
+        WHERE j.judge_version = ? AND j.status = 'judged' AND j.day BETWEEN ? AND ?""",
+                          [version, first, last]).df()
+
+
+def _slice_values(frame: pd.DataFrame, dims: tuple[str, ...]) -> pd.Series:
+    if not dims:
+        return pd.Series("all", index=frame.index)
+    parts = [frame[d].astype("string").fillna("(none)") for d in dims]
+    value = parts[0]
+    for part in parts[1:]:
+        value = value + " × " + part
+    return value
+
+
+def estimate(group: pd.DataFrame, confidence: float) -> list[dict]:
+    """The estimator rows of one slice value × metric (see the module docstring)."""
+    graded = group["passed"].notna().any()
+    rows = []
+    random = group[group["by_random"]]
+    passes = random["passed"].astype(float).sum() if graded else np.nan
+    low, high = wilson_interval(np.array([passes]), np.array([len(random)]), confidence) \
+        if graded else (np.array([np.nan]), np.array([np.nan]))
+    rows.append({"estimator": "random", "kind": "estimate", "n": len(random), "passes": passes,
+                 "pass_rate": passes / len(random) if len(random) and graded else np.nan,
+                 "ci_low": float(low[0]), "ci_high": float(high[0]),
+                 "mean_score": float(random["score"].mean()) if len(random) else np.nan})
+    rows.append({"estimator": "horvitz_thompson", "kind": "estimate", "n": len(group),
+                 **_hajek(group, confidence, graded)})
+    for stream in DIAGNOSTIC_STREAMS:
+        drawn = group[group["streams"].map(lambda s, name=stream: name in list(s))]
+        if drawn.empty:
+            continue
+        passes = drawn["passed"].astype(float).sum() if graded else np.nan
+        rows.append({"estimator": f"diagnostic:{stream}", "kind": "diagnostic", "n": len(drawn),
+                     "passes": passes, "pass_rate": passes / len(drawn) if graded else np.nan,
+                     "ci_low": np.nan, "ci_high": np.nan, "mean_score": float(drawn["score"].mean())})
+    return rows
+
+
+def _hajek(group: pd.DataFrame, confidence: float, graded: bool) -> dict:
+    pi = group["inclusion_probability"].to_numpy(float)
+    weight = 1.0 / pi
+    total = weight.sum()
+    y = group["passed"].astype(float).to_numpy() if graded else group["score"].to_numpy(float)
+    ratio = float((weight * y).sum() / total)
+    variance = float(((1 - pi) / pi ** 2 * (y - ratio) ** 2).sum() / total ** 2)
+    half = norm.ppf(0.5 + confidence / 2) * np.sqrt(variance)
+    mean = ratio if not graded else float((weight * group["score"].to_numpy(float)).sum() / total)
+    if not graded:
+        return {"passes": np.nan, "pass_rate": np.nan, "ci_low": np.nan, "ci_high": np.nan,
+                "mean_score": mean}
+    return {"passes": float((weight * y).sum()), "pass_rate": ratio,
+            "ci_low": max(0.0, ratio - half), "ci_high": min(1.0, ratio + half), "mean_score": mean}
+
+
+def quality_table(judged: pd.DataFrame, population: pd.DataFrame,
+                  settings: OnlineQualitySettings) -> pd.DataFrame:
+    """Estimator rows per slice value × metric of `judged` (one day or one window)."""
+    rows = []
+    for dims in settings.slices:
+        name = " × ".join(dims) if dims else "all"
+        values = _slice_values(judged, dims)
+        counts = _slice_values(population, dims).value_counts() if len(population) else pd.Series(dtype=int)
+        for (value, metric), group in judged.groupby([values, judged["metric"]], sort=True):
+            for row in estimate(group, settings.confidence):
+                rows.append({"slice": name, "slice_value": value, "metric": metric, **row,
+                             "population_n": int(counts.get(value, 0))})
+    columns = ["slice", "slice_value", "metric", "estimator", "kind", "n", "passes", "pass_rate",
+               "ci_low", "ci_high", "mean_score", "population_n"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def population(con: duckdb.DuckDBPyConnection, first: date, last: date) -> pd.DataFrame:
+    return con.execute(f"SELECT {', '.join(SLICE_COLUMNS)} FROM trace_signals "
+                       "WHERE day BETWEEN ? AND ?", [first, last]).df()
+
+
+def slo_verdict(con: duckdb.DuckDBPyConnection, day: date, version: str,
+                settings: OnlineQualitySettings) -> Verdict:
+    """One verdict for the window ending on `day`: every slice × metric whose estimated pass
+    rate is under its target, with n ≥ min_sample (WARN; ERROR when the whole interval is
+    under the target). Silent below the minimum sample, never one alert per judgement."""
+    first = day - timedelta(days=settings.window_days - 1)
+    window = f"{first}..{day}"
+    judged = judged_traces(con, first, day, version)
+    judged = judged[judged["metric"].isin(list(settings.slo_targets))]
+    if judged.empty:
+        return Verdict("online_slo", None, 0, note=f"no judged trace in {window}")
+    table = quality_table(judged, judged.iloc[:0], settings)
+    table = table[table["estimator"] == settings.slo_estimator]
+    table = table.assign(target=table["metric"].map(settings.slo_targets))
+    counted = table[table["n"] >= settings.min_sample]
+    breaches = counted[counted["pass_rate"] < counted["target"]].copy()
+    breaches["severity"] = np.where(breaches["ci_high"] < breaches["target"], "ERROR", "WARN")
+    overall = counted[counted["slice"] == "all"]
+    n = int(overall["n"].min()) if len(overall) else int(counted["n"].max()) if len(counted) else 0
+    details = {"window": window, "estimator": settings.slo_estimator,
+               "slices_checked": int(len(counted)), "below_min_sample": int(len(table) - len(counted)),
+               "breaches": breaches[["slice", "slice_value", "metric", "n", "pass_rate", "ci_low",
+                                     "ci_high", "target", "severity"]].round(4).to_dict("records")}
+    if breaches.empty:
+        return Verdict("online_slo", float(overall["pass_rate"].min()) if len(overall) else None, n,
+                       note=f"every slice within target in {window}" if len(counted)
+                       else f"every slice below the minimum sample {settings.min_sample}", details=details)
+    worst = breaches.sort_values(["severity", "pass_rate"], key=lambda c: c if c.name != "severity"
+                                 else c.map({"ERROR": 0, "WARN": 1})).iloc[0]
+    severity = "ERROR" if (breaches["severity"] == "ERROR").any() else "WARN"
+    return Verdict("online_slo", float(worst["pass_rate"]), int(worst["n"]), True, severity,
+                   f"{len(breaches)} slice × metric under target in {window}; worst "
+                   f"{worst['metric']} {worst['slice_value']}: {worst['pass_rate']:.3f} < "
+                   f"{worst['target']:g} (n={int(worst['n'])})", details)
+
+
+def cost_row(con: duckdb.DuckDBPyConnection, day: date, version: str) -> pd.DataFrame:
+    """The day's application cost and evaluation cost, apart (seed §07)."""
+    con.execute(ONLINE_DDL)
+    return con.execute("""
+        WITH app AS (SELECT count(*) AS requests, coalesce(sum(cost_usd), 0) AS app_cost_usd
+                     FROM raw_traces WHERE CAST(timezone('UTC', "timestamp") AS DATE) = $day),
+             judged AS (SELECT count(DISTINCT trace_id) FILTER (status = 'judged') AS judged_requests,
+                               coalesce(sum(cost_usd), 0) AS eval_cost_usd
+                        FROM trace_judgments WHERE day = $day AND judge_version = $version)
+        SELECT requests, app_cost_usd, app_cost_usd / nullif(requests, 0) AS app_cost_per_request,
+               judged_requests, eval_cost_usd,
+               eval_cost_usd / nullif(judged_requests, 0) AS eval_cost_per_judged,
+               eval_cost_usd / nullif(requests, 0) AS eval_cost_per_request,
+               eval_cost_usd / nullif(app_cost_usd, 0) AS eval_to_app_ratio
+        FROM app, judged""", {"day": day, "version": version}).df()
+
+
+def budget_verdict(cost: pd.DataFrame, budget: float | None) -> Verdict:
+    row = cost.iloc[0]
+    spent, judged = float(row["eval_cost_usd"]), int(row["judged_requests"])
+    if budget is None:
+        return Verdict("online_eval_budget", spent, judged, note="no daily budget configured")
+    details = {"eval_cost_usd": spent, "budget_usd": budget,
+               "eval_to_app_ratio": None if pd.isna(row["eval_to_app_ratio"]) else float(row["eval_to_app_ratio"])}
+    if spent > budget:
+        return Verdict("online_eval_budget", spent, judged, True, "WARN",
+                       f"evaluation cost {spent:.4g} USD > budget {budget:g}", details)
+    return Verdict("online_eval_budget", spent, judged, note="within budget", details=details)
+
+
+def online_quality_day(con: duckdb.DuckDBPyConnection, day: date,
+                       settings: OnlineQualitySettings) -> list[Verdict]:
+    """Store the day's estimates (`online_quality`) and costs (`online_cost`), replacing that
+    day's rows; verdicts: the SLO over the window ending on the day, and the day's budget."""
+    version = current_judge_version(con, settings.judge_version)
+    if version is None:
+        return [Verdict("online_slo", None, 0, note="nothing judged yet: run trace_judgments"),
+                Verdict("online_eval_budget", None, 0, note="nothing judged yet")]
+    table = quality_table(judged_traces(con, day, day, version), population(con, day, day), settings)
+    replace_day(con, "online_quality", day, table.assign(judge_version=version))
+    cost = cost_row(con, day, version)
+    replace_day(con, "online_cost", day, cost)
+    return [slo_verdict(con, day, version, settings), budget_verdict(cost, settings.daily_budget_usd)]
