@@ -194,7 +194,7 @@ def quality_slis(context: AssetExecutionContext, config: QualityConfig,
 
 DRIFT_ASSETS = [query_mix, freshness_lag, retrieval_scores, quality_slis]
 drift_job = define_asset_job("drift_job", partitions_def=DAILY, tags=DUCKDB_WRITER,
-                             selection=AssetSelection.assets(*DRIFT_ASSETS, "online_quality"),
+                             selection=AssetSelection.assets(*DRIFT_ASSETS, "online_quality", "online_cost"),
                              description="The day's drift figures, judged quality and SLO checks.")
 
 

@@ -33,10 +33,11 @@ def _build_demo_run(root) -> None:
     from dagster import AssetsDefinition, materialize
     from dagster_duckdb import DuckDBResource
 
+    from assets.resources import OfflineJudgeResource
     from definitions import defs
     root.mkdir(parents=True, exist_ok=True)
     resources = {"duckdb": DuckDBResource(database=str(root / "rag.duckdb")), "paths": _demo_paths(root),
-                 "embedder": fake_embedder()}  # the loop's assets need no rag_app or judge
+                 "embedder": fake_embedder(), "judge": OfflineJudgeResource()}  # no rag_app needed
     curators_own = {"golden_release", "regression_eval"}  # as rag_loop_job: not part of the loop
     assets = [a for a in defs.assets if isinstance(a, AssetsDefinition)
               and not {k.to_user_string() for k in a.keys} & curators_own

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -268,6 +269,9 @@ async def _measure(metric: Any, case: Any, row: dict[str, Any], now: Callable[[]
         except Exception as exc:  # a judge outage, a bad reply: errored, never passed
             score, error = None, f"{type(exc).__name__}: {exc}"[:500]
     latency = (time.perf_counter() - start) * 1000
+    if error is None and score is not None and not (isinstance(score, (int, float))
+                                                    and math.isfinite(score) and 0.0 <= score <= 1.0):
+        error = f"score {score!r} is not a number within [0, 1]"
     if error is not None or score is None:
         return {**row, "status": "errored", "error": error or "no score", "cost_usd": cost.usd,
                 "latency_ms": latency, "judged_at": now()}

@@ -138,10 +138,11 @@ def test_three_runs_at_once_queue_on_the_duckdb_tag_then_a_curator_release(dagst
     events = server.events(run_id)
     materialized = {"/".join(e["assetKey"]["path"]) for e in events if e["__typename"] == "MaterializationEvent"}
     assert {"raw_traces", "trace_signals", "failure_candidates", "intent_clusters",
-            "curation_queue", "judge_calibration"} <= materialized
+            "curation_queue", "judge_calibration", "trace_judgments"} <= materialized
     checks = {e["evaluation"]["checkName"]: e["evaluation"]["success"]
               for e in events if e["__typename"] == "AssetCheckEvaluationEvent"}
-    assert checks == {"raw_traces_quarantine_rate": True, "curator_agreement": True}
+    assert checks == {"raw_traces_quarantine_rate": True, "curator_agreement": True,
+                      "judge_error_budget": True}
 
     queue = next((root / "curation" / "queue").glob("*.jsonl"))
     curate(queue, root / "curation" / "labels", 1)
@@ -160,7 +161,7 @@ def test_the_ui_renders_the_asset_graph_and_a_materialization(dagster_dev):
     server.graphql("mutation { setNuxSeen }")  # the community pop-up would cover the page
     ARTIFACTS.mkdir(exist_ok=True)
     pages = (("asset-graph", "/asset-groups", ("ingestion", "selection", "intents", "curation",
-                                               "goldens", "evaluation", "drift")),
+                                               "goldens", "evaluation", "drift", "online")),
              ("raw-traces", "/assets/raw_traces", ("raw_traces", "Production traces", "trace_signals")),
              ("intent-clusters", "/assets/intent_clusters", ("intent_clusters", "query_embeddings")))
     for name, path, expected in pages:
