@@ -16,7 +16,7 @@ from rag_loop.reporting import plots
 from rag_loop.selection.estimates import DEFAULT_SLICES, estimate_rates, parse_slices, pooled_rates
 from rag_loop.selection.novelty import NoveltySettings, detect_novelty
 from rag_loop.selection.sampling import SamplingPolicy, select_candidates, selection_summary
-from rag_loop.selection.signals import SIGNALS, SignalSettings, compute_signals, signal_counts
+from rag_loop.selection.signals import SIGNALS, SignalSettings, compute_signals, signal_counts, signal_coverage
 from rag_loop.store.tables import replace_table
 
 _SIGNAL_DEFAULTS = SignalSettings()
@@ -40,6 +40,7 @@ def trace_signals(config: SignalConfig, duckdb: DuckDBResource) -> MaterializeRe
     with duckdb.get_connection() as con:
         traces = compute_signals(con, SignalSettings(**config.model_dump()))
         counts = signal_counts(con)
+        coverage = signal_coverage(con)
         documents = con.execute("SELECT count(*) FROM documents").fetchall()[0][0]
         unknown = con.execute("SELECT count(*) FILTER (retrieval_unknown) FROM trace_signals").fetchall()[0][0]
         preview = con.sql("SELECT s.trace_id, s.day, s.language, s.query_type, s.signals, "
@@ -52,6 +53,8 @@ def trace_signals(config: SignalConfig, duckdb: DuckDBResource) -> MaterializeRe
         **{f"signal_{name}": n for name, n in counts.items()},
         "any_signal_share": counts["any_signal"] / traces if traces else 0.0,
         "retrieval_unknown": unknown,  # unreadable retrieval output: not counted as empty
+        # per signal, the traces that carried what it reads; on the others it is unknown (false)
+        **{f"computable_{name}": n for name, n in coverage.items()},
         "stale_source": (f"checked against {documents} document versions" if documents
                          else "no KB: stale_source is never flagged"),
         "signals": MetadataValue.md(plots.markdown_image(chart, "signals")),

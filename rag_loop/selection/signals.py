@@ -7,6 +7,10 @@ not ground truth: they decide where judging and curation budget goes (`sampling`
 quality and does not drive sampling) marks a trace whose retrieval output could not be read
 (`raw_traces.retrieval_unreadable`, e.g. OTLP documents cut off by an attribute length limit).
 Such a trace is not an `empty_retrieval`: nothing is known about what was retrieved.
+Likewise `citations_unknown`: the trace carries no citation list (real OpenInference and
+GenAI instrumentations emit none) and its answer names no chunk id, so `no_citation` cannot
+be computed and is false, not true. `signal_coverage` says per signal on how many traces its
+input was there.
 """
 
 from __future__ import annotations
@@ -95,8 +99,10 @@ def compute_signals(con: duckdb.DuckDBPyConnection, settings: SignalSettings) ->
                        AS low_rerank_score,
                    coalesce(t.status = 'ok', true) AND NOT coalesce(t.is_fallback, false)
                        AND coalesce(k.retrieved, 0) > 0 AND coalesce(t.answer, '') <> ''
-                       AND coalesce(len(t.citations), 0) = 0
+                       AND t.citations IS NOT NULL AND len(t.citations) = 0
                        AND NOT coalesce(k.answer_names_chunk, false) AS no_citation,
+                   t.citations IS NULL AND NOT coalesce(k.answer_names_chunk, false)
+                       AS citations_unknown,
                    coalesce(r.next_query_similarity >= {float(settings.rephrase_similarity)}, false)
                        AS immediate_rephrase,
                    coalesce(t.status = 'timeout', false) AS timeout,
@@ -123,3 +129,26 @@ def signal_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     sums = ", ".join(f"count(*) FILTER ({name})" for name in SIGNALS)
     row = con.execute(f"SELECT {sums}, count(*) FILTER (signal_count > 0) FROM trace_signals").fetchall()[0]
     return dict(zip((*SIGNALS, "any_signal"), row))
+
+
+# SQL per signal: the trace carries what the detector reads (else the signal is unknown, false)
+_COMPUTABLE = {
+    "thumbs_down": "true",  # no feedback is no thumbs-down
+    "empty_retrieval": "NOT s.retrieval_unknown",
+    "low_rerank_score": "s.top_rerank_score IS NOT NULL",
+    "no_citation": "NOT s.citations_unknown",
+    "immediate_rephrase": "t.session_id IS NOT NULL",
+    "timeout": "t.status IS NOT NULL OR t.finish_reason IS NOT NULL",
+    "fallback": "t.is_fallback IS NOT NULL",
+    "error": "true",
+    "latency_over_budget": "t.latency_ms IS NOT NULL",
+    "stale_source": "(SELECT count(*) FROM documents) > 0 AND s.top_retrieval_score IS NOT NULL",
+}
+
+
+def signal_coverage(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """Per signal, the traces whose input the detector needs was carried (the rest are unknown
+    for it: e.g. no citation list, no reranker, no session)."""
+    sums = ", ".join(f"count(*) FILTER ({_COMPUTABLE[name]})" for name in SIGNALS)
+    row = con.execute(f"SELECT {sums} FROM trace_signals s JOIN raw_traces t USING (trace_id)").fetchall()[0]
+    return dict(zip(SIGNALS, row))

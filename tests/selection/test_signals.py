@@ -34,7 +34,8 @@ def test_a_healthy_trace_raises_no_signal(con, tmp_path):
     ({"chunks": [{**CHUNK, "rerank_score": 0.1}]}, {"low_rerank_score"}),
     ({"chunks": [{**CHUNK, "rerank_score": None}]}, set()),  # no reranker: not low
     ({"citations": []}, set()),  # the answer names the chunk id in its text
-    ({"citations": None, "answer": "Fifteen days."}, {"no_citation"}),
+    ({"citations": [], "answer": "Fifteen days."}, {"no_citation"}),
+    ({"citations": None, "answer": "Fifteen days."}, set()),  # no citation list: unknown, not missing
     ({"citations": [], "answer": "Sorry.", "is_fallback": True}, {"fallback"}),
     ({"status": "timeout", "error": "deadline", "citations": [], "answer": None}, {"timeout"}),
     ({"status": "error", "error": "boom", "citations": [], "answer": None}, {"error"}),
