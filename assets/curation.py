@@ -45,9 +45,9 @@ class QueueConfig(Config):
                                                 "queued farthest first, the rest by weight.")
 
 
-@asset(group_name="curation", deps=[intent_clusters, "trace_clusters"],
+@asset(group_name="curation", deps=[intent_clusters, "trace_clusters", "trace_judgments"],
        description="Representatives to label, sorted by priority then cluster weight, with "
-                   "suggested failure_type and origin; exported to "
+                   "suggested failure_type and origin, the judge's scores and reasons; exported to "
                    "curation/queue/<batch>.jsonl and .csv in the home.")
 def curation_queue(context: AssetExecutionContext, config: QueueConfig, duckdb: DuckDBResource,
                    embedder: EmbedderResource, paths: RagLoopPaths) -> MaterializeResult:
@@ -118,5 +118,7 @@ def new_label_files_sensor(context: SensorEvaluationContext, paths: RagLoopPaths
     return request_for_input(context, "label_job", directory_fingerprint(labels, settled), "label files")
 
 
-label_job = define_asset_job("label_job", selection=AssetSelection.assets(curated_labels),
-                             tags=DUCKDB_WRITER, description="Store new curator label files.")
+label_job = define_asset_job("label_job", tags=DUCKDB_WRITER,
+                             selection=AssetSelection.assets(curated_labels, "judge_calibration",
+                                                             "judge_agreement"),
+                             description="Store new curator label files; compare curators with the judge.")

@@ -57,11 +57,12 @@ class ClusterConfig(Config):
                                         "their nearest sample point's cluster.")
 
 
-@stage_asset(group_name="intents", deps=["query_embeddings", "embedding_cache"],
+@stage_asset(group_name="intents", deps=["query_embeddings", "embedding_cache", "trace_judgments"],
        parts={"trace_clusters": "The intent cluster of each candidate trace"},
        description="Intent clusters per language (HDBSCAN on PCA-reduced embeddings, close "
                    "clusters merged) with size, weight (Σ 1/π), medoid, c-TF-IDF label, signal "
-                   "and failure mix, first/last seen, new since the previous run; noise queries "
+                   "and failure mix (signals and the online judge's verdicts), first/last seen, new since "
+                   "the previous run; noise queries "
                    "as singletons. `trace_clusters` maps each candidate to its cluster.")
 def intent_clusters(context: AssetExecutionContext, config: ClusterConfig,
                     duckdb: DuckDBResource) -> MaterializeResult:

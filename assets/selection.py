@@ -119,7 +119,8 @@ class SamplingConfig(Config):
 
 @asset(group_name="selection", deps=[trace_signals, trace_novelty],
        description="Traces chosen for judging and curation: streams, inclusion probability π, "
-                   "curation priority (P0 high-risk, P1 thumbs-down plus, P2 novel, P3 random).")
+                   "priority before judging (P0 high-risk, P1 thumbs-down plus another signal, P2 "
+                   "novel, P3 random); the queue's P1 is thumbs-down with low judged faithfulness.")
 def failure_candidates(config: SamplingConfig, duckdb: DuckDBResource) -> MaterializeResult:
     policy = config.policy()
     with duckdb.get_connection() as con:

@@ -128,12 +128,19 @@ def _queue_rows(con: duckdb.DuckDBPyConnection, queue: pd.DataFrame, members: pd
             "priority": priority, "suggested_failure_type": trace["suggested_failure_type"],
             "suggestion_reason": trace["suggestion_reason"],
             "suggested_origin": str(suggest_origin(trace["signals"])),
+            # what the online judge said (judge_score, its Faithfulness, comes back on the label
+            # so that curators and the judge can be compared: judge_calibration)
+            "judge_score": _number(trace["faithfulness_score"]), "judge_scores": trace["judge_scores"],
             **{key: (list(value) if isinstance(value, list) else value)
                for key, value in CURATOR_FIELDS.items()},
         })
     rows.sort(key=lambda r: (order[r["priority"]], r["representative_rank"], *positions[r["trace_id"]],
                              -r["cluster_weight"], r["trace_id"]))
     return rows
+
+
+def _number(value) -> float | None:
+    return None if value is None or pd.isna(value) else round(float(value), 4)
 
 
 def load_golden_inputs(goldens_dir: Path) -> list[dict]:

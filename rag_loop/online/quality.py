@@ -27,7 +27,8 @@ from rag_loop.selection.estimates import DEFAULT_SLICES, wilson_interval
 from rag_loop.selection.sampling import DIAGNOSTIC_STREAMS
 from rag_loop.selection.signals import SLICE_COLUMNS
 from rag_loop.store.ddl import ONLINE_DDL
-from rag_loop.store.tables import has_table, replace_day
+from rag_loop.store.judgments import current_judge_version
+from rag_loop.store.tables import replace_day
 
 
 @dataclass(frozen=True)
@@ -44,17 +45,6 @@ class OnlineQualitySettings:
     def __post_init__(self) -> None:
         if self.slo_estimator not in ("random", "horvitz_thompson"):
             raise ValueError(f"slo_estimator {self.slo_estimator!r}: 'random' or 'horvitz_thompson'")
-
-
-def current_judge_version(con: duckdb.DuckDBPyConnection, wanted: str | None = None) -> str | None:
-    """The configured judge version, else the one of the newest judging run."""
-    if wanted:
-        return wanted
-    if not has_table(con, "judgment_runs"):
-        return None
-    row = con.execute("SELECT judge_version FROM judgment_runs WHERE planned > 0 "
-                      "ORDER BY finished_at DESC LIMIT 1").fetchall()
-    return row[0][0] if row else None
 
 
 def judged_traces(con: duckdb.DuckDBPyConnection, first: date, last: date, version: str) -> pd.DataFrame:

@@ -5,6 +5,10 @@ import pytest
 from rag_loop.schema import FailureType
 from rag_loop.selection.suggestions import suggest_failure_type
 
+UNFAITHFUL = {"faithfulness_passed": False, "faithfulness_score": 0.2, "contextual_relevancy_passed": True}
+IRRELEVANT_CONTEXT = {"faithfulness_passed": True, "contextual_relevancy_passed": False,
+                      "contextual_relevancy_score": 0.1}
+
 
 @pytest.mark.parametrize("trace, expected", [
     ({"signals": []}, FailureType.NONE),
@@ -19,6 +23,14 @@ from rag_loop.selection.suggestions import suggest_failure_type
     ({"signals": ["thumbs_down"], "feedback_category": "outdated_source"}, FailureType.DATA_FRESHNESS),
     ({"signals": ["thumbs_down"], "feedback_category": "missing_info"}, FailureType.RETRIEVAL),
     ({"signals": ["thumbs_down"]}, FailureType.GENERATION),
+    # the online judge's verdicts, where it judged the trace
+    ({"signals": [], **UNFAITHFUL}, FailureType.GENERATION),  # random stream: no signal, judged bad
+    ({"signals": [], **IRRELEVANT_CONTEXT}, FailureType.RETRIEVAL),
+    ({"signals": ["thumbs_down"], "feedback_category": "outdated_source", **UNFAITHFUL},
+     FailureType.GENERATION),  # the judge's evidence comes before the feedback category
+    ({"signals": ["stale_source"], **UNFAITHFUL}, FailureType.DATA_FRESHNESS),  # structure first
+    ({"signals": [], "faithfulness_passed": None, "contextual_relevancy_passed": float("nan")},
+     FailureType.NONE),  # not judged
 ])
 def test_suggested_failure_type_rules(trace, expected):
     assert suggest_failure_type(trace)[0] == expected
