@@ -172,15 +172,17 @@ class OpenAICompatibleJudgeResource(JudgeResource):
     model: str = _LLM.model
     api_key_env: str = Field(_LLM.api_key_env, description="Environment variable with the key.")
     timeout_seconds: float = _LLM.timeout_seconds
-    max_retries: int = _LLM.max_retries
+    max_retries: int = Field(_LLM.max_retries, description="Retries of 429, 5xx, timeouts (backoff).")
+    max_in_flight: int = Field(_LLM.max_in_flight, description="Judge calls at once.")
     input_cost_per_million: float = _LLM.input_cost_per_million
     output_cost_per_million: float = _LLM.output_cost_per_million
 
     def judge(self, embedder: EmbedderResource) -> Judge:
         from rag_loop.evaluation.judges.llm import LlmJudge
         return LlmJudge(LlmJudgeSettings(self.base_url, self.model, self.api_key_env, self.timeout_seconds,
-                                         self.max_retries, self.input_cost_per_million,
-                                         self.output_cost_per_million), self.criteria())
+                                         self.max_retries, self.max_in_flight,
+                                         self.input_cost_per_million, self.output_cost_per_million),
+                        self.criteria())
 
 
 def _env(name: str, default: str) -> str:

@@ -2,12 +2,15 @@
 
 It answers `POST /v1/chat/completions` with canned JSON that fits the JSON schema the client
 sent in `response_format` (enums take their first value, so verdicts are "yes"), records
-every request, and can be switched to fail (HTTP 500) or to hang past the client's timeout.
+every request, and can be switched to fail (HTTP 500) or to hang past the client's timeout,
+to answer after `delay` seconds, and to refuse a share `flaky` of requests at random with
+429 (Retry-After 0), 500, 503 or a stall past the client's timeout.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -42,6 +45,12 @@ class StandIn:
         self.requests: list[dict[str, Any]] = []
         self.mode = "ok"  # "ok" | "slow" (answers after 0.3 s) | "fail" | "hang"
         self.content: str | None = None  # a fixed reply instead of one that fits the schema
+        self.delay = 0.0  # seconds before each answer
+        self.flaky = 0.0  # share of requests refused with 429 / 500 / 503 or stalled
+        self.stall_seconds = 3.0
+        self.refused: list[int] = []  # status of each refusal (0: stalled)
+        self.in_flight = self.max_in_flight = 0
+        self._lock, self._random = threading.Lock(), random.Random(7)
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -52,6 +61,32 @@ class StandIn:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 owner.requests.append({"path": self.path, "authorization": self.headers.get("Authorization"),
                                        "body": body})
+                with owner._lock:
+                    owner.in_flight += 1
+                    owner.max_in_flight = max(owner.max_in_flight, owner.in_flight)
+                    refusal = owner._random.choice([429, 500, 503, 0]) \
+                        if owner._random.random() < owner.flaky else None
+                try:
+                    self._answer(body, refusal)
+                except OSError:  # the client gave up waiting
+                    pass
+                finally:
+                    with owner._lock:
+                        owner.in_flight -= 1
+
+            def _answer(self, body, refusal):
+                if refusal is not None:
+                    owner.refused.append(refusal)
+                    if refusal == 0:
+                        time.sleep(owner.stall_seconds)
+                        return
+                    self.send_response(refusal)
+                    self.send_header("Retry-After", "0")
+                    self.end_headers()
+                    self.wfile.write(b'{"error": {"message": "busy"}}')
+                    return
+                if owner.delay:
+                    time.sleep(owner.delay)
                 if owner.mode == "hang":
                     time.sleep(3)
                 if owner.mode == "slow":

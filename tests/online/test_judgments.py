@@ -14,7 +14,8 @@ REFERENCELESS = [OnlineMetric("Faithfulness", 0.75), OnlineMetric("Answer Releva
 
 
 def _traces(n: int, **fields) -> list[dict]:
-    return [{"trace_id": f"t{i:03d}", "answer": "You get 15 days.", "chunks": [CHUNK],
+    return [{"trace_id": f"t{i:03d}", "original_query": f"How many leave days do I get? ({i})",
+             "answer": "You get 15 days.", "chunks": [CHUNK],
              "citations": [CHUNK["chunk_id"]], **fields} for i in range(n)]
 
 

@@ -44,6 +44,7 @@ class OpenAICompatibleModel(DeepEvalBaseLLM):
         self.new_entries: dict[str, tuple[str, int, int]] = {}
         self.on_reply: Callable[[str, tuple[str, int, int]], None] | None = None
         self.usage = JudgeUsage()
+        self._gate: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
         super().__init__(settings.model)
 
     def load_model(self):
@@ -104,13 +105,26 @@ class OpenAICompatibleModel(DeepEvalBaseLLM):
         key = self._key(prompt, schema)
         if key in self.cache:
             return self._finish(key, *self.cache[key], schema, cached=True)
-        response = await asyncio.wait_for(
-            self.async_client.chat.completions.create(**self._request(prompt, schema)),
-            timeout=self.settings.timeout_seconds * (1 + self.settings.max_retries) + 1)
+        retries = self.settings.max_retries
+        async with self._in_flight():
+            response = await asyncio.wait_for(
+                self.async_client.chat.completions.create(**self._request(prompt, schema)),
+                timeout=self.settings.timeout_seconds * (1 + retries) + MAX_BACKOFF_SECONDS * retries + 1)
         usage = response.usage
         return self._finish(key, response.choices[0].message.content or "",
                             getattr(usage, "prompt_tokens", 0) or 0,
                             getattr(usage, "completion_tokens", 0) or 0, schema, cached=False)
+
+
+    def _in_flight(self) -> asyncio.Semaphore:
+        """The bound on calls at once, one per event loop (each run has its own loop)."""
+        loop = asyncio.get_running_loop()
+        if self._gate is None or self._gate[0] is not loop:
+            self._gate = (loop, asyncio.Semaphore(max(1, self.settings.max_in_flight)))
+        return self._gate[1]
+
+
+MAX_BACKOFF_SECONDS = 8.0  # the OpenAI client's longest wait between retries
 
 
 class JudgeReplyError(ValueError):
