@@ -22,7 +22,7 @@ from sklearn.metrics import roc_auc_score  # noqa: E402
 
 from rag_loop.evaluation.calibration import read_rows, run_calibration, summary_lines  # noqa: E402
 from rag_loop.evaluation.judges.offline import OfflineJudge
-from rag_loop.evaluation.regression import DEFAULT_THRESHOLDS  # noqa: E402
+from rag_loop.evaluation.settings import DEFAULT_THRESHOLDS  # noqa: E402
 
 DEV = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "begin_cmu_dog_dev.jsonl"
 _WORD = re.compile(r"\w+")

@@ -77,6 +77,7 @@ class JudgingSettings:
     deadline_seconds: float | None = None  # the run stops judging here; the rest waits for the next run
     max_error_rate: float = 0.05  # above this share of errored judgements the run is marked
     flush_every: int = 50  # results written per batch
+    prepare_every: int = 512  # cases the judge prepares at once (the offline judge embeds them in one batch)
 
 
 @dataclass
@@ -223,10 +224,8 @@ def _judge_all(cases: Sequence[TraceCase], judge: Judge, metrics: Mapping[str, O
                 else:
                     to_measure.append((metric, row))
             if to_measure:
-                test_case = LLMTestCase(input=case.query or "", actual_output=case.answer or "",
-                                        retrieval_context=case.context or None)
                 built = _metrics_for(judge, [m for m, _ in to_measure])
-                rows += await asyncio.gather(*(_measure(built.get(m.name), test_case, row, now)
+                rows += await asyncio.gather(*(_measure(built.get(m.name), test_cases[case.trace_id], row, now)
                                                for m, row in to_measure))
         write(rows)
         done["rows"] += len(rows)
@@ -234,15 +233,27 @@ def _judge_all(cases: Sequence[TraceCase], judge: Judge, metrics: Mapping[str, O
         if done["cases"] % 100 == 0:
             log(f"judged {done['cases']}/{len(cases)} traces")
 
+    test_cases = {c.trace_id: LLMTestCase(input=c.query or "", actual_output=c.answer or "",
+                                          retrieval_context=c.context or None) for c in cases}
+
     async def run_all() -> None:
-        gate = asyncio.Semaphore(settings.concurrency)
-        tasks = [asyncio.create_task(one(c, gate)) for c in cases]
-        _, unfinished = await asyncio.wait(tasks, timeout=settings.deadline_seconds)
-        for task in unfinished:
-            task.cancel()
-        await asyncio.gather(*unfinished, return_exceptions=True)
-        if unfinished:
-            log(f"deadline ({settings.deadline_seconds:g} s): {len(unfinished)} traces left for the next run")
+        gate, start, left = asyncio.Semaphore(settings.concurrency), time.perf_counter(), 0
+        for first in range(0, len(cases), settings.prepare_every):
+            chunk = cases[first:first + settings.prepare_every]
+            judge.prepare([test_cases[c.trace_id] for c in chunk])  # e.g. one embedding batch
+            remaining = None if settings.deadline_seconds is None else \
+                settings.deadline_seconds - (time.perf_counter() - start)
+            tasks = [asyncio.create_task(one(c, gate)) for c in chunk]
+            _, unfinished = await asyncio.wait(tasks, timeout=max(remaining, 0.0) if remaining is not None
+                                               else None)
+            for task in unfinished:
+                task.cancel()
+            await asyncio.gather(*unfinished, return_exceptions=True)
+            if unfinished:
+                left = len(unfinished) + len(cases) - first - len(chunk)
+                break
+        if left:
+            log(f"deadline ({settings.deadline_seconds:g} s): {left} traces left for the next run")
 
     asyncio.run(run_all())
     return done["rows"]

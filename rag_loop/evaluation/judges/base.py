@@ -72,6 +72,9 @@ class Judge(ABC):
     def describe(self) -> dict[str, Any]:
         """What identifies the instrument: kind, model, criteria (its `model` keys calibrations)."""
 
+    def prepare(self, cases: Sequence[Any]) -> None:  # noqa: B027
+        """Cases about to be scored (DeepEval test cases): a judge may batch work for them."""
+
     def open(self, con: duckdb.DuckDBPyConnection) -> None:
         """Start a run: its usage counts from zero; load what the judge keeps between runs."""
         self.usage = JudgeUsage()

@@ -25,6 +25,7 @@ from rag_loop.vectors.embedding import Embedder, bundled_embedder
 
 SUPPORT_SIMILARITY = 0.6
 RELEVANCE_SIMILARITY = 0.35
+MAX_CACHED_VECTORS = 100_000  # about 150 MB of 384-dimensional vectors
 _CITATION = re.compile(r"\[[^\]\s]+\]")
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|\n+")
 _KEY = re.compile(r"[\w.+-]+@[\w-]+\.[\w.]+|\b(?=[\w-]*\d)[\w-]+\b|\b[A-Z]{2,}(?:-[A-Z0-9]+)+\b")
@@ -62,6 +63,9 @@ class Evidence:
 
     def vectors(self, texts: Sequence[str]) -> np.ndarray:
         missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
+        if len(self._cache) + len(missing) > MAX_CACHED_VECTORS:  # a long online run stays bounded
+            self._cache.clear()
+            missing = list(dict.fromkeys(texts))
         if missing:
             for text, vector in zip(missing, self.embedder.embed([fold_accents(t) for t in missing]),
                                     strict=True):

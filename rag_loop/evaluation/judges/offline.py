@@ -237,6 +237,12 @@ class OfflineJudge(Judge):
                           for spec in (self.geval if geval is None else geval)
                           if spec["name"] == "Correctness"]
 
+    def prepare(self, cases: Sequence[LLMTestCase]) -> None:
+        """Embed every text the relevancy metrics will compare, in one batch."""
+        texts = [t for case in cases for t in (case.input or "", *statements(case.actual_output),
+                                               *context_statements(case)) if t]
+        self.evidence.vectors(list(dict.fromkeys(texts)))
+
     def describe(self) -> dict[str, Any]:
         return {"kind": "offline", "model": f"{OFFLINE_JUDGE} ({self.evidence.model_id})",
                 "geval": [s["name"] for s in self.geval if s["name"] == "Correctness"],
