@@ -25,6 +25,7 @@ from rag_loop.evaluation.judges.evidence import (
     SUPPORT_SIMILARITY,
     Evidence,
     content_words,
+    key_tokens,
     statements,
 )
 from rag_loop.evaluation.judges.support import Context, faithfulness
@@ -122,17 +123,26 @@ def graded_reason(texts: Sequence[str], grades: Sequence[float], what: str, fail
             + (f"; {failing}: {[f'{t} ({g:.2f})' for g, t in weakest]}" if weakest else ""))
 
 
+def codes(text: str) -> set[str]:
+    """The identifiers a text names (error codes, ticket ids: key tokens with a letter, such as
+    "err-pay-977"), not its plain numbers or e-mail addresses."""
+    return {t for t in key_tokens(text) if "@" not in t and any(c.isalpha() for c in t)}
+
+
 def relevance_grades(evidence: Evidence, texts: Sequence[str], query: str) -> list[float]:
     """Graded relevance of each text to the query: max(cosine, share of the query's content
-    words in the text), ramped from 0 at RELEVANCE_FLOOR to 1 at RELEVANCE_CEILING."""
+    words in the text), ramped from 0 at RELEVANCE_FLOOR to 1 at RELEVANCE_CEILING. A text
+    about other identifiers than the query's ("ERR-PAY-942 means ..." for "what is
+    ERR-PAY-977?") is not relevant, however alike the two read."""
     if not texts:
         return []
     cosine = (evidence.vectors(list(texts)) @ evidence.vectors([query]).T)[:, 0]
-    wanted = content_words(query)
+    wanted, asked = content_words(query), codes(query)
     coverage = np.array([len(wanted & content_words(t)) / len(wanted) if wanted else 0.0 for t in texts])
     similarity = np.maximum(cosine, coverage)
-    ramp = (similarity - RELEVANCE_FLOOR) / (RELEVANCE_CEILING - RELEVANCE_FLOOR)
-    return [float(g) for g in np.clip(ramp, 0.0, 1.0)]
+    ramp = np.clip((similarity - RELEVANCE_FLOOR) / (RELEVANCE_CEILING - RELEVANCE_FLOOR), 0.0, 1.0)
+    named = [codes(t) for t in texts]
+    return [0.0 if asked and found and not found & asked else float(g) for g, found in zip(ramp, named)]
 
 
 class OfflineFaithfulness(OfflineMetric):
