@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))  # the stand-in judge server lives with the tests
 import duckdb  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from sklearn.metrics import cohen_kappa_score  # noqa: E402
 
 from rag_loop.evaluation.judges.llm import LlmJudge  # noqa: E402
 from rag_loop.evaluation.judges.offline import OfflineJudge  # noqa: E402
@@ -82,6 +83,24 @@ def judge_everything(con: duckdb.DuckDBPyConnection) -> tuple[pd.DataFrame, floa
         SELECT j.trace_id, j.day, j.metric, j.score, j.passed, {", ".join(f"s.{c}" for c in SLICE_COLUMNS)}
         FROM trace_judgments j JOIN trace_signals s USING (trace_id) WHERE j.status = 'judged'""").df()
     return verdicts, seconds, report.planned // len(METRICS)
+
+
+def against_truth(verdicts: pd.DataFrame) -> pd.DataFrame:
+    """The judge's pass / fail against the generator's truth: `correct` answers against `wrong`,
+    `wrong_prompt` and `stale` ones (timeouts and fallbacks left out): confusion and kappa."""
+    truth = pd.read_parquet(DEMO / "truth.parquet", columns=["trace_id", "outcome"])
+    rows = []
+    judged = verdicts.merge(truth, on="trace_id")
+    judged = judged[judged["outcome"].isin(["correct", "wrong", "wrong_prompt", "stale"])]
+    for metric, group in judged.groupby("metric"):
+        correct, passed = group["outcome"] == "correct", group["passed"].astype(bool)
+        rows.append({"metric": metric, "n": len(group),
+                     "pass|correct": int((passed & correct).sum()), "fail|correct": int((~passed & correct).sum()),
+                     "pass|wrong": int((passed & ~correct).sum()), "fail|wrong": int((~passed & ~correct).sum()),
+                     "kappa": cohen_kappa_score(correct, passed),
+                     **{f"fail_rate|{o}": float((~passed[group["outcome"] == o]).mean())
+                        for o in ("correct", "wrong", "wrong_prompt", "stale")}})
+    return pd.DataFrame(rows).set_index("metric")
 
 
 def bare_overlap_seconds(con: duckdb.DuckDBPyConnection) -> float:
@@ -148,6 +167,8 @@ def main() -> None:
         con = demo_database(Path(folder) / "bench.duckdb")
         verdicts, seconds, traces = judge_everything(con)
         bare = bare_overlap_seconds(con)
+        print("judge against the demo's truth (outcome correct vs wrong / wrong_prompt / stale):")
+        print(against_truth(verdicts).round(3).to_string())
         print(f"offline judge, 3 metrics: {traces} traces in {seconds:.2f} s = {traces / seconds:.0f} traces/s "
               f"(goal >= 500); bare word overlap {traces / bare:.0f} traces/s, ratio {seconds / bare:.0f}x")
         checks = estimator_check(con, verdicts, args.seeds)
