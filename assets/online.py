@@ -71,7 +71,11 @@ def _as_dict(value) -> dict:
                                      "errored, cost, over its error budget or not"},
              check_specs=[AssetCheckSpec("judge_error_budget", asset="trace_judgments",
                                          description="ERROR when the run's errored share is over "
-                                                     "max_error_rate (errored cases are retried next run).")],
+                                                     "max_error_rate (errored cases are retried next run)."),
+                          AssetCheckSpec("judge_changed_with_app", asset="trace_judgments",
+                                         description="WARN when the judge version changed on the day a "
+                                                     "new rag_version or prompt_version reached traffic "
+                                                     "(seed §15: change one instrument at a time).")],
              description="The selected traces judged out of the request path: one row per trace × "
                          "metric × judge version (score, passed, reason, streams, π, cost, latency); "
                          "incremental, unjudgeable cases (no context, no answer) counted with "
@@ -79,6 +83,7 @@ def _as_dict(value) -> dict:
 def trace_judgments(context: AssetExecutionContext, config: JudgingConfig, duckdb: DuckDBResource,
                     judge: JudgeResource, embedder: EmbedderResource) -> MaterializeResult:
     from rag_loop.online.judgments import judge_traces  # imports DeepEval
+    from rag_loop.online.overlap import changed_with_the_app, judge_shift
     settings = config.settings()
     with duckdb.get_connection() as con:
         run = judge_traces(con, judge.judge(embedder), settings, log=context.log.info)
@@ -92,6 +97,8 @@ def trace_judgments(context: AssetExecutionContext, config: JudgingConfig, duckd
                                  WHERE judge_version = ? AND status = 'unjudgeable' GROUP BY 1 ORDER BY 2 DESC""",
                               [run.judge_version]).df()
         total = con.execute("SELECT count(*) FROM trace_judgments").fetchall()[0][0]
+        shift = judge_shift(con, run.judge_version)
+        confounded = changed_with_the_app(con, run.judge_version)
     over = run.over_error_budget(settings.max_error_rate)
     return MaterializeResult(metadata={
         "dagster/row_count": total, "run_id": run.run_id, "judge": run.judge_id,
@@ -101,10 +108,15 @@ def trace_judgments(context: AssetExecutionContext, config: JudgingConfig, duckd
         "judgements_per_second": round((run.judged + run.errored) / run.seconds, 1) if run.seconds else 0.0,
         "per_metric": MetadataValue.md(summary.to_markdown(index=False) if len(summary) else "nothing judged"),
         "unjudgeable_reasons": MetadataValue.md(reasons.to_markdown(index=False) if len(reasons) else "none"),
-    }, check_results=[AssetCheckResult(
-        check_name="judge_error_budget", passed=not over, severity=AssetCheckSeverity.ERROR,
-        metadata={"error_rate": round(run.error_rate, 4), "max_error_rate": settings.max_error_rate,
-                  "errored": run.errored, "run_id": run.run_id})])
+        "judge_shift": MetadataValue.md(shift.round(4).to_markdown(index=False) if len(shift)
+                                        else "one judge version: nothing to compare"),
+    }, check_results=[
+        AssetCheckResult(check_name="judge_error_budget", passed=not over, severity=AssetCheckSeverity.ERROR,
+                         metadata={"error_rate": round(run.error_rate, 4), "errored": run.errored,
+                                   "max_error_rate": settings.max_error_rate, "run_id": run.run_id}),
+        AssetCheckResult(check_name="judge_changed_with_app", passed=not confounded,
+                         severity=AssetCheckSeverity.WARN,
+                         metadata={"judge_version": run.judge_version, "changes": MetadataValue.json(confounded)})])
 
 
 class OnlineQualityConfig(Config):

@@ -142,7 +142,7 @@ def test_three_runs_at_once_queue_on_the_duckdb_tag_then_a_curator_release(dagst
     checks = {e["evaluation"]["checkName"]: e["evaluation"]["success"]
               for e in events if e["__typename"] == "AssetCheckEvaluationEvent"}
     assert checks == {"raw_traces_quarantine_rate": True, "curator_agreement": True,
-                      "judge_error_budget": True}
+                      "judge_error_budget": True, "judge_changed_with_app": True}
 
     queue = next((root / "curation" / "queue").glob("*.jsonl"))
     curate(queue, root / "curation" / "labels", 1)
