@@ -1,5 +1,7 @@
 """The four-layer dashboard of seed 004 §10 (product, quality, performance, change) as daily
-series, with deploy, prompt, index and document markers."""
+series, with deploy, prompt, index and document markers. The quality layer has the signals'
+unbiased failure rates and, where the online judge ran, its judged pass rates; performance has
+the evaluation cost apart from the application's."""
 
 from __future__ import annotations
 
@@ -45,6 +47,14 @@ def daily_layers(con: duckdb.DuckDBPyConnection) -> dict[str, pd.DataFrame]:
                AND outcome IN ('any_signal', 'no_citation', 'stale_source', 'low_rerank_score'))
         ON outcome USING any_value(ht_rate) GROUP BY day ORDER BY day""").df() \
         if has_table(con, "quality_estimates") else pd.DataFrame(columns=["day"])
+    judged = con.execute("""
+        PIVOT (SELECT day, metric || ' pass rate' AS series, pass_rate FROM online_quality
+               WHERE slice = 'all' AND estimator = 'random' AND pass_rate IS NOT NULL)
+        ON series USING any_value(pass_rate) GROUP BY day ORDER BY day""").df() \
+        if has_table(con, "online_quality") else pd.DataFrame(columns=["day"])
+    if has_table(con, "online_cost"):
+        cost = con.execute("SELECT day, eval_cost_per_request, eval_to_app_ratio FROM online_cost").df()
+        performance = performance.merge(cost, on="day", how="left")
     change = con.execute("""
         SELECT day, quantile_cont(top_rerank_score, 0.5) AS rerank_p50,
                quantile_cont(top_retrieval_score, 0.5) AS retrieval_p50 FROM trace_signals
@@ -53,7 +63,8 @@ def daily_layers(con: duckdb.DuckDBPyConnection) -> dict[str, pd.DataFrame]:
         mix = con.execute("SELECT day, js_divergence AS query_type_js FROM query_mix "
                           "WHERE dimension = 'query_type'").df()
         change = change.merge(mix, on="day", how="left")
-    return {"product": product, "quality": quality, "performance": performance, "change": change}
+    return {"product": product, "quality": quality, "judged": judged, "performance": performance,
+            "change": change}
 
 
 def dashboard_sections(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
@@ -65,6 +76,8 @@ def dashboard_sections(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
         "product": (["thumbs_down_rate", "answered_rate"], "Product: feedback and answered requests"),
         "quality": ([c for c in ("any_signal", "no_citation", "stale_source", "low_rerank_score")
                      if c in layers["quality"]], "Quality: unbiased daily failure rates (Horvitz-Thompson)"),
+        "judged": ([c for c in layers["judged"].columns if c != "day"],
+                   "Quality: judged pass rate per metric (random stream only)"),
         "performance": (["latency_p50_s", "latency_p95_s", "timeout_rate"], "Performance: latency and timeouts"),
         "change": ([c for c in ("rerank_p50", "retrieval_p50", "query_type_js") if c in layers["change"]],
                    "Change: retrieval scores and query mix"),
@@ -74,6 +87,7 @@ def dashboard_sections(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
         frame = layers[layer]
         if len(frame) and columns:
             chart = image(plots.time_series(frame, columns, title, markers), title)
-            sections.append((f"{layer.upper()} layer", chart + table(frame.round(4), 31)))
+            name = "QUALITY layer (judged)" if layer == "judged" else f"{layer.upper()} layer"
+            sections.append((name, chart + table(frame.round(4), 31)))
     sections.append(("Change markers", table(markers)))
     return sections
