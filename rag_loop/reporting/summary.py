@@ -37,6 +37,8 @@ def print_summary(path: str, next_steps: bool = False, where: Home | None = None
             queued, batch = con.execute("SELECT count(*), any_value(batch) FROM curation_queue").fetchall()[0]
             print(f"Intent clusters: {clusters} (+ {singletons} singletons); curation queue: "
                   f"{queued} representatives, batch {batch} ({where.curation_dir / 'queue' / f'{batch}.jsonl'})")
+        if "judgment_runs" in tables:
+            _print_online(con, tables)
         if "golden_releases" in tables:
             print("Golden releases:")
             print(con.sql("SELECT version, parent_version, goldens, added, removed, changed, "
@@ -91,6 +93,23 @@ def _print_quarantine_check(con: duckdb.DuckDBPyConnection) -> None:
     print(f"Check raw_traces_quarantine_rate: {verdict}: {figures['quarantined']} of {records} records "
           f"quarantined ({rate:.1%}; WARN above {QUARANTINE_WARN_RATE:.0%}, ERROR above "
           f"{QUARANTINE_ERROR_RATE:.0%})")
+
+
+def _print_online(con: duckdb.DuckDBPyConnection, tables: list[str]) -> None:
+    """The newest judging run, and judged quality per day where online_quality ran."""
+    run = con.execute("SELECT judge_id, judge_version, planned, judged, unjudgeable, errored, unfinished, "
+                      "over_error_budget FROM judgment_runs ORDER BY finished_at DESC LIMIT 1").fetchall()
+    if run:
+        judge, version, planned, judged, unjudgeable, errored, unfinished, over = run[0]
+        print(f"Online judge {judge} ({version}), newest run: {planned} planned, {judged} judged, "
+              f"{unjudgeable} unjudgeable, {errored} errored{' (over the error budget)' if over else ''}, "
+              f"{unfinished} left for the next run")
+    if "online_quality" in tables:
+        print("Judged pass rate per day, random stream only (n), the checks are in the UI: Assets > online:")
+        print(con.sql("""
+            PIVOT (SELECT day, metric, printf('%.2f (%d)', pass_rate, n) AS value FROM online_quality
+                   WHERE slice = 'all' AND estimator = 'random' AND pass_rate IS NOT NULL)
+            ON metric USING any_value(value) GROUP BY day ORDER BY day""").df().to_string(index=False))
 
 
 def _print_eval_runs(con: duckdb.DuckDBPyConnection, where: Home) -> None:
