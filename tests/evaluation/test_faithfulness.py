@@ -83,3 +83,27 @@ def test_numbers_are_normalised():
     assert texts("twenty-five and two hundred and five") == ["25", "205"]
     assert texts("nghỉ năm ngày") == ["5"] and texts("năm 2020") == ["2020"]
     assert Context(["It opened in Jun 2010."]).vocab == Context(["It opened in June 2010."]).vocab
+
+
+def test_an_agreement_is_not_a_claim_when_a_statement_carries_the_content():
+    question, fact = "When did the museum open?", "The city museum opened in 1998."
+    assert score(question, MUSEUM, fact) == 1.0
+    for remark in ("That is true.", "I agree.", "Yeah."):  # "true" is a cue, not the stem "tru"
+        assert score(question, MUSEUM, f"{remark} {fact}") == score(question, MUSEUM, fact)
+
+
+def test_a_question_in_the_answer_is_an_unsupported_claim():
+    question, fact = "When did the museum open?", "The city museum opened in 1998."
+    assert score(question, MUSEUM, f"{fact} Did you know it is open on Mondays?") == pytest.approx(0.5)
+    assert score(question, MUSEUM, "Did you know the city museum opened in 1998?") == 0.0
+
+
+def test_a_word_negated_in_one_clause_but_asserted_in_another_is_not_negated():
+    context = "Stane's scientists can not copy Stark's reactor, so Stane attacks Stark at his home."
+    assert score("Who does Stane attack?", context, "Stane attacks Stark.") == 1.0
+    assert score("Is anything in the box?", "There is nothing in the box.", "There is nothing in the box.") == 1.0
+
+
+def test_a_closing_question_about_nothing_in_the_context_is_not_a_claim():
+    question, fact = "When did the museum open?", "The city museum opened in 1998."
+    assert score(question, MUSEUM, f"{fact} Anything else I can help you with?") == 1.0

@@ -138,3 +138,56 @@ def test_a_run_killed_half_way_keeps_what_it_judged_and_the_rerun_judges_only_th
     assert rest.planned == 30 - kept and rest.judged == 30 - kept
     assert con.execute("SELECT count(*), count(DISTINCT (trace_id, metric)) FROM trace_judgments "
                        "").fetchall() == [(30, 30)]
+
+
+CHUNKS = st.lists(st.fixed_dictionaries({
+    "text": st.one_of(st.none(), st.just(""), st.text(min_size=1, max_size=30)),
+    "in_kb": st.booleans(), "selected": st.sampled_from([True, False, None])}), max_size=4)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(traces=st.lists(CHUNKS, min_size=1, max_size=5))
+def test_a_trace_is_unjudgeable_for_want_of_context_exactly_when_no_text_reached_the_llm(tmp_path_factory, traces):
+    """Chunks with and without text, in the knowledge base or not, selected or dropped by the
+    reranker: Faithfulness is judged iff some selected chunk has text, never scored otherwise."""
+    rows, expected = [], {}
+    for i, chunks in enumerate(traces):
+        spec = [{**CHUNK, "chunk_id": f"c{i}-{j}", "rank": j + 1, "selected": c["selected"],
+                 **({"text": c["text"]} if c["text"] is not None else {})} for j, c in enumerate(chunks)]
+        rows.append({"trace_id": f"t{i}", "original_query": f"q {i}", "answer": "15 days.", "chunks": spec})
+        reached = [c for c in chunks if c["selected"] is not False]
+        expected[f"t{i}"] = any(c["text"] or c["in_kb"] for c in reached)
+    con = build_world(tmp_path_factory.mktemp("w"), rows, knowledge=False)
+    for i, chunks in enumerate(traces):
+        for j, chunk in enumerate(chunks):
+            if chunk["in_kb"]:
+                con.execute("INSERT INTO document_chunks VALUES (?, 'leave', '2026', 'Kb text.')", [f"c{i}-{j}"])
+    judge_traces(con, ScriptedJudge(lambda n, c: 1.0), JudgingSettings([OnlineMetric("Faithfulness", 0.5)]))
+    status = dict(con.execute("SELECT trace_id, status FROM trace_judgments").fetchall())
+    assert status == {t: "judged" if judged else "unjudgeable" for t, judged in expected.items()}
+    assert con.execute("SELECT count(*) FROM trace_judgments WHERE status = 'unjudgeable' "
+                       "AND (score IS NOT NULL OR passed IS NOT NULL)").fetchall() == [(0,)]
+
+
+@settings(max_examples=20, deadline=None)
+@given(batches=st.lists(st.lists(st.tuples(st.integers(0, 5), st.sampled_from(["judged", "errored"]),
+                                           st.floats(0, 1)), max_size=8), min_size=1, max_size=4))
+def test_duplicate_judgements_are_stored_once_and_the_latest_stands(batches):
+    """The same trace × metric × version written again (in one batch or across runs) is one row."""
+    import duckdb
+
+    from rag_loop.online.judgments import store_judgments
+    from rag_loop.store.ddl import ONLINE_DDL
+    con = duckdb.connect()
+    con.execute(ONLINE_DDL)
+    last = {}
+    for batch in batches:
+        unique = {}
+        for trace, status, score in batch:
+            unique[trace] = {"trace_id": f"t{trace}", "metric": "Faithfulness", "judge_version": "v",
+                             "status": status, "score": score, "streams": ["random"]}
+        if unique:
+            store_judgments(con, list(unique.values()))
+            last.update({f"t{t}": row["status"] for t, row in unique.items()})
+    stored = dict(con.execute("SELECT trace_id, status FROM trace_judgments").fetchall())
+    assert stored == last

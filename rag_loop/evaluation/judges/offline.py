@@ -147,7 +147,8 @@ def relevance_grades(evidence: Evidence, texts: Sequence[str], query: str) -> li
 
 class OfflineFaithfulness(OfflineMetric):
     """Mean graded support of the answer's claims by the retrieval context (`support.py`):
-    a continuous score in [0, 1]; an answer with no claims scores 0."""
+    a continuous score in [0, 1]; a question in the answer counts as an unsupported claim, and
+    an answer with no claims scores 0."""
 
     name = "Faithfulness"
 

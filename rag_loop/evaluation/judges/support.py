@@ -5,7 +5,8 @@ A claim's support is a number in [0, 1], not a verdict, so that scores rank answ
 - Terms: text lower-cased, accents folded, "n't" spelled "not", numbers normalised (digits and
   number words alike: "five" = "5", "1,000" = "1.000" = "1 000" = "1000", "7th" = "7", English
   and a few Vietnamese number words), month names and their abbreviations merged ("Jun" =
-  "June"), and a light suffix stemmer ("rotated" = "rotate", "movies" = "movie").
+  "June"), and a light suffix stemmer ("rotated" = "rotate", "movies" = "movie") that leaves
+  the yes/no and negation cue words as they are ("true", "nothing", "none" stay cues).
 - Coverage: the weighted share of the claim's terms found in the context, half anywhere in it
   and half in its best-matching sentence (so that "Paris is the capital of Germany" is not
   supported by "Paris is the capital of France. Berlin is the capital of Germany."). Content
@@ -14,18 +15,27 @@ A claim's support is a number in [0, 1], not a verdict, so that scores rank answ
   third-person pronouns 0 ("it", "he": they refer to what the context is about).
 - Contradiction cues, multiplied in: a word negated in the claim ("not", "no", "never",
   "không", "chưa", up to 3 content words after the cue, within its clause) but asserted in the
-  best-matching context sentence, or the other way round, halves support; a number of the
-  claim that the context does not have halves it too ("12 days" is not "15 days").
-- Claims are the answer's statements that assert something: questions are dropped, and a bare
-  "yes"/"no" is dropped when other statements carry the content. A bare yes/no answer is
-  judged with the question: supported as far as the question's words are found in the context,
-  and its polarity ("no") must agree with the best-matching context sentence. A short answer
-  with content words ("Paris", "in 1998") is judged on its own words (QUESTION_WEIGHT = 0:
-  mixing in the question's words lowered ROC-AUC on the dev dialogues).
+  best-matching context sentence, or the other way round, halves support (a word asserted
+  elsewhere in the same text is not negated: "can not copy Stark's reactor, so Stane attacks
+  Stark" asserts Stark); a number of the claim that the context does not have halves it too
+  ("12 days" is not "15 days").
+- Claims are the answer's statements. A question about what the context is about (one of its
+  content words is in the context) asserts nothing the context can attribute: it counts as a
+  claim with support 0 (QUESTION_SUPPORT; "Did you know that ...?" included: on both BEGIN dev
+  sets no answer that asks a question is labelled fully attributable). A question about
+  nothing in the context ("Anything else I can help with?") is dropped: closing an answer
+  with it is not unfaithful.
+  A bare "yes"/"no" ("Yeah.", "That is true.", "I agree.") is dropped when other statements
+  carry the content. A bare yes/no answer is judged with the question: supported as far as
+  the question's words are found in the context, and its polarity ("no") must agree with the
+  best-matching context sentence. A short answer with content words ("Paris", "in 1998") is
+  judged on its own words (QUESTION_WEIGHT = 0: mixing in the question's words lowered
+  ROC-AUC on the dev dialogues).
 - An answer with no claims scores 0 (nothing faithful was said).
 
-The weights are round values fixed a priori, not fitted; on the dev set
-ROC-AUC moves by < 0.01 when any one of them is halved or doubled (python bench/judge.py).
+The weights are round values fixed a priori, not fitted; on both dev sets (BEGIN CMU-DoG and
+Topical-Chat) ROC-AUC moves by < 0.01 when any one of them is halved or doubled
+(python bench/judge.py).
 """
 
 from __future__ import annotations
@@ -42,7 +52,7 @@ W_FUNCTION, W_CONTENT, W_KEY = 0.25, 1.0, 2.0
 NEGATION_MISMATCH = 0.5  # factor when the claim and its best context sentence disagree on "not"
 MISSING_NUMBER = 0.5  # factor when a number of the claim is nowhere in the context
 QUESTION_WEIGHT = 0.0
-DROP_QUESTIONS = True
+QUESTION_SUPPORT = 0.0  # support of a question in the answer: it asserts nothing attributable
 SENTENCE_SHARE = 0.5  # weight of the coverage by the best-matching sentence alone
 SHORT_CLAIM = 4  # fewer content words than this: the question helps judge the claim
 
@@ -58,8 +68,10 @@ same only other one ones s t d ll re ve m la co duoc cho va voi cua toi ban minh
 _REFERRING = frozenset("it its he him his she her hers they them their theirs".split())
 _NEGATION = frozenset(["not", "no", "never", "none", "nothing", "nobody", "neither", "nor", "without",
                        "khong", "chua", "chang", "cannot"])
-_YES = frozenset(["yes", "yeah", "yep", "yup", "true", "correct", "right", "co", "dung", "vang", "u"])
+_YES = frozenset(["yes", "yeah", "yep", "yup", "true", "correct", "right", "agree", "sure", "exactly",
+                  "indeed", "co", "dung", "vang", "u"])
 _NO = frozenset(["no", "nope", "false", "incorrect", "khong", "chua", "sai"])
+_CUES = _NEGATION | _YES | _NO  # kept unstemmed
 
 _UNITS = {w: i for i, w in enumerate(
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
@@ -187,7 +199,7 @@ def terms(text: str) -> tuple[Term, ...]:
         if is_number:
             found.append(Term(word, W_KEY, True))
             continue
-        stemmed = stem(word)
+        stemmed = word if word in _CUES else stem(word)  # "none" is a cue, not the prefix "non"
         if word in _REFERRING:
             continue
         if word in _FUNCTION or len(word) < 2:
@@ -212,8 +224,11 @@ def negated(text: str) -> bool:
 @lru_cache(maxsize=65536)
 def negated_words(text: str) -> frozenset[str]:
     """Content words under a negation: up to NEGATION_SCOPE content words after "not", "no",
-    "never", "không"... in the same clause ("is not involved in hotels" -> involve, hotel)."""
+    "never", "không"... in the same clause ("is not involved in hotels" -> involve, hotel),
+    unless the text asserts them elsewhere ("can not copy Stark's reactor, so Stane attacks
+    Stark" does not negate Stark)."""
     found: set[str] = set()
+    asserted: set[str] = set()
     for clause in _CLAUSE.split(text):
         left = 0
         for term in terms(clause):
@@ -222,7 +237,9 @@ def negated_words(text: str) -> frozenset[str]:
             elif left and term.weight >= W_CONTENT:
                 found.add(term.text)
                 left -= 1
-    return frozenset(found)
+            else:
+                asserted.add(term.text)
+    return frozenset(found - asserted)
 
 
 def sentences(text: str) -> list[str]:
@@ -306,9 +323,17 @@ def is_question(claim: str) -> bool:
 
 
 def faithfulness(claims: Sequence[str], context: Context, question: str = "") -> list[tuple[str, float]]:
-    """(claim, support) for the claims that assert something: questions are dropped, and a bare
-    "yes"/"no" is judged with the question only when it is the whole answer."""
-    asserted = [c for c in claims if not (DROP_QUESTIONS and is_question(c))]
+    """(claim, support) for the answer's statements: a question gets QUESTION_SUPPORT (the
+    context cannot attribute it), and a bare "yes"/"no" is judged with the question only when
+    no other statement asserts something."""
+    asserted = [c for c in claims if not is_question(c)]
     substantive = [c for c in asserted if not is_bare_polarity(c)]
     kept = substantive if substantive else asserted
-    return [(c, support(c, context, question)) for c in kept]
+    return ([(c, support(c, context, question)) for c in kept]
+            + [(c, QUESTION_SUPPORT) for c in claims if is_question(c) and _about(c, context)])
+
+
+def _about(question: str, context: Context) -> bool:
+    """Does a question name what the context is about (a content word of it)? "Did you know
+    ESPN won an Emmy?" presents knowledge; "Anything else I can help with?" does not."""
+    return bool({t.text for t in terms(question) if t.weight >= W_CONTENT} & context.vocab)
