@@ -7,7 +7,8 @@ its scripted curator (the demo package is imported only when a demo command runs
 Each row shows the trace, its cluster and signals; the prompts come pre-filled with the
 suggestions and re-ask until the value is valid. Every answered row is appended at once to
 `<labels dir>/<curator>-<batch>.jsonl`, which the labels sensor picks up; rows already
-labeled in that directory are skipped, so a session can stop and resume.
+accepted or rejected in that directory are skipped, so a session can stop and resume, and
+rows put off for [l]ater come back, after the others. A reject asks for its reason.
 
 Nothing is read from the environment at import: each option names its variable (`envvar=`),
 which click reads when a command runs.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import textwrap
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -74,8 +76,9 @@ def label(queue_file: Path | None, curation_dir: Path, queue_dir: Path | None, l
     queue_file = queue_file or _newest_queue(queue_dir or curation_dir / "queue")
     labels_dir = labels_dir or curation_dir / "labels"
     rows = read_queue(queue_file)
-    done = _labeled_trace_ids(labels_dir)
-    todo = [r for r in rows if r["trace_id"] not in done][:limit]
+    done, later = _decided_trace_ids(labels_dir)
+    todo = ([r for r in rows if r["trace_id"] not in done | later]
+            + [r for r in rows if r["trace_id"] in later - done])[:limit]  # "later" comes back, last
     known = _known_sources(db)
     batch = rows[0].get("batch", queue_file.stem) if rows else queue_file.stem
     out = labels_dir / f"{curator}-{batch}.jsonl"
@@ -102,11 +105,14 @@ def _newest_queue(directory: Path) -> Path:
     return files[-1]
 
 
-def _labeled_trace_ids(directory: Path) -> set[str]:
-    done = set()
+def _decided_trace_ids(directory: Path) -> tuple[set[str], set[str]]:
+    """(accepted or rejected, put off for later) trace ids, by each trace's newest label."""
+    newest: dict[str, str] = {}
     for path in label_files(directory):
-        done.update(str(r.get("trace_id")) for r in read_queue(path))
-    return done
+        for row in read_queue(path):
+            newest[str(row.get("trace_id"))] = str(row.get("decision") or "").strip().lower()
+    done = {t for t, d in newest.items() if d in ("accept", "reject")}
+    return done, {t for t, d in newest.items() if d in ("later", "skip")}
 
 
 def _known_sources(db: str) -> KnownSources | None:
@@ -127,9 +133,16 @@ def _show(row: dict) -> None:
     click.echo(f"{row.get('priority')} · cluster {row.get('cluster_id')} \"{row.get('cluster_label')}\" "
                f"({row.get('cluster_size')} queries, weight {row.get('cluster_weight')})")
     click.echo(f"Query:   {row.get('input')}")
-    click.echo(f"Answer:  {row.get('actual_output')}")
+    answer = row.get("actual_output")
+    click.echo(f"Answer:  {answer}" if answer else "Answer:  (none: the request failed or timed out; "
+               f"signals: {', '.join(row.get('signals') or []) or 'none'})")
     for chunk in row.get("retrieval_context") or []:
-        click.echo(f"Context: [{chunk.get('chunk_id')}] {str(chunk.get('text'))[:160]}")
+        text = chunk.get("text")
+        shown = textwrap.shorten(str(text), 300, placeholder=" …") if text else "(no text: not in the knowledge base)"
+        click.echo(f"Context: [{chunk.get('chunk_id')}] {shown}")
+    for metric, verdict in (row.get("judge_scores") or {}).items():
+        click.echo(f"Judge:   {metric} {verdict.get('score')} ({'pass' if verdict.get('passed') else 'fail'}): "
+                   f"{textwrap.shorten(str(verdict.get('reason') or ''), 160, placeholder=' …')}")
     feedback = f" (feedback: {row['feedback_category']})" if row.get("feedback_category") else ""
     click.echo(f"Signals: {', '.join(row.get('signals') or []) or 'none'}{feedback}")
     click.echo(f"Suggested: failure_type={row.get('suggested_failure_type')} "
@@ -137,12 +150,14 @@ def _show(row: dict) -> None:
 
 
 def _ask(row: dict, known: KnownSources | None) -> dict | None:
-    choice = click.prompt("Decision [a]ccept [r]eject [s]kip [q]uit",
-                          type=click.Choice(["a", "r", "s", "q"]), show_choices=False)
+    choice = click.prompt("Decision [a]ccept [r]eject [l]ater [q]uit",
+                          type=click.Choice(["a", "r", "l", "q"]), show_choices=False)
     if choice == "q":
         return None
-    decision = {"a": "accept", "r": "reject", "s": "skip"}[choice]
+    decision = {"a": "accept", "r": "reject", "l": "later"}[choice]
     assert decision in DECISIONS
+    if decision == "reject":
+        return {"decision": decision, "reject_reason": click.prompt("Why reject it", value_proc=_required)}
     if decision != "accept":
         return {"decision": decision}
     sources = [c.get("chunk_id") for c in row.get("retrieval_context") or [] if c.get("chunk_id")]

@@ -17,7 +17,8 @@ from pydantic_core import PydanticCustomError
 
 from rag_loop.schema import FailureType, Origin
 
-Decision = Literal["accept", "reject", "skip"]
+Decision = Literal["accept", "reject", "later"]
+DECISION_ALIASES = {"skip": "later"}  # the terminal labeller's old word: a later is a skip that comes back
 
 
 DECISIONS: tuple[str, ...] = get_args(Decision)
@@ -119,6 +120,11 @@ def _timestamp(value: Any) -> datetime | None:
     return parsed
 
 
+def _decision(value: Any) -> str:
+    text = _text(value).lower()
+    return DECISION_ALIASES.get(text, text)
+
+
 def _one_of(value: str, choices: tuple[str, ...]) -> str:
     """`value` if it is one of `choices` (StrEnum members are their values), else today's error."""
     return value if value in choices else _fail(f"{value!r} is not one of {', '.join(choices)}")
@@ -164,10 +170,11 @@ class LabelRow(BaseModel):
     suggested_failure_type: Text = ""
     judge_score: Number = None
     trace_id: Annotated[Text, KnownTrace] = ""
-    decision: Annotated[Decision, BeforeValidator(lambda value: _one_of(_text(value).lower(), DECISIONS))] = Field("")
+    decision: Annotated[Decision, BeforeValidator(lambda value: _one_of(_decision(value), DECISIONS))] = Field("")
+    reject_reason: Text = ""
     expected_output: Annotated[Text, _if_accepted(lambda text, _: text or _fail("required to accept"))] = ""
-    origin: Annotated[Text, _if_accepted(lambda text, _: _one_of(text, ORIGINS))] = ""
-    failure_type: Annotated[Text, _if_accepted(lambda text, _: _one_of(text, FAILURE_TYPES))] = ""
+    origin: Annotated[Text, _if_accepted(lambda text, _: _one_of(text.lower(), ORIGINS))] = ""
+    failure_type: Annotated[Text, _if_accepted(lambda text, _: _one_of(text.lower(), FAILURE_TYPES))] = ""
     expected_sources: Annotated[list[Annotated[str, _if_accepted(_known_source)]], BeforeValidator(_string_list)] = []
     tags: Annotated[list[Annotated[str, ShortTag]], BeforeValidator(_string_list)] = []
     source_trace_ids: Annotated[list[str], BeforeValidator(_string_list), AfterValidator(  # else the row's own trace

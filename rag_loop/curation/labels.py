@@ -140,7 +140,7 @@ LABEL_COLUMNS = pa.schema([  # curated_labels but stored_at (now())
     ("failure_type", _TEXT), ("curator", _TEXT), ("labeled_at", pa.timestamp("us", tz="UTC")),
     ("cluster_id", _TEXT), ("cluster_weight", pa.float64()), ("priority", _TEXT),
     ("source_trace_ids", _TEXTS), ("warnings", _TEXTS), ("source_file", _TEXT), ("line_no", pa.int64()),
-    ("suggested_failure_type", _TEXT), ("judge_score", pa.float64())])
+    ("suggested_failure_type", _TEXT), ("judge_score", pa.float64()), ("reject_reason", _TEXT)])
 ERROR_COLUMNS = pa.schema([("file", _TEXT), ("line", pa.int64()), ("trace_id", _TEXT), ("errors", _TEXTS),
                            ("raw", _TEXT)])
 
@@ -194,7 +194,8 @@ def _label_values(checked: CheckedLabel, source_file: str, line_no: int,
             "cluster_id": v.get("cluster_id") or None, "cluster_weight": v["cluster_weight"],
             "priority": v.get("priority") or None, "source_trace_ids": v["source_trace_ids"],
             "warnings": checked.warnings, "source_file": source_file, "line_no": line_no,
-            "suggested_failure_type": v["suggested_failure_type"] or None, "judge_score": v["judge_score"]}
+            "suggested_failure_type": v["suggested_failure_type"] or None, "judge_score": v["judge_score"],
+            "reject_reason": v["reject_reason"] or None}
 
 
 def label_summary(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
@@ -202,7 +203,7 @@ def label_summary(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     row = con.execute("""
         SELECT (SELECT count(*) FROM curated_labels), (SELECT count(*) FROM label_errors),
                count(*) FILTER (decision = 'accept'), count(*) FILTER (decision = 'reject'),
-               count(*) FILTER (decision = 'skip') FROM current_labels""").fetchall()[0]
+               count(*) FILTER (decision = 'later') FROM current_labels""").fetchall()[0]
     return dict(zip(("labels", "rejected_rows", "current_accept", "current_reject",
-                     "current_skip"), row, strict=True))
+                     "current_later"), row, strict=True))
 

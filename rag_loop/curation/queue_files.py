@@ -38,7 +38,8 @@ def batch_name(queue: pd.DataFrame, last_day: str) -> str:
 def export_queue(rows: list[dict], directory: Path, batch: str) -> tuple[Path, Path]:
     """Write `<batch>.jsonl` and `<batch>.csv` atomically (temp file, then rename). In the CSV,
     lists are JSON text and text that a spreadsheet would run as a formula starts with an
-    apostrophe; every cell with a delimiter, quote or line break (a lone CR too) is quoted."""
+    apostrophe; every cell with a delimiter, quote or line break (a lone CR too) is quoted; the
+    file starts with a UTF-8 byte order mark, so that Excel shows Vietnamese as written."""
     directory.mkdir(parents=True, exist_ok=True)
     jsonl = "".join(json.dumps(row, ensure_ascii=False, default=str) + "\n" for row in rows)
     columns = list(dict.fromkeys(key for row in rows for key in row))
@@ -48,7 +49,7 @@ def export_queue(rows: list[dict], directory: Path, batch: str) -> tuple[Path, P
     writer.writerows({key: _inert(_cell(row.get(key))) for key in columns} for row in rows)
     paths = directory / f"{batch}.jsonl", directory / f"{batch}.csv"
     write_atomically(paths[0], jsonl)
-    write_atomically(paths[1], buffer.getvalue())
+    write_atomically(paths[1], "\ufeff" + buffer.getvalue())  # a BOM: Excel then reads UTF-8
     return paths
 
 

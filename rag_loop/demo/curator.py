@@ -78,14 +78,16 @@ def curate(queue_file: Path, labels_dir: Path, round_number: int,
     labeled_at = LABELED_AT[round_number]
     labels = [label_row(r, intents, labeled_at) for r in rows[start:end]]
     for row in labels[::9]:  # a curator rejects a few: not worth a regression test
-        row.update(decision="reject", expected_output="", expected_sources=[], tags=[])
+        row.update(decision="reject", expected_output="", expected_sources=[], tags=[],
+                   reject_reason="not worth a regression test")
     if round_number == 2:
         first = [label_row(r, intents, labeled_at) for r in rows[:ROUNDS[1][1]]]
         accepted = [r for i, r in enumerate(first) if i % 9]
         for row in accepted[:2]:  # relabel: sharper expected output and tags
             row.update(expected_output=row["expected_output"] + " (see the HR portal)",
                        tags=[*row["tags"], "relabeled"])
-        accepted[2].update(decision="reject", expected_output="", expected_sources=[], tags=[])
+        accepted[2].update(decision="reject", expected_output="", expected_sources=[], tags=[],
+                           reject_reason="withdrawn: the question is out of scope")
         labels += accepted[:3]
     labels_dir.mkdir(parents=True, exist_ok=True)
     write_atomically(out, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in labels))  # whole or not

@@ -94,10 +94,13 @@ CREATE TABLE IF NOT EXISTS curated_labels (
     origin VARCHAR, failure_type VARCHAR, curator VARCHAR, labeled_at TIMESTAMPTZ NOT NULL,
     cluster_id VARCHAR, cluster_weight DOUBLE, priority VARCHAR, source_trace_ids VARCHAR[],
     warnings VARCHAR[], source_file VARCHAR, line_no BIGINT, stored_at TIMESTAMPTZ,
-    suggested_failure_type VARCHAR, judge_score DOUBLE);
--- what the curator was shown, for curator-versus-suggestion and -judge agreement
+    suggested_failure_type VARCHAR, judge_score DOUBLE, reject_reason VARCHAR);
+-- what the curator was shown, for curator-versus-suggestion and -judge agreement; why a reject
 ALTER TABLE curated_labels ADD COLUMN IF NOT EXISTS suggested_failure_type VARCHAR;
 ALTER TABLE curated_labels ADD COLUMN IF NOT EXISTS judge_score DOUBLE;
+ALTER TABLE curated_labels ADD COLUMN IF NOT EXISTS reject_reason VARCHAR;
+-- "skip" was the terminal labeller's word for "later"
+UPDATE curated_labels SET decision = 'later' WHERE decision = 'skip';
 CREATE TABLE IF NOT EXISTS label_errors (
     source_file VARCHAR, line_no BIGINT, trace_id VARCHAR, errors VARCHAR[], raw VARCHAR,
     found_at TIMESTAMPTZ);

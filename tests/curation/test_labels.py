@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from rag_loop.cli import main as cli
 from rag_loop.curation.label_rules import check_label
 from rag_loop.curation.labels import store_label_files
-from rag_loop.curation.queue_files import export_queue
+from rag_loop.curation.queue_files import export_queue, read_queue
 from tests.helpers import GOOD, KNOWN, write_labels
 
 
@@ -83,7 +83,7 @@ def test_labeling_command_walks_the_queue_through_its_prompts(db, tmp_path):
     queue_file, _ = export_queue(queue, tmp_path / "queue", "b1")
     answers = "\n".join([
         "a", "", "15 days.", "leave@1999", "", "leave, annual", "", "",  # empty output re-asked, bad source re-asked
-        "r",
+        "r", "", "the same question as t1",  # a reject asks its reason, and re-asks an empty one
         "q"]) + "\n"
     result = CliRunner().invoke(cli, ["label", "--queue", str(queue_file), "--labels-dir",
                                       str(tmp_path / "labels"), "--curator", "ana",
@@ -92,14 +92,36 @@ def test_labeling_command_walks_the_queue_through_its_prompts(db, tmp_path):
     assert result.output.count("Expected output:") == 2 and "leave has no version '1999'" in result.output
     rows = [json.loads(line) for line in (tmp_path / "labels" / "ana-b1.jsonl").read_text().splitlines()]
     assert [(r["trace_id"], r["decision"]) for r in rows] == [("t1", "accept"), ("t2", "reject")]
+    assert rows[1]["reject_reason"] == "the same question as t1"
     assert rows[0]["expected_sources"] == ["leave@2026#annual-en"]  # the pre-filled suggestion
     assert rows[0]["tags"] == ["leave", "annual"] and rows[0]["failure_type"] == "generation"
     again = CliRunner().invoke(cli, ["label", "--queue", str(queue_file), "--labels-dir",
                                      str(tmp_path / "labels"), "--curator", "ana",
-                                     "--db", str(tmp_path / "db.duckdb")], input="s\n")
-    assert "2 already labeled" in again.output
+                                     "--db", str(tmp_path / "db.duckdb")], input="l\n")
+    assert "2 already labeled" in again.output and "Query:   q t3" in again.output
+    later = CliRunner().invoke(cli, ["label", "--queue", str(queue_file), "--labels-dir",
+                                     str(tmp_path / "labels"), "--curator", "ana",
+                                     "--db", str(tmp_path / "db.duckdb")], input="q\n")
+    assert "Query:   q t3" in later.output  # "later" comes back in the next session
     con = duckdb.connect(str(tmp_path / "db.duckdb"))
     assert store_label_files(con, tmp_path / "labels").stored == 3
+    assert con.execute("SELECT trace_id, decision, reject_reason FROM current_labels ORDER BY 1").fetchall() == [
+        ("t1", "accept", None), ("t2", "reject", "the same question as t1"), ("t3", "later", None)]
+
+
+def test_enums_are_read_whatever_their_case_and_skip_is_the_old_word_for_later():
+    checked = check_label({**GOOD, "origin": "Production_Failure", "failure_type": "GENERATION",
+                           "decision": "Accept"}, KNOWN, {"t1"})
+    assert not checked.errors and (checked.values["origin"], checked.values["failure_type"]) == (
+        "production_failure", "generation")
+    assert check_label({"trace_id": "t1", "decision": "skip"}, KNOWN, {"t1"}).values["decision"] == "later"
+
+
+def test_the_csv_export_opens_in_a_spreadsheet_with_vietnamese_intact(tmp_path):
+    _, csv_file = export_queue([{**GOOD, "input": "Nhân viên được nghỉ phép bao nhiêu ngày?"}], tmp_path, "b")
+    raw = csv_file.read_bytes()
+    assert raw.startswith(b"\xef\xbb\xbf") and "nghỉ phép".encode() in raw  # UTF-8 with a BOM
+    assert read_queue(csv_file)[0]["input"] == "Nhân viên được nghỉ phép bao nhiêu ngày?"
 
 
 @pytest.mark.parametrize("text", ["now", "today", "Nov 5 2026", "5/11/2026", "2026/11/05", "yesterday"])
