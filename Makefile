@@ -13,7 +13,6 @@ export DEEPEVAL_DISABLE_DOTENV := 1
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-DRIFT_ASSETS := 'group:drift or key:online_quality or key:online_cost'
 # the demo: its own home, its inputs and drift days, whatever your environment says
 DEMO_ENV := RAG_LOOP_HOME="$(DEMO_HOME)" DAGSTER_HOME="$(DEMO_HOME)/dagster" \
 	RAG_LOOP_DB="$(DEMO_HOME)/rag_loop.duckdb" RAG_LOOP_CURATION_DIR="$(DEMO_HOME)/curation" \
@@ -36,16 +35,15 @@ $(STAMP): pyproject.toml constraints.txt
 
 demo: install
 	$(DEMO_ENV) sh -c '$(INSTANCE)'
-	$(DEMO_ENV) $(BIN)/dagster job execute -f definitions.py -j rag_loop_job -c data/demo/loop.yaml
-	$(DEMO_ENV) $(BIN)/dagster asset materialize -f definitions.py --select $(DRIFT_ASSETS) \
-		--partition-range 2026-11-01...2026-11-14
+	$(DEMO_ENV) $(BIN)/rag-loop run rag_loop_job -c data/demo/loop.yaml
+	$(DEMO_ENV) $(BIN)/rag-loop run drift_job --partition-range 2026-11-01...2026-11-14
 	$(DEMO_ENV) $(BIN)/rag-loop demo curate --round 1
-	$(DEMO_ENV) $(BIN)/dagster job execute -f definitions.py -j release_goldens -c data/demo/release/round-1.yaml
+	$(DEMO_ENV) $(BIN)/rag-loop run release_goldens -c data/demo/release/round-1.yaml
 	$(DEMO_ENV) $(BIN)/rag-loop demo curate --round 2
-	$(DEMO_ENV) $(BIN)/dagster job execute -f definitions.py -j release_goldens -c data/demo/release/round-2.yaml
-	$(DEMO_ENV) $(BIN)/dagster job execute -f definitions.py -j regression_eval_job -c data/demo/eval/baseline.yaml
+	$(DEMO_ENV) $(BIN)/rag-loop run release_goldens -c data/demo/release/round-2.yaml
+	$(DEMO_ENV) $(BIN)/rag-loop run regression_eval_job -c data/demo/eval/baseline.yaml
 	@echo "Evaluating the candidate deployment: its hard gate is expected to block it (exit code ignored)."
-	-$(DEMO_ENV) $(BIN)/dagster job execute -f definitions.py -j regression_eval_job -c data/demo/eval/candidate.yaml \
+	-$(DEMO_ENV) $(BIN)/rag-loop run regression_eval_job -c data/demo/eval/candidate.yaml \
 		> $(DEMO_HOME)/candidate-eval.log 2>&1
 	$(DEMO_ENV) $(BIN)/rag-loop summary
 	@echo "Open the UI with: make ui  (then http://127.0.0.1:3000)"
@@ -57,20 +55,20 @@ run: install
 		"(RAG_LOOP_HOME, default $(CURDIR)/.rag-loop, holds what the run writes; RAG_LOOP_KB_DIR is optional)"; exit 2; }
 	@case "$$RAG_LOOP_HOME" in "$(DEMO_HOME)"*) echo "make run: RAG_LOOP_HOME is the demo's; choose another"; exit 2;; esac
 	@$(INSTANCE)
-	RAG_LOOP_KB_DIR="$${RAG_LOOP_KB_DIR-}" $(BIN)/dagster job execute -f definitions.py -j rag_loop_job
+	RAG_LOOP_KB_DIR="$${RAG_LOOP_KB_DIR-}" $(BIN)/rag-loop run rag_loop_job
 	$(BIN)/rag-loop summary --next-steps
 
 # release the labelled goldens of RAG_LOOP_HOME (RELEASE_CONFIG: a run config with notes, released_by)
 release: install
 	@$(INSTANCE)
-	$(BIN)/dagster job execute -f definitions.py -j release_goldens $(if $(RELEASE_CONFIG),-c $(RELEASE_CONFIG))
+	$(BIN)/rag-loop run release_goldens $(if $(RELEASE_CONFIG),-c $(RELEASE_CONFIG))
 	$(BIN)/rag-loop summary
 
 # evaluate RAG_LOOP_RAG_APP_URL (or the rag_app of EVAL_CONFIG) on the newest release of RAG_LOOP_HOME
 evaluate: install
 	@$(INSTANCE)
 	@# a blocked run fails the job: the summary says why, and make's exit status stays the job's
-	$(BIN)/dagster job execute -f definitions.py -j regression_eval_job $(if $(EVAL_CONFIG),-c $(EVAL_CONFIG)); \
+	$(BIN)/rag-loop run regression_eval_job $(if $(EVAL_CONFIG),-c $(EVAL_CONFIG)); \
 		status=$$?; $(BIN)/rag-loop summary; exit $$status
 
 test: install

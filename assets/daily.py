@@ -2,6 +2,7 @@
 check result per check over the days of a partition range."""
 
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from datetime import date, datetime
 
@@ -12,6 +13,7 @@ from dagster import (
     AssetCheckSpec,
     AssetExecutionContext,
     BackfillPolicy,
+    BetaWarning,
     DailyPartitionsDefinition,
     MaterializeResult,
     MetadataValue,
@@ -20,6 +22,9 @@ from dagster import (
 from rag_loop.drift.checks import Verdict
 from rag_loop.reporting import plots
 from rag_loop.reporting.dashboard import change_markers
+
+# a range of days as one run has no stable API in Dagster 1.13 but this beta parameter
+warnings.filterwarnings("ignore", message="Parameter `backfill_policy`", category=BetaWarning)
 
 # partitions are part of the definitions, so the first day is read when the code location
 # loads: set RAG_LOOP_DRIFT_START to the first day of your traffic (`make demo`: 2026-11-01)

@@ -42,7 +42,7 @@ def test_make_run_refuses_the_demos_home_and_the_demo_keeps_to_its_own():
     assert refused.returncode == 2 and "the demo's" in refused.stdout + refused.stderr
     demo = subprocess.run(["make", "-n", "demo"], cwd=PROJECT, capture_output=True, text=True, timeout=60,
                           env={**env, "RAG_LOOP_HOME": "/my/home", "RAG_LOOP_DB": "/my/db.duckdb"}).stdout
-    runs = [line for line in demo.splitlines() if "dagster job execute" in line or "rag-loop demo" in line]
+    runs = [line for line in demo.splitlines() if "rag-loop run" in line or "rag-loop demo" in line]
     assert runs and all(f'RAG_LOOP_HOME="{PROJECT}/.demo"' in line and "/my/" not in line for line in runs)
 
 
@@ -58,4 +58,5 @@ def test_the_summary_shows_a_failed_check_and_next_steps_that_work_when_pasted(t
     assert printed.exit_code == 0, printed.output
     assert "Check raw_traces_quarantine_rate: ERROR: 1 of 3 records quarantined (33.3%" in printed.output
     assert f"RAG_LOOP_HOME={tmp_path / 'own'} .venv/bin/rag-loop label" in printed.output
-    assert f"RAG_LOOP_HOME={tmp_path / 'own'} make release" in printed.output
+    assert f"RAG_LOOP_HOME={tmp_path / 'own'} .venv/bin/rag-loop release --notes" in printed.output
+    assert ".venv/bin/rag-loop eval --release latest" in printed.output

@@ -78,9 +78,9 @@ Next steps (everything below stays in this deployment's home, {home}):
        RAG_LOOP_HOME={home} .venv/bin/rag-loop label
      or fill the export in {queue} (CSV or JSONL) and save it in {labels}
   2. Release the labelled goldens (immutable, hashed vNNNN in {goldens}):
-       RAG_LOOP_HOME={home} make release
+       RAG_LOOP_HOME={home} .venv/bin/rag-loop release --notes "first release" --by "$USER"
   3. Evaluate your RAG service on the release (see README "Your own RAG service"):
-       RAG_LOOP_HOME={home} RAG_LOOP_RAG_APP_URL=http://127.0.0.1:8000/answer make evaluate
+       RAG_LOOP_HOME={home} RAG_LOOP_RAG_APP_URL=http://127.0.0.1:8000/answer .venv/bin/rag-loop eval --release latest
 """
 
 

@@ -1,0 +1,124 @@
+"""The `rag-loop` command: the library's commands (rag_loop.cli, free of Dagster) and the ones
+that run the project's Dagster jobs, so that nobody writes run-config YAML by hand:
+
+    rag-loop release --notes "June refresh" --by ana@example.com
+    rag-loop eval --release latest            # or v0002; -c FILE for the rest of the config
+    rag-loop run drift_job --partition-range 2026-11-01...2026-11-14
+
+A run goes through the job of `definitions.py` in this process and is recorded in the Dagster
+instance of the deployment's home (DAGSTER_HOME, default `$RAG_LOOP_HOME/dagster`, set up from
+deploy/dagster.yaml the first time), so it shows in the UI beside the runs the UI launched.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from rag_loop.cli import main
+from rag_loop.home import home
+
+INSTANCE_SETTINGS = Path(__file__).resolve().parent / "deploy" / "dagster.yaml"
+
+
+def instance_home() -> Path:
+    """DAGSTER_HOME, else the home's `dagster/` folder, with the project's instance settings."""
+    folder = Path(os.environ.get("DAGSTER_HOME") or home().dagster_home)
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / "dagster.yaml").exists() and INSTANCE_SETTINGS.exists():
+        shutil.copy(INSTANCE_SETTINGS, folder / "dagster.yaml")
+    os.environ["DAGSTER_HOME"] = str(folder)
+    return folder
+
+
+def run_job(name: str, run_config: Mapping[str, Any] | None = None, partition_range: str | None = None) -> bool:
+    """Execute job `name` of the project's definitions; True when the run succeeded."""
+    import warnings
+
+    from dagster import DagsterInstance
+    from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+
+    from definitions import defs
+    job = defs.resolve_job_def(name)
+    tags = {}
+    if partition_range:
+        first, _, last = partition_range.partition("...")
+        if not first or not last:
+            raise click.BadParameter(f"{partition_range!r}: expected FIRST...LAST", param_hint="--partition-range")
+        tags = {ASSET_PARTITION_RANGE_START_TAG: first, ASSET_PARTITION_RANGE_END_TAG: last}
+    instance_home()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        instance = DagsterInstance.get()
+    with instance:
+        result = job.execute_in_process(run_config=dict(run_config or {}), instance=instance, tags=tags,
+                                        raise_on_error=False)
+    click.echo(f"{name}: {'SUCCESS' if result.success else 'FAILURE'} (run {result.run_id})")
+    return result.success
+
+
+def _config(path: Path | None) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text()) or {} if path else {}
+
+
+def _merged(base: dict[str, Any], ops: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """`base` run config with `ops.<op>.config` values set on top."""
+    merged = dict(base)
+    merged_ops = dict(merged.get("ops") or {})
+    for op, values in ops.items():
+        entry = dict(merged_ops.get(op) or {})
+        entry["config"] = {**(entry.get("config") or {}), **values}
+        merged_ops[op] = entry
+    merged["ops"] = merged_ops
+    return merged
+
+
+_CONFIG = click.option("-c", "--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                       help="A run config (YAML); the options below are set on top of it.")
+
+
+@main.command("run")
+@click.argument("job")
+@_CONFIG
+@click.option("--partition-range", help="FIRST...LAST days of a daily job, as one run.")
+def run_command(job: str, config_file: Path | None, partition_range: str | None) -> None:
+    """Run a job of the project (rag_loop_job, ingest_job, label_job, release_goldens,
+    regression_eval_job, drift_job)."""
+    sys.exit(0 if run_job(job, _config(config_file), partition_range) else 1)
+
+
+@main.command("release")
+@click.option("--notes", required=True, help="What changed and why: kept in the release's manifest.")
+@click.option("--by", "released_by", required=True, help="Who releases (kept in the manifest).")
+@click.option("--settle-seconds", type=float, default=None,
+              help="Label files younger than this wait for the next run (default: the asset's).")
+@_CONFIG
+def release_command(notes: str, released_by: str, settle_seconds: float | None, config_file: Path | None) -> None:
+    """Store new label files and make the next golden release (the release_goldens job)."""
+    ops: dict[str, dict[str, Any]] = {"golden_release": {"notes": notes, "released_by": released_by}}
+    if settle_seconds is not None:
+        ops["curated_labels"] = {"settle_seconds": settle_seconds}
+    sys.exit(0 if run_job("release_goldens", _merged(_config(config_file), ops)) else 1)
+
+
+@main.command("eval")
+@click.option("--release", default="latest", show_default=True, help='A release version (v0002) or "latest".')
+@click.option("--mode", type=click.Choice(["live", "replay"]), default=None,
+              help="live: ask the rag_app; replay: score what production answered (default: the config's).")
+@_CONFIG
+def eval_command(release: str, mode: str | None, config_file: Path | None) -> None:
+    """Evaluate a golden release on the rag_app with the judge (the regression_eval_job job); a
+    blocking gate that fails makes the exit status 1."""
+    values: dict[str, Any] = {"release": release, **({"mode": mode} if mode else {})}
+    sys.exit(0 if run_job("regression_eval_job", _merged(_config(config_file), {"regression_eval": values})) else 1)
+
+
+if __name__ == "__main__":
+    main()
