@@ -22,7 +22,7 @@ DEMO_ENV := RAG_LOOP_HOME="$(DEMO_HOME)" DAGSTER_HOME="$(DEMO_HOME)/dagster" \
 # a Dagster instance in a home: deploy/dagster.yaml copied there once (yours may then differ)
 INSTANCE = mkdir -p "$$DAGSTER_HOME" && { test -f "$$DAGSTER_HOME/dagster.yaml" || cp deploy/dagster.yaml "$$DAGSTER_HOME/"; }
 
-.PHONY: install demo run release evaluate test ui demo-data bench clean
+.PHONY: install demo run release evaluate curate test ui demo-data bench clean
 
 install: $(STAMP)
 
@@ -70,6 +70,10 @@ evaluate: install
 	@# a blocked run fails the job: the summary says why, and make's exit status stays the job's
 	$(BIN)/rag-loop run regression_eval_job $(if $(EVAL_CONFIG),-c $(EVAL_CONFIG)); \
 		status=$$?; $(BIN)/rag-loop summary; exit $$status
+
+# the curator workspace on http://127.0.0.1:8765 over RAG_LOOP_HOME's queue (the demo's: make curate DEMO=1)
+curate: install
+	$(if $(DEMO),$(DEMO_ENV)) $(BIN)/rag-loop serve
 
 test: install
 	$(BIN)/ruff check .

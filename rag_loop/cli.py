@@ -1,6 +1,7 @@
 """`rag-loop label`: walk the curation queue in the terminal, row by row, no spreadsheet.
 `rag-loop calibrate FILE`: check a judge against human faithfulness labels.
 `rag-loop summary`: print what the pipeline stored.
+`rag-loop serve`: the curator workspace in the browser (rag_loop.workspace).
 `rag-loop demo generate` / `rag-loop demo curate --round 1|2`: the embedded demo's data and
 its scripted curator (the demo package is imported only when a demo command runs).
 
@@ -250,6 +251,31 @@ def summary(db: str, next_steps: bool) -> None:
     """Print what the pipeline stored: tables, selection, clusters, releases, evals, drift."""
     from rag_loop.reporting.summary import print_summary
     print_summary(db, next_steps)
+
+
+@main.command()
+@click.option("--curation-dir", type=click.Path(file_okay=False, path_type=Path), envvar="RAG_LOOP_CURATION_DIR",
+              show_envvar=True, default=lambda: home().curation_dir, show_default="curation/ in $RAG_LOOP_HOME",
+              help="The curation folder: the queue export it shows, the labels folder it writes.")
+@click.option("--reports-dir", type=click.Path(file_okay=False, path_type=Path), envvar="RAG_LOOP_REPORTS_DIR",
+              show_envvar=True, default=lambda: home().reports_dir, show_default="reports/ in $RAG_LOOP_HOME",
+              help="HTML reports of releases and evals, served at /reports/.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Anything but loopback needs --token.")
+@click.option("--port", type=int, default=8765, show_default=True)
+@click.option("--token", envvar="RAG_LOOP_WORKSPACE_TOKEN", show_envvar=True, default=None,
+              help="Every request must carry it (open the printed link once per browser).")
+def serve(curation_dir: Path, reports_dir: Path, host: str, port: int, token: str | None) -> None:
+    """The curator workspace in the browser: the queue, a trace and its label, the sources."""
+    import uvicorn
+
+    from rag_loop.workspace.app import create_app
+    from rag_loop.workspace.security import is_loopback
+    from rag_loop.workspace.store import Workspace
+    if not is_loopback(host) and not token:
+        raise click.UsageError(f"--host {host} is not loopback: set --token (or RAG_LOOP_WORKSPACE_TOKEN)")
+    link = f"http://{host}:{port}/" + (f"?token={token}" if token else "")
+    click.echo(f"rag-loop workspace on {link} (queue exports in {curation_dir / 'queue'})")
+    uvicorn.run(create_app(Workspace(curation_dir, reports_dir), token), host=host, port=port, log_level="warning")
 
 
 @main.group()

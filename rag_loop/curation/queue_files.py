@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from rag_loop.store.files import write_atomically
 
@@ -33,6 +35,33 @@ def batch_name(queue: pd.DataFrame, last_day: str) -> str:
     """`<last traffic day>-<hash of the queued trace ids>`: a rerun on the same data reuses it."""
     digest = hashlib.sha256("\n".join(queue["trace_id"]).encode()).hexdigest()[:8]
     return f"{last_day.replace('-', '')}-{digest}"
+
+
+def export_for_workspace(rows: list[dict], details: dict[str, dict], directory: Path, batch: str) -> Path:
+    """`<batch>.parquet`: the queue rows and, per trace, what the curator workspace shows beyond
+    them (every retrieved chunk with scores, the rewritten query, the status); nested values
+    as JSON text. The workspace reads this file, never the database a run may be writing."""
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    table = {key: [_json_cell(row.get(key)) for row in rows] for key in columns}
+    table["details"] = [json.dumps(details.get(row["trace_id"], {}), ensure_ascii=False, default=str)
+                        for row in rows]
+    path = directory / f"{batch}.parquet"
+    write_parquet_atomically(pa.table(table), path)
+    return path
+
+
+def write_parquet_atomically(table: pa.Table, path: Path) -> None:
+    """A Parquet file that readers see whole or not at all (temp file, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, temporary)
+    temporary.replace(path)
+
+
+def _json_cell(value: object) -> object:
+    if isinstance(value, list | dict):
+        return json.dumps(value, ensure_ascii=False, default=str)
+    return None if value is None else str(value) if not isinstance(value, int | float | bool) else value
 
 
 def export_queue(rows: list[dict], directory: Path, batch: str) -> tuple[Path, Path]:

@@ -1,0 +1,187 @@
+"""The curator workspace: a small Starlette app over the files of one deployment's curation
+folder (`rag-loop serve`, `make curate`). Server-rendered Jinja2 pages, one vendored script for
+keyboard shortcuts and the source search; nothing is fetched from elsewhere."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import parse_qs, urlencode
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from rag_loop.schema import FailureType, Origin
+from rag_loop.workspace.security import (
+    CSRF_COOKIE,
+    CURATOR_COOKIE,
+    HEADERS,
+    TOKEN_COOKIE,
+    new_token,
+    origin_allowed,
+    same,
+    shown,
+)
+from rag_loop.workspace.store import FILTERS, STATUSES, Workspace
+
+HERE = Path(__file__).resolve().parent
+FAILURE_TYPE_HELP = {
+    "retrieval": "The right document was not retrieved (or nothing was).",
+    "reranking": "The right chunk was retrieved but ranked out of the context.",
+    "context": "The context had the answer but was cut, mixed or misleading.",
+    "generation": "The context was right; the answer got it wrong or made things up.",
+    "data_freshness": "The documents were outdated: a newer version says otherwise.",
+    "query_rewrite": "A follow-up question was not rewritten into a full question.",
+    "policy": "The answer broke a rule (safety, privacy, tone), whatever the facts.",
+    "none": "Nothing failed: a good answer worth keeping as a regression test.",
+}
+ORIGIN_HELP = {
+    "production_failure": "A real user's request that went wrong.",
+    "production_sample": "A real request from the random sample, kept as a quality reference.",
+    "incident": "A request from an incident report or postmortem.",
+    "synthetic": "A question written or generated to cover a gap.",
+    "manual": "Added by hand for another reason.",
+}
+
+
+def create_app(workspace: Workspace, token: str | None = None) -> Starlette:
+    """The app; with `token`, every request must carry it (required off loopback)."""
+    templates = Environment(loader=FileSystemLoader(HERE / "templates"),
+                            autoescape=select_autoescape(default=True, default_for_string=True))
+    templates.filters["shown"] = shown
+
+    def page(request: Request, template: str, code: int = 200, **values) -> HTMLResponse:
+        html = templates.get_template(template).render(csrf=request.state.csrf, curator=request.state.curator,
+                                                   **values)
+        return HTMLResponse(html, status_code=code)
+
+    async def queue(request: Request) -> Response:
+        if not request.state.curator:
+            return RedirectResponse("/curator", status_code=303)
+        filters = {k: request.query_params.get(k, "") for k in (*FILTERS, "signal")}
+        status = request.query_params.get("status", "")
+        page_number = max(0, int(request.query_params.get("page", "0") or 0))
+        rows, matching = workspace.rows(filters, status if status in STATUSES else "", page_number)
+        query = {k: v for k, v in {**filters, "status": status}.items() if v}
+        return page(request, "queue.html", rows=rows, matching=matching, filters=filters, status=status,
+                    choices=workspace.choices(), statuses=STATUSES, progress=workspace.progress(),
+                    page_number=page_number, query=urlencode(query), queue_file=workspace.queue_file(),
+                    decisions=workspace.decisions())
+
+    async def trace(request: Request) -> Response:
+        if not request.state.curator:
+            return RedirectResponse("/curator", status_code=303)
+        trace_id = request.path_params["trace_id"]
+        row = workspace.row(trace_id)
+        if row is None:
+            return page(request, "missing.html", 404, trace_id=trace_id)
+        if request.method == "POST":
+            form = await _form(request)
+            answer = _answer(form)
+            checked = workspace.save_label(request.state.curator, trace_id, answer)
+            if checked.errors:
+                return page(request, "trace.html", 422, row=row, errors=checked.errors, answer=answer,
+                            **_help(workspace, trace_id))
+            return RedirectResponse(_next_url(workspace, trace_id), status_code=303)
+        return page(request, "trace.html", row=row, errors=[], answer={}, **_help(workspace, trace_id))
+
+    async def sources(request: Request) -> Response:
+        return JSONResponse([{k: v for k, v in hit.items() if k != "text"} | {"text": shown(hit["text"], 300)}
+                             for hit in workspace.search_sources(request.query_params.get("q", ""))])
+
+    async def curator(request: Request) -> Response:
+        if request.method == "POST":
+            name = (await _form(request)).get("curator", [""])[0].strip()
+            from rag_loop.workspace.store import CURATOR_NAME
+            if not CURATOR_NAME.match(name):
+                return page(request, "curator.html", 422, error="letters, digits and . @ + - only", name=name)
+            response = RedirectResponse("/", status_code=303)
+            response.set_cookie(CURATOR_COOKIE, name, httponly=True, samesite="strict")
+            return response
+        return page(request, "curator.html", error=None, name=request.state.curator or "")
+
+    async def report(request: Request) -> Response:
+        name = request.path_params["name"]
+        folder = workspace.reports_dir
+        path = (folder / name) if folder else None
+        if path is None or "/" in name or not name.endswith(".html") or not path.is_file():
+            return page(request, "missing.html", 404, trace_id=name)
+        return FileResponse(path, media_type="text/html")
+
+    routes = [Route("/", queue), Route("/trace/{trace_id:path}", trace, methods=["GET", "POST"]),
+              Route("/sources", sources), Route("/curator", curator, methods=["GET", "POST"]),
+              Route("/reports/{name}", report),
+              Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static")]
+    return Starlette(routes=routes, middleware=[Middleware(Guard, token=token)])
+
+
+class Guard(BaseHTTPMiddleware):
+    """Token, CSRF and the curator's identity on every request; security headers on every reply."""
+
+    def __init__(self, app, token: str | None = None):
+        super().__init__(app)
+        self.token = token
+
+    async def dispatch(self, request: Request, call_next) -> Response:
+        if self.token and not same(request.cookies.get(TOKEN_COOKIE), self.token):
+            if same(request.query_params.get("token"), self.token):
+                response = RedirectResponse(request.url.path, status_code=303)
+                response.set_cookie(TOKEN_COOKIE, self.token, httponly=True, samesite="strict")
+                return _secured(response)
+            return _secured(HTMLResponse("<h1>401</h1><p>This workspace needs its token: open the link "
+                                         "with <code>?token=…</code>.</p>", status_code=401))
+        csrf = request.cookies.get(CSRF_COOKIE) or new_token()
+        request.state.csrf = csrf
+        request.state.curator = request.cookies.get(CURATOR_COOKIE, "")
+        if request.method == "POST":
+            form = await _form(request)
+            if not (same(form.get("csrf", [""])[0], request.cookies.get(CSRF_COOKIE))
+                    and origin_allowed(request.headers.get("origin"), request.headers.get("host"))):
+                return _secured(HTMLResponse("<h1>403</h1><p>The form did not come from this workspace "
+                                             "(reload the page and try again).</p>", status_code=403))
+        response = await call_next(request)
+        if request.cookies.get(CSRF_COOKIE) != csrf:
+            response.set_cookie(CSRF_COOKIE, csrf, httponly=True, samesite="strict")
+        return _secured(response)
+
+
+def _secured(response: Response) -> Response:
+    response.headers.update(HEADERS)
+    return response
+
+
+async def _form(request: Request) -> dict[str, list[str]]:
+    """The urlencoded form (read once; the body is cached by Starlette)."""
+    body = await request.body()
+    return parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True)
+
+
+def _answer(form: dict[str, list[str]]) -> dict:
+    one = {k: v[0] for k, v in form.items() if v}
+    decision = one.get("action", "")
+    answer = {"decision": decision}
+    if decision == "accept":
+        answer.update(expected_output=one.get("expected_output", "").strip(),
+                      expected_sources=[s for s in form.get("source", []) if s.strip()],
+                      tags=[t.strip() for t in one.get("tags", "").split(",") if t.strip()],
+                      origin=one.get("origin", ""), failure_type=one.get("failure_type", ""))
+    if decision == "reject":
+        answer["reject_reason"] = one.get("reject_reason", "").strip()
+    return answer
+
+
+def _help(workspace: Workspace, trace_id: str) -> dict:
+    return {"failure_types": [(f.value, FAILURE_TYPE_HELP.get(f.value, "")) for f in FailureType],
+            "origins": [(o.value, ORIGIN_HELP.get(o.value, "")) for o in Origin],
+            "decision": workspace.decisions().get(trace_id)}
+
+
+def _next_url(workspace: Workspace, done: str) -> str:
+    rows, _ = workspace.rows({}, "todo", 0, 2)
+    following = [r["trace_id"] for r in rows if r["trace_id"] != done]
+    return f"/trace/{following[0]}" if following else "/"

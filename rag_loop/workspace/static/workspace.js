@@ -1,0 +1,110 @@
+// rag-loop workspace: keyboard shortcuts and the expected-source search. No HTML is built from
+// text: every value goes in through textContent or a form value.
+(function () {
+  "use strict";
+  function typing(event) {
+    var tag = (event.target.tagName || "").toLowerCase();
+    return tag === "input" || tag === "textarea" || tag === "select" || event.target.isContentEditable;
+  }
+
+  // the queue: j / k move, Enter opens
+  var rows = Array.prototype.slice.call(document.querySelectorAll("#queue tr.row"));
+  var current = rows.length ? 0 : -1;
+  function mark() {
+    rows.forEach(function (row, i) { row.classList.toggle("current", i === current); });
+    if (current >= 0) { rows[current].scrollIntoView({block: "nearest"}); }
+  }
+  mark();
+
+  // the label page
+  var form = document.getElementById("label-form");
+  var chosen = document.getElementById("chosen-sources");
+  var search = document.getElementById("source-search");
+  var results = document.getElementById("source-results");
+  var reason = document.getElementById("reject_reason");
+
+  function addSource(id) {
+    if (!chosen || !id) { return; }
+    var exists = Array.prototype.some.call(chosen.querySelectorAll("input[name=source]"),
+                                           function (input) { return input.value === id; });
+    if (exists) { return; }
+    var item = document.createElement("li");
+    var input = document.createElement("input");
+    input.type = "hidden"; input.name = "source"; input.value = id;
+    var code = document.createElement("code");
+    code.textContent = id;
+    var remove = document.createElement("button");
+    remove.type = "button"; remove.className = "remove-source"; remove.textContent = "remove";
+    item.appendChild(input); item.appendChild(code); item.appendChild(document.createTextNode(" "));
+    item.appendChild(remove);
+    chosen.appendChild(item);
+  }
+
+  document.addEventListener("click", function (event) {
+    var target = event.target;
+    if (target.classList.contains("use-source")) { addSource(target.getAttribute("data-source")); }
+    if (target.classList.contains("remove-source")) { target.parentNode.remove(); }
+    if (target.classList.contains("pick-source")) {
+      addSource(target.getAttribute("data-source"));
+      if (search) { search.focus(); }
+    }
+  });
+
+  var pending = null;
+  function runSearch() {
+    var text = search.value;
+    fetch("/sources?q=" + encodeURIComponent(text), {credentials: "same-origin"})
+      .then(function (reply) { return reply.json(); })
+      .then(function (hits) {
+        if (search.value !== text) { return; }
+        results.textContent = "";
+        hits.forEach(function (hit) {
+          var item = document.createElement("li");
+          var pick = document.createElement("button");
+          pick.type = "button"; pick.className = "pick-source";
+          pick.setAttribute("data-source", hit.chunk_id);
+          pick.textContent = hit.chunk_id + (hit.newest ? "" : " (older version)");
+          var about = document.createElement("span");
+          about.className = "meta";
+          about.textContent = " " + (hit.title || hit.doc_id) + ": " + hit.text;
+          item.appendChild(pick); item.appendChild(about);
+          results.appendChild(item);
+        });
+      });
+  }
+  if (search) {
+    search.addEventListener("input", function () {
+      clearTimeout(pending);
+      pending = setTimeout(runSearch, 150);
+    });
+    search.addEventListener("keydown", function (event) {
+      if (event.key === "Enter") {  // pick the first hit, never submit the form
+        event.preventDefault();
+        var first = results.querySelector(".pick-source");
+        if (first) { first.click(); }
+      }
+      if (event.key === "Escape") { search.blur(); }
+    });
+  }
+  if (reason) {
+    reason.addEventListener("keydown", function (event) {
+      if (event.key === "Enter") { event.preventDefault(); document.getElementById("reject").click(); }
+    });
+  }
+
+  document.addEventListener("keydown", function (event) {
+    if (event.ctrlKey || event.metaKey || event.altKey || typing(event)) { return; }
+    if (rows.length) {
+      if (event.key === "j") { current = Math.min(rows.length - 1, current + 1); mark(); }
+      if (event.key === "k") { current = Math.max(0, current - 1); mark(); }
+      if (event.key === "Enter" && current >= 0) { window.location = rows[current].getAttribute("data-href"); }
+    }
+    if (form) {
+      if (event.key === "/") { event.preventDefault(); search.focus(); }
+      if (event.key === "a") { event.preventDefault(); document.getElementById("accept").click(); }
+      if (event.key === "l") { event.preventDefault(); document.getElementById("later").click(); }
+      if (event.key === "r") { event.preventDefault(); reason.focus(); }
+      if (event.key === "e") { event.preventDefault(); document.getElementById("expected_output").focus(); }
+    }
+  });
+}());

@@ -1,0 +1,221 @@
+"""What the curator workspace reads and writes: only files, never the DuckDB database a Dagster
+run may be writing (DuckDB allows one writing process or many readers, not both).
+
+Hand-over: the queue stage exports `<batch>.parquet` (the queue rows and each trace's details)
+and `knowledge.parquet` beside its JSONL/CSV; the workspace queries them with an in-memory
+DuckDB, and writes each curator's labels as label files (`<curator>-<batch>.jsonl` in the
+labels folder), which the label sensor and `curated_labels` ingest: labels keep one path into
+the database. A label is checked with the same rules as `curated_labels` before it is written.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from rag_loop.curation.label_rules import CheckedLabel, KnownSources, check_label
+from rag_loop.curation.labels import label_files
+from rag_loop.curation.queue_files import read_queue
+from rag_loop.store.files import directory_fingerprint
+
+JSON_COLUMNS = ("retrieval_context", "variant_trace_ids", "signals", "judge_scores", "expected_sources",
+                "tags", "details")
+FILTERS = ("priority", "language", "cluster_id", "suggested_failure_type")
+STATUSES = ("todo", "accept", "reject", "later")
+CURATOR_NAME = re.compile(r"^[\w.@+-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class Decision:
+    decision: str
+    curator: str
+    labeled_at: str
+    reject_reason: str | None = None
+
+
+class Workspace:
+    """The files of one deployment's curation folder, read for the pages and written for labels."""
+
+    def __init__(self, curation_dir: Path, reports_dir: Path | None = None):
+        self.queue_dir, self.labels_dir = curation_dir / "queue", curation_dir / "labels"
+        self.reports_dir = reports_dir
+        self._lock = threading.Lock()
+        self._decisions: tuple[object, dict[str, Decision]] | None = None
+        self._known: tuple[object, KnownSources] | None = None
+
+    def queue_file(self) -> Path | None:
+        """The newest queue export the workspace can read (`<batch>.parquet`)."""
+        files = sorted(self.queue_dir.glob("*.parquet"), key=lambda p: p.stat().st_mtime)
+        files = [f for f in files if f.name != "knowledge.parquet"]
+        return files[-1] if files else None
+
+    @contextmanager
+    def _sql(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        con = duckdb.connect()  # in memory: the exported files only
+        try:
+            yield con
+        finally:
+            con.close()
+
+    def rows(self, filters: dict[str, str], status: str = "", page: int = 0, size: int = 50
+             ) -> tuple[list[dict], int]:
+        """One page of queue rows matching `filters` and `status`, "later" rows last; and the
+        number of rows that match."""
+        path = self.queue_file()
+        if path is None:
+            return [], 0
+        decisions = self.decisions()
+        wanted = {k: v for k, v in filters.items() if k in FILTERS and v}
+        where = " AND ".join(f"{k} = ${k}" for k in wanted) or "true"
+        signal = filters.get("signal")
+        if signal:
+            where += " AND list_contains(CAST(signals AS VARCHAR[]), $signal)"
+            wanted["signal"] = signal
+        with self._sql() as con:
+            con.execute("CREATE TABLE decided (trace_id VARCHAR, decision VARCHAR)")
+            if decisions:
+                con.executemany("INSERT INTO decided VALUES (?, ?)",
+                                [(t, d.decision) for t, d in decisions.items()])
+            frame = con.execute(f"""
+                SELECT q.*, coalesce(d.decision, 'todo') AS status, count(*) OVER () AS matching
+                FROM (SELECT * REPLACE (CAST(signals::JSON AS VARCHAR[]) AS signals), row_number() OVER () AS position
+                      FROM read_parquet($path)) q
+                LEFT JOIN decided d USING (trace_id)
+                WHERE {where} {"AND coalesce(d.decision, 'todo') = $status" if status else ""}
+                ORDER BY (coalesce(d.decision, 'todo') = 'later'), position
+                LIMIT {int(size)} OFFSET {int(page) * int(size)}""",
+                                {"path": str(path), **wanted, **({"status": status} if status else {})}).df()
+        matching = int(frame["matching"].iloc[0]) if len(frame) else 0
+        return [_decoded(row) for row in frame.drop(columns=["matching"]).to_dict("records")], matching
+
+    def row(self, trace_id: str) -> dict | None:
+        path = self.queue_file()
+        if path is None:
+            return None
+        with self._sql() as con:
+            frame = con.execute("SELECT * FROM read_parquet($path) WHERE trace_id = $id",
+                                {"path": str(path), "id": trace_id}).df()
+        return _decoded(frame.to_dict("records")[0]) if len(frame) else None
+
+    def choices(self) -> dict[str, list[str]]:
+        """The values each queue filter can take."""
+        path = self.queue_file()
+        if path is None:
+            return {name: [] for name in FILTERS}
+        with self._sql() as con:
+            return {name: [v for (v,) in con.execute(
+                f"SELECT DISTINCT {name} FROM read_parquet($path) WHERE {name} IS NOT NULL ORDER BY 1",
+                {"path": str(path)}).fetchall()] for name in FILTERS}
+
+    def search_sources(self, text: str, limit: int = 20) -> list[dict]:
+        """Chunks of the knowledge base whose title, document id, chunk id or text has every word
+        of `text` (case and accents folded), the newest versions first."""
+        path = self.queue_dir / "knowledge.parquet"
+        words = [w for w in re.split(r"\s+", text.strip().lower()) if w][:8]
+        if not path.exists() or not words:
+            return []
+        where = " AND ".join(f"contains(haystack, strip_accents($w{i}))" for i in range(len(words)))
+        with self._sql() as con:
+            return con.execute(f"""
+                SELECT chunk_id, doc_id, version, title, language, text, version = newest_version AS newest
+                FROM (SELECT *, strip_accents(lower(coalesce(title, '') || ' ' || doc_id || ' ' || chunk_id
+                                                  || ' ' || text)) AS haystack FROM read_parquet($path))
+                WHERE {where} ORDER BY newest DESC, doc_id, chunk_id LIMIT {int(limit)}""",
+                               {"path": str(path), **{f"w{i}": w for i, w in enumerate(words)}}).df().to_dict("records")
+
+    def known_sources(self) -> KnownSources:
+        path = self.queue_dir / "knowledge.parquet"
+        stamp = path.stat().st_mtime_ns if path.exists() else None
+        if self._known is None or self._known[0] != stamp:
+            if stamp is None:
+                known = KnownSources({}, set(), set())
+            else:
+                with self._sql() as con:
+                    rows = con.execute("SELECT DISTINCT doc_id, version, source_updated_at FROM read_parquet($p) "
+                                       "ORDER BY source_updated_at", {"p": str(path)}).fetchall()
+                    chunks = {c for (c,) in con.execute("SELECT chunk_id FROM read_parquet($p)",
+                                                        {"p": str(path)}).fetchall()}
+                known = KnownSources({d: v for d, v, _ in rows}, {(d, v) for d, v, _ in rows}, chunks)
+            self._known = (stamp, known)
+        return self._known[1]
+
+    def decisions(self) -> dict[str, Decision]:
+        """Each trace's newest decision in the label files (recomputed when a file changes)."""
+        stamp = directory_fingerprint(self.labels_dir, label_files) if self.labels_dir.exists() else None
+        with self._lock:
+            if self._decisions is None or self._decisions[0] != stamp:
+                newest: dict[str, Decision] = {}
+                for path in label_files(self.labels_dir) if stamp is not None else []:
+                    for row in _readable(path):
+                        decision = Decision(str(row.get("decision") or "").lower(), str(row.get("curator") or ""),
+                                            str(row.get("labeled_at") or ""), row.get("reject_reason"))
+                        previous = newest.get(str(row.get("trace_id")))
+                        if previous is None or decision.labeled_at >= previous.labeled_at:
+                            newest[str(row.get("trace_id"))] = decision
+                self._decisions = (stamp, newest)
+            return self._decisions[1]
+
+    def progress(self) -> dict[str, dict[str, int]]:
+        """Per curator, how many rows they accepted, rejected and put off."""
+        counts: dict[str, dict[str, int]] = {}
+        for decision in self.decisions().values():
+            mine = counts.setdefault(decision.curator or "(unknown)", dict.fromkeys(STATUSES[1:], 0))
+            if decision.decision in mine:
+                mine[decision.decision] += 1
+        return counts
+
+    def save_label(self, curator: str, trace_id: str, answer: dict[str, Any]) -> CheckedLabel:
+        """Check a curator's answer with `curated_labels`' rules and, if valid, append it to
+        their label file (one line, under a lock: two tabs of one curator never interleave)."""
+        row = self.row(trace_id)
+        if row is None:
+            return CheckedLabel({"trace_id": trace_id}, [f"trace_id: {trace_id!r} is not in the queue"])
+        if not CURATOR_NAME.match(curator):
+            return CheckedLabel({"trace_id": trace_id}, ["curator: a name of letters, digits and .@+-"])
+        if answer.get("decision") == "reject" and not str(answer.get("reject_reason") or "").strip():
+            return CheckedLabel({"trace_id": trace_id}, ["reject_reason: say why the row is rejected"])
+        record = {key: row.get(key) for key in ("trace_id", "input", "cluster_id", "priority", "cluster_weight",
+                                                 "suggested_failure_type", "judge_score", "variant_trace_ids")}
+        record.update(answer, curator=curator, labeled_at=datetime.now(UTC).isoformat())
+        traces = {trace_id, *(row.get("variant_trace_ids") or [])}
+        checked = check_label(record, self.known_sources(), traces)
+        if not checked.errors:
+            self.labels_dir.mkdir(parents=True, exist_ok=True)
+            path = self.labels_dir / f"{curator}-{row.get('batch') or 'queue'}.jsonl"
+            line = json.dumps(record, ensure_ascii=False, default=str) + "\n"
+            with open(path, "a", encoding="utf-8") as handle:
+                fcntl.flock(handle, fcntl.LOCK_EX)
+                handle.write(line)
+                handle.flush()
+                fcntl.flock(handle, fcntl.LOCK_UN)
+        return checked
+
+
+def _readable(path: Path) -> list[dict]:
+    try:
+        return read_queue(path)
+    except (ValueError, OSError, UnicodeDecodeError):
+        return []  # curated_labels reports a broken file; the workspace shows what it can
+
+
+def _decoded(row: dict) -> dict:
+    for key in JSON_COLUMNS:
+        value = row.get(key)
+        if isinstance(value, str):
+            try:
+                row[key] = json.loads(value)
+            except json.JSONDecodeError:
+                pass
+        elif hasattr(value, "tolist"):
+            row[key] = value.tolist()
+    return {k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
