@@ -24,7 +24,8 @@ CSRF_COOKIE, TOKEN_COOKIE, CURATOR_COOKIE = "rl_csrf", "rl_token", "rl_curator"
 CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
                            "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
 HEADERS = {"Content-Security-Policy": CONTENT_SECURITY_POLICY, "X-Content-Type-Options": "nosniff",
-           "Referrer-Policy": "no-referrer", "X-Frame-Options": "DENY", "Cache-Control": "no-store"}
+           "Referrer-Policy": "same-origin",  # no-referrer would make the browser send Origin: null
+           "X-Frame-Options": "DENY", "Cache-Control": "no-store"}
 
 
 def shown(text: object, limit: int = SHOWN_CHARS) -> str:

@@ -1,0 +1,138 @@
+"""The workspace in a real browser (Debian's Chromium through chromium-driver and Selenium): a
+curator labels with the keyboard only, and hostile production text runs nothing."""
+
+import shutil
+import socket
+import threading
+import time
+
+import pytest
+import uvicorn
+
+from rag_loop.curation.labels import store_label_files
+from rag_loop.workspace.app import create_app
+from rag_loop.workspace.store import Workspace
+from tests.helpers import demo_copy
+from tests.workspace.test_app import HOSTILE, _hostile_queue
+
+CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(
+    CHROMIUM is None or DRIVER is None, reason="Debian's chromium and chromium-driver are installed by .ci/run")]
+
+
+class Server:
+    """The workspace app on a free loopback port, in a thread."""
+
+    def __init__(self, app):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        for _ in range(100):
+            if self.server.started:
+                break
+            time.sleep(0.05)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def close(self):
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--window-size=1400,1000"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()
+
+
+def _keys(browser, *keys):
+    from selenium.webdriver.common.action_chains import ActionChains
+    ActionChains(browser).send_keys(*keys).perform()
+
+
+def _replace(browser, text):
+    """Select what the focused field holds and type `text` over it."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+    ActionChains(browser).key_down(Keys.CONTROL).send_keys("a").key_up(Keys.CONTROL).send_keys(text).perform()
+
+
+def _wait(browser, condition, seconds=10):
+    from selenium.webdriver.support.ui import WebDriverWait
+    return WebDriverWait(browser, seconds).until(condition)
+
+
+def test_a_curator_labels_with_the_keyboard_only(browser, curation, demo_run, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    workspace = Workspace(curation)
+    server = Server(create_app(workspace))
+    try:
+        browser.get(server.url + "/")
+        _wait(browser, lambda b: b.switch_to.active_element.get_attribute("name") == "curator")
+        _keys(browser, "ana", Keys.ENTER)  # the name field has the focus
+        _wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#queue tr.row"))
+        _keys(browser, Keys.ENTER)  # open the first row
+        _wait(browser, lambda b: b.find_elements(By.ID, "label-form"))
+        accepted = browser.current_url.rsplit("/trace/", 1)[1]
+        _keys(browser, "e", "Fifteen days of paid leave a year.", Keys.TAB)  # to the source search
+        for query, document in (("leave policy 2026", "leave-policy@"), ("password rotation", "password-policy@")):
+            _replace(browser, query)
+            _wait(browser, lambda b, document=document: any(
+                e.get_attribute("data-source").startswith(document)
+                for e in b.find_elements(By.CSS_SELECTOR, "#source-results .pick-source")[:1]))
+            _keys(browser, Keys.ENTER)  # pick the first hit
+            time.sleep(0.2)
+        chosen = [e.get_attribute("value") for e in browser.find_elements(By.CSS_SELECTOR, "#chosen-sources input")]
+        assert len(chosen) == 2 and len(set(chosen)) == 2
+        _keys(browser, Keys.ESCAPE, "a")  # leave the search, accept
+        _wait(browser, lambda b: b.current_url.rsplit("/trace/", 1)[-1] != accepted)
+        rejected = browser.current_url.rsplit("/trace/", 1)[1]
+        _keys(browser, "r", "asks two questions at once", Keys.ENTER)
+        _wait(browser, lambda b: b.current_url.rsplit("/trace/", 1)[-1] != rejected)
+        later = browser.current_url.rsplit("/trace/", 1)[1]
+        _keys(browser, "l")
+        _wait(browser, lambda b: b.current_url.rsplit("/trace/", 1)[-1] != later)
+        browser.get(server.url + "/?status=later")  # reload: "later" is back
+        rows = browser.find_elements(By.CSS_SELECTOR, "#queue tr.row")
+        assert len(rows) == 1 and later in rows[0].get_attribute("data-href")
+    finally:
+        server.close()
+    con = demo_copy(demo_run, tmp_path)
+    assert store_label_files(con, workspace.labels_dir, settle_seconds=0).stored == 3
+    labels = dict(con.execute("SELECT trace_id, decision FROM current_labels WHERE curator = 'ana'").fetchall())
+    assert labels == {accepted: "accept", rejected: "reject", later: "later"}
+    sources = con.execute("SELECT expected_sources FROM current_labels WHERE trace_id = ?", [accepted]).fetchall()
+    assert sources == [(chosen,)]
+
+
+def test_hostile_text_runs_nothing_and_navigates_nowhere(browser, tmp_path):
+    from selenium.common.exceptions import NoAlertPresentException
+    from selenium.webdriver.common.by import By
+    text = " ".join(HOSTILE[:5])
+    _hostile_queue(tmp_path, text)
+    server = Server(create_app(Workspace(tmp_path)))
+    try:
+        browser.get(server.url + "/curator")
+        browser.find_element(By.NAME, "curator").send_keys("ana\n")
+        browser.get(server.url + "/trace/t-hostile")
+        time.sleep(0.5)
+        with pytest.raises(NoAlertPresentException):
+            browser.switch_to.alert.text  # noqa: B018 - no script ran
+        assert browser.current_url == server.url + "/trace/t-hostile"
+        shown = browser.find_element(By.CSS_SELECTOR, "p.query").text
+        assert "<script>alert(1)</script>" in shown and "[U+202E]" in shown  # readable, inert
+        assert browser.find_elements(By.CSS_SELECTOR, "main script, main img") == []
+    finally:
+        server.close()
