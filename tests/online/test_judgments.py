@@ -90,7 +90,7 @@ HOSTILE = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.none(),
                     st.sampled_from(["raise", "timeout", "error-flag"]))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(replies=st.lists(HOSTILE, min_size=1, max_size=12))
 def test_hostile_judge_replies_are_errored_never_passed_and_never_block_the_others(tmp_path_factory, replies):
     con = build_world(tmp_path_factory.mktemp("w"), _traces(len(replies)))
@@ -117,7 +117,7 @@ def test_hostile_judge_replies_are_errored_never_passed_and_never_block_the_othe
             assert status == "errored" and passed is None and score is None
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(kill_after=st.integers(0, 29), flush_every=st.integers(1, 8))
 def test_a_run_killed_half_way_keeps_what_it_judged_and_the_rerun_judges_only_the_rest(
         tmp_path_factory, kill_after, flush_every):

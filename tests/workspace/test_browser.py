@@ -126,6 +126,7 @@ def test_hostile_text_runs_nothing_and_navigates_nowhere(browser, tmp_path):
     try:
         browser.get(server.url + "/curator")
         browser.find_element(By.NAME, "curator").send_keys("ana\n")
+        _wait(browser, lambda b: b.current_url == server.url + "/")
         browser.get(server.url + "/trace/t-hostile")
         time.sleep(0.5)
         with pytest.raises(NoAlertPresentException):
