@@ -94,6 +94,8 @@ bench: install
 	$(BIN)/python bench/selection.py
 	$(BIN)/python bench/eval.py
 	$(BIN)/python bench/drift.py
+	$(BIN)/python bench/online_eval.py
+	$(BIN)/python bench/workspace.py
 
 clean:  # the demo's home only: your RAG_LOOP_HOME is yours to remove
 	rm -rf $(DEMO_HOME)

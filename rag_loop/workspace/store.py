@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 from rag_loop.curation.label_rules import CheckedLabel, KnownSources, check_label
 from rag_loop.curation.labels import label_files
@@ -33,6 +34,8 @@ JSON_COLUMNS = ("retrieval_context", "variant_trace_ids", "signals", "judge_scor
 FILTERS = ("priority", "language", "cluster_id", "suggested_failure_type")
 STATUSES = ("todo", "accept", "reject", "later")
 CURATOR_NAME = re.compile(r"^[\w.@+-]{1,64}$")
+# what the queue page lists: the wide columns (context, details) stay in the file
+LISTED = "trace_id, batch, priority, language, input, cluster_id, cluster_label, cluster_size, suggested_failure_type"
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ class Workspace:
         self._lock = threading.Lock()
         self._decisions: tuple[object, dict[str, Decision]] | None = None
         self._known: tuple[object, KnownSources] | None = None
+        self._choices: tuple[object, dict[str, list[str]]] | None = None
 
     def queue_file(self) -> Path | None:
         """The newest queue export the workspace can read (`<batch>.parquet`)."""
@@ -82,14 +86,13 @@ class Workspace:
             where += " AND list_contains(CAST(signals AS VARCHAR[]), $signal)"
             wanted["signal"] = signal
         with self._sql() as con:
-            con.execute("CREATE TABLE decided (trace_id VARCHAR, decision VARCHAR)")
-            if decisions:
-                con.executemany("INSERT INTO decided VALUES (?, ?)",
-                                [(t, d.decision) for t, d in decisions.items()])
+            con.register("decided", pa.table({"trace_id": pa.array(list(decisions), pa.string()),
+                                              "decision": pa.array([d.decision for d in decisions.values()],
+                                                                   pa.string())}))
             frame = con.execute(f"""
                 SELECT q.*, coalesce(d.decision, 'todo') AS status, count(*) OVER () AS matching
-                FROM (SELECT * REPLACE (CAST(signals::JSON AS VARCHAR[]) AS signals), row_number() OVER () AS position
-                      FROM read_parquet($path)) q
+                FROM (SELECT {LISTED}, CAST(signals::JSON AS VARCHAR[]) AS signals,
+                             row_number() OVER () AS position FROM read_parquet($path)) q
                 LEFT JOIN decided d USING (trace_id)
                 WHERE {where} {"AND coalesce(d.decision, 'todo') = $status" if status else ""}
                 ORDER BY (coalesce(d.decision, 'todo') = 'later'), position
@@ -108,14 +111,18 @@ class Workspace:
         return _decoded(frame.to_dict("records")[0]) if len(frame) else None
 
     def choices(self) -> dict[str, list[str]]:
-        """The values each queue filter can take."""
+        """The values each queue filter can take (read again when the export changes)."""
         path = self.queue_file()
         if path is None:
             return {name: [] for name in FILTERS}
-        with self._sql() as con:
-            return {name: [v for (v,) in con.execute(
-                f"SELECT DISTINCT {name} FROM read_parquet($path) WHERE {name} IS NOT NULL ORDER BY 1",
-                {"path": str(path)}).fetchall()] for name in FILTERS}
+        stamp = (path, path.stat().st_mtime_ns)
+        if self._choices is None or self._choices[0] != stamp:
+            with self._sql() as con:
+                values = {name: [v for (v,) in con.execute(
+                    f"SELECT DISTINCT {name} FROM read_parquet($path) WHERE {name} IS NOT NULL ORDER BY 1",
+                    {"path": str(path)}).fetchall()] for name in FILTERS}
+            self._choices = (stamp, values)
+        return self._choices[1]
 
     def search_sources(self, text: str, limit: int = 20) -> list[dict]:
         """Chunks of the knowledge base whose title, document id, chunk id or text has every word
