@@ -96,7 +96,8 @@ def regression_eval(context: AssetExecutionContext, config: EvalConfig, duckdb: 
     from rag_loop.evaluation.regression import (
         run_regression,  # DeepEval: only when scoring
     )
-    from rag_loop.reporting.reports import eval_report
+    from rag_loop.reporting.reports import eval_report, export_eval_results
+    from rag_loop.store.releases import read_goldens
     settings = config.settings(rag_app)
     try:
         with duckdb.get_connection() as con:
@@ -104,6 +105,8 @@ def regression_eval(context: AssetExecutionContext, config: EvalConfig, duckdb: 
                                     log=context.log.info,
                                     app=rag_app.app() if settings.mode == "live" else None)
             page = eval_report(con, report.run_id, Path(paths.reports_dir))
+            export_eval_results(con, report.run_id, read_goldens(Path(paths.goldens_dir), report.release),
+                                Path(paths.reports_dir))  # the workspace compares runs from it
             results = con.execute("SELECT * FROM eval_results WHERE run_id = ?", [report.run_id]).df()
             before = con.execute("SELECT * FROM eval_results WHERE run_id = ?",
                                  [report.baseline_run_id]).df() if report.baseline_run_id else None

@@ -23,7 +23,8 @@ import duckdb
 import pyarrow as pa
 from starlette.testclient import TestClient
 
-from rag_loop.curation.queue_files import export_for_workspace, write_parquet_atomically
+from rag_loop.curation.queue_files import export_for_workspace
+from rag_loop.store.files import write_parquet_atomically
 from rag_loop.workspace.app import create_app
 from rag_loop.workspace.store import Workspace
 

@@ -16,13 +16,13 @@ from rag_loop.curation.queue_files import (
     batch_name,
     export_for_workspace,
     export_queue,
-    write_parquet_atomically,
 )
 from rag_loop.curation.representatives import QueueSettings, covered_by_goldens, select_representatives
 from rag_loop.intents.members import candidate_members, load_vectors
 from rag_loop.logs import Log, quiet
 from rag_loop.schema import Priority
 from rag_loop.selection.suggestions import suggest_origin
+from rag_loop.store.files import write_parquet_atomically
 from rag_loop.store.releases import read_goldens, release_versions
 from rag_loop.store.tables import replace_table
 from rag_loop.store.traces import retrieval_contexts, trace_details

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from rag_loop.store.files import write_atomically
+from rag_loop.store.files import write_atomically, write_parquet_atomically
 
 CURATOR_FIELDS = {"expected_output": "", "expected_sources": [], "tags": [], "origin": "",
                   "failure_type": "", "decision": ""}
@@ -48,14 +47,6 @@ def export_for_workspace(rows: list[dict], details: dict[str, dict], directory: 
     path = directory / f"{batch}.parquet"
     write_parquet_atomically(pa.table(table), path)
     return path
-
-
-def write_parquet_atomically(table: pa.Table, path: Path) -> None:
-    """A Parquet file that readers see whole or not at all (temp file, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, temporary)
-    temporary.replace(path)
 
 
 def _json_cell(value: object) -> object:

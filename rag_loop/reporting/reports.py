@@ -9,11 +9,12 @@ from pathlib import Path
 
 import duckdb
 import pandas as pd
+import pyarrow as pa
 
 from rag_loop.reporting import plots
 from rag_loop.reporting.dashboard import dashboard_sections
 from rag_loop.reporting.html import image, page, table
-from rag_loop.store.files import write_atomically
+from rag_loop.store.files import write_atomically, write_parquet_atomically
 from rag_loop.store.releases import read_goldens, read_manifest
 
 
@@ -83,3 +84,24 @@ def _judge_agreement(judge: dict) -> str:
     return (f"<p>Judge agreement with humans ({found['rows']} labelled answers, {found['file']}, "
             f"{found['created_at'][:16]}): ROC-AUC {auc}, Cohen's kappa {found['kappa']:.2f} at "
             f"threshold {found['threshold']:g} (best {found['best_threshold']:g}).</p>")
+
+
+def export_eval_results(con: duckdb.DuckDBPyConnection, run_id: str, goldens: list[dict], out_dir: Path) -> Path:
+    """`eval-<run id>.parquet` beside the HTML report: every case × metric of the run with the
+    golden's expected output and the run's verdict, what the curator workspace compares runs
+    with (it never opens the database)."""
+    expected = pa.table({"golden": [g.get("name") for g in goldens],
+                         "expected_output": [g.get("expected_output") for g in goldens]})
+    con.register("_expected", expected)
+    try:
+        table = con.sql("""
+            SELECT r.run_id, e.release_version, e.rag_app, e.rag_config::VARCHAR AS rag_config, e.started_at,
+                   e.blocked, e.baseline_run_id, r.golden, r.metric, r.score, r.threshold, r.passed, r.errored,
+                   r.error, r.reason, r.input, x.expected_output, r.actual_output, r.language, r.query_type
+            FROM eval_results r JOIN eval_runs e USING (run_id) LEFT JOIN _expected x USING (golden)
+            WHERE r.run_id = $run ORDER BY r.golden, r.metric""", params={"run": run_id}).to_arrow_table()
+    finally:
+        con.unregister("_expected")
+    path = out_dir / f"{run_id}.parquet"
+    write_parquet_atomically(table, path)
+    return path

@@ -8,6 +8,9 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 
 def write_atomically(path: Path, text: str, mode: int | None = None, durable: bool = False) -> Path:
     """Write `text` to a temporary file beside `path`, then rename it over `path`: a reader sees
@@ -55,3 +58,11 @@ def _stat(path: Path) -> os.stat_result | None:
         return path.stat()
     except FileNotFoundError:
         return None
+
+
+def write_parquet_atomically(table: pa.Table, path: Path) -> None:
+    """A Parquet file that readers see whole or not at all (temp file, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, temporary)
+    temporary.replace(path)

@@ -105,6 +105,19 @@ def create_app(workspace: Workspace, token: str | None = None) -> Starlette:
             return response
         return page(request, "curator.html", error=None, name=request.state.curator or "")
 
+    async def evals(request: Request) -> Response:
+        return page(request, "evals.html", runs=workspace.eval_runs())
+
+    async def compare(request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        runs = {r["run_id"]: r for r in workspace.eval_runs()}
+        if run_id not in runs:
+            return page(request, "missing.html", 404, trace_id=run_id)
+        baseline = request.query_params.get("baseline") or runs[run_id].get("baseline_run_id") or ""
+        rows = workspace.compare(run_id, baseline if baseline in runs else None)
+        return page(request, "compare.html", run=runs[run_id], baseline=runs.get(baseline), rows=rows,
+                    runs=list(runs), flips=sum(bool(r["flipped"]) for r in rows))
+
     async def report(request: Request) -> Response:
         name = request.path_params["name"]
         folder = workspace.reports_dir
@@ -115,7 +128,7 @@ def create_app(workspace: Workspace, token: str | None = None) -> Starlette:
 
     routes = [Route("/", queue), Route("/trace/{trace_id:path}", trace, methods=["GET", "POST"]),
               Route("/sources", sources), Route("/curator", curator, methods=["GET", "POST"]),
-              Route("/reports/{name}", report),
+              Route("/reports/{name}", report), Route("/evals", evals), Route("/evals/{run_id}", compare),
               Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static")]
     return Starlette(routes=routes, middleware=[Middleware(Guard, token=token)])
 

@@ -34,6 +34,7 @@ JSON_COLUMNS = ("retrieval_context", "variant_trace_ids", "signals", "judge_scor
 FILTERS = ("priority", "language", "cluster_id", "suggested_failure_type")
 STATUSES = ("todo", "accept", "reject", "later")
 CURATOR_NAME = re.compile(r"^[\w.@+-]{1,64}$")
+RUN_ID = re.compile(r"^[\w-]{1,100}$")  # an eval run id names a file: no dots, no slashes
 # what the queue page lists: the wide columns (context, details) stay in the file
 LISTED = "trace_id, batch, priority, language, input, cluster_id, cluster_label, cluster_size, suggested_failure_type"
 
@@ -206,6 +207,43 @@ class Workspace:
                 handle.flush()
                 fcntl.flock(handle, fcntl.LOCK_UN)
         return checked
+
+
+    def eval_runs(self) -> list[dict]:
+        """Every exported eval run (`<reports>/eval-*.parquet`), newest first."""
+        files = sorted(self.reports_dir.glob("eval-*.parquet")) if self.reports_dir else []
+        if not files:
+            return []
+        with self._sql() as con:
+            return con.execute("""
+                SELECT run_id, any_value(release_version) AS release_version, any_value(rag_app) AS rag_app,
+                       any_value(rag_config) AS rag_config, any_value(started_at) AS started_at,
+                       any_value(blocked) AS blocked, any_value(baseline_run_id) AS baseline_run_id,
+                       count(DISTINCT golden) AS goldens
+                FROM read_parquet($files) GROUP BY run_id ORDER BY started_at DESC""",
+                               {"files": [str(f) for f in files]}).df().to_dict("records")
+
+    def compare(self, run_id: str, baseline_id: str | None) -> list[dict]:
+        """Per golden × metric: the expected output, the baseline's and this run's answers,
+        scores and reasons; flips (pass → fail) first, then the largest drops."""
+        if not self.reports_dir or not RUN_ID.match(run_id) or (baseline_id and not RUN_ID.match(baseline_id)):
+            return []
+        run = self.reports_dir / f"{run_id}.parquet"
+        base = self.reports_dir / f"{baseline_id}.parquet" if baseline_id else None
+        if not run.exists():
+            return []
+        with self._sql() as con:
+            source = "SELECT * FROM read_parquet($base)" if base and base.exists() else \
+                "SELECT * FROM read_parquet($run) WHERE false"
+            return con.execute(f"""
+                SELECT c.golden, c.metric, c.input, c.expected_output, c.language, c.query_type,
+                       b.actual_output AS baseline_answer, b.score AS baseline_score, b.passed AS baseline_passed,
+                       b.reason AS baseline_reason, c.actual_output AS answer, c.score, c.passed, c.reason,
+                       c.errored, coalesce(b.passed AND NOT c.passed, false) AS flipped
+                FROM read_parquet($run) c LEFT JOIN ({source}) b USING (golden, metric)
+                ORDER BY flipped DESC, coalesce(b.score, 1) - coalesce(c.score, 0) DESC, c.golden, c.metric""",
+                               {"run": str(run), **({"base": str(base)} if base and base.exists() else {})}
+                               ).df().to_dict("records")
 
 
 def _readable(path: Path) -> list[dict]:

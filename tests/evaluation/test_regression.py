@@ -250,6 +250,29 @@ def test_demo_candidate_fails_a_gate_that_the_baseline_passes(demo_release):
     assert all(layer in page for layer in ("PRODUCT layer", "QUALITY layer", "PERFORMANCE layer", "CHANGE layer"))
     assert "kb-2026-11-09" in page and page.count("data:image/png;base64,") >= 6
     assert undeclared_tables(root / "rag.duckdb") == set()
+    _the_workspace_compares_the_candidate_with_the_baseline(paths)
+
+
+def _the_workspace_compares_the_candidate_with_the_baseline(paths):
+    """The curator workspace's eval page, from the runs' exports: the vi / policy flips first,
+    each with the expected output and both answers."""
+    from starlette.testclient import TestClient
+
+    from rag_loop.workspace.app import create_app
+    from rag_loop.workspace.store import Workspace
+    workspace = Workspace(Path(paths.curation_dir), Path(paths.reports_dir))
+    runs = workspace.eval_runs()
+    candidate = next(r for r in runs if r["blocked"])
+    rows = workspace.compare(candidate["run_id"], candidate["baseline_run_id"])
+    flipped = [r for r in rows if r["flipped"]]
+    assert flipped and rows[:len(flipped)] == flipped  # flips first
+    assert all(r["language"] == "vi" and r["query_type"] == "policy" for r in flipped)
+    assert all(r["expected_output"] and r["baseline_answer"] and r["answer"] != r["baseline_answer"] for r in flipped)
+    client = TestClient(create_app(workspace))
+    client.cookies.set("rl_curator", "ana")
+    html = client.get(f"/evals/{candidate['run_id']}").text
+    assert f"{len(flipped)} case × metric flipped" in html and html.count('class="flipped"') == len(flipped)
+    assert client.get("/evals").text.count("BLOCKED") == 1
 
 
 @pytest.mark.slow
