@@ -67,6 +67,7 @@ def curation_queue(context: AssetExecutionContext, config: QueueConfig, duckdb: 
     if report.files:
         metadata["queue_file"] = MetadataValue.path(report.files[0])
         metadata["queue_csv"] = MetadataValue.path(report.files[1])
+        metadata["label_in_workspace"] = paths.workspace("/")  # `rag-loop serve` / `make curate`
     if preview is not None:
         metadata["preview"] = MetadataValue.md(preview.to_markdown(index=False))
     return MaterializeResult(metadata=metadata)

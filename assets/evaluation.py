@@ -129,7 +129,8 @@ def regression_eval(context: AssetExecutionContext, config: EvalConfig, duckdb: 
             plots.quality_heatmap(report.table, "language"), "quality by language")),
         "scores_vs_baseline": MetadataValue.md(plots.markdown_image(
             plots.score_histograms(results, before), "score histograms")),
-        "report": MetadataValue.path(str(page)), "report_url": MetadataValue.url(page.resolve().as_uri()),
+        "report": MetadataValue.path(str(page)), "report_url": paths.workspace(f"/reports/{page.name}"),
+        "compare_in_workspace": paths.workspace(f"/evals/{report.run_id}"),
         "flipped_cases": MetadataValue.md(
             report.flipped[["metric", "input", "baseline_score", "score"]].head(20).to_markdown(index=False)
             if len(report.flipped) else "no case flipped from pass to fail"),

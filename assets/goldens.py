@@ -70,7 +70,7 @@ def golden_release(context: AssetExecutionContext, config: ReleaseConfig, duckdb
         metadata["path"] = MetadataValue.path(str(Path(paths.goldens_dir) / result.version))
         report = release_report(Path(paths.goldens_dir), result.version, Path(paths.reports_dir))
         metadata["report"] = MetadataValue.path(str(report))
-        metadata["report_url"] = MetadataValue.url(report.resolve().as_uri())
+        metadata["report_url"] = paths.workspace(f"/reports/{report.name}")
         chart = plots.grouped_counts({k: v for k, v in result.manifest["counts"].items() if v},
                                      f"Goldens of {result.version}")
         metadata["counts"] = MetadataValue.md(plots.markdown_image(chart, "counts"))

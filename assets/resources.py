@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any, Literal
 
-from dagster import Config, ConfigurableResource, EnvVar
+from dagster import Config, ConfigurableResource, EnvVar, MetadataValue
 from dagster_duckdb import DuckDBResource
 from pydantic import Field, PrivateAttr
 
@@ -37,6 +37,12 @@ class RagLoopPaths(ConfigurableResource):
     curation_dir: str = Field(str(DEFAULT_HOME / "curation"), description="queue/ exports, labels/ inputs.")
     goldens_dir: str = Field(str(DEFAULT_HOME / "goldens"), description="vNNNN/ golden releases.")
     reports_dir: str = Field(str(DEFAULT_HOME / "reports"), description="HTML reports of releases and evals.")
+    workspace_url: str = Field("http://127.0.0.1:8765", description="Where `rag-loop serve` (the curator "
+                                                                   "workspace) answers: asset pages link to it.")
+
+    def workspace(self, path: str = "/") -> MetadataValue:
+        """A link into the curator workspace (it serves the queue, eval comparisons and reports)."""
+        return MetadataValue.url(self.workspace_url.rstrip("/") + path)
 
 
 class EmbedderResource(ConfigurableResource, ABC):
@@ -212,7 +218,8 @@ def build_resources() -> dict[str, object]:
             traces_dir=_env("RAG_LOOP_TRACES_DIR", ""), knowledge_dir=_env("RAG_LOOP_KB_DIR", ""),
             curation_dir=_env("RAG_LOOP_CURATION_DIR", str(here.curation_dir)),
             goldens_dir=_env("RAG_LOOP_GOLDENS_DIR", str(here.goldens_dir)),
-            reports_dir=_env("RAG_LOOP_REPORTS_DIR", str(here.reports_dir))),
+            reports_dir=_env("RAG_LOOP_REPORTS_DIR", str(here.reports_dir)),
+            workspace_url=_env("RAG_LOOP_WORKSPACE_URL", "http://127.0.0.1:8765")),
         "embedder": LocalEmbedderResource(),
         "rag_app": rag_app,
         "judge": judge,

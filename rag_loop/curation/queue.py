@@ -11,6 +11,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
+from rag_loop.curation.exports import export_intents, export_knowledge
 from rag_loop.curation.queue_files import (
     CURATOR_FIELDS,
     batch_name,
@@ -22,7 +23,6 @@ from rag_loop.intents.members import candidate_members, load_vectors
 from rag_loop.logs import Log, quiet
 from rag_loop.schema import Priority
 from rag_loop.selection.suggestions import suggest_origin
-from rag_loop.store.files import write_parquet_atomically
 from rag_loop.store.releases import read_goldens, release_versions
 from rag_loop.store.tables import replace_table
 from rag_loop.store.traces import retrieval_contexts, trace_details
@@ -87,7 +87,7 @@ def build_curation_queue(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
     if rows:  # the curator workspace's hand-over: it never opens the database
         paths = (*paths, export_for_workspace(rows, trace_details(con, [r["trace_id"] for r in rows]),
                                               queue_dir, batch),
-                 export_knowledge(con, queue_dir))
+                 export_knowledge(con, queue_dir), export_intents(con, queue_dir))
     replace_table(con, "curation_queue", pd.DataFrame(rows) if rows else pd.DataFrame(
         {"trace_id": pd.Series(dtype=str), "batch": pd.Series(dtype=str)}))
     return QueueReport(len(rows), covered, batch, [str(p) for p in paths], _counts(rows, "priority"),
@@ -147,19 +147,6 @@ def _queue_rows(con: duckdb.DuckDBPyConnection, queue: pd.DataFrame, members: pd
     rows.sort(key=lambda r: (order[r["priority"]], r["representative_rank"], *positions[r["trace_id"]],
                              -r["cluster_weight"], r["trace_id"]))
     return rows
-
-
-def export_knowledge(con: duckdb.DuckDBPyConnection, queue_dir: Path) -> Path:
-    """`knowledge.parquet`: every chunk of every document version (title, language, text,
-    published at, the document's newest version), what curators pick expected sources from."""
-    table = con.sql("""
-        SELECT c.chunk_id, c.doc_id, c.version, d.title, d.language, c.text, d.source_updated_at,
-               arg_max(d.version, d.source_updated_at) OVER (PARTITION BY d.doc_id) AS newest_version
-        FROM document_chunks c JOIN documents d USING (doc_id, version) ORDER BY c.doc_id, c.version, c.chunk_id
-        """).to_arrow_table()
-    path = queue_dir / "knowledge.parquet"
-    write_parquet_atomically(table, path)
-    return path
 
 
 def _number(value) -> float | None:

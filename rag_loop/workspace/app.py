@@ -27,7 +27,7 @@ from rag_loop.workspace.security import (
     same,
     shown,
 )
-from rag_loop.workspace.store import FILTERS, STATUSES, Workspace
+from rag_loop.workspace.store import FILTERS, INTENT_SORTS, STATUSES, Workspace
 
 HERE = Path(__file__).resolve().parent
 FAILURE_TYPE_HELP = {
@@ -105,6 +105,12 @@ def create_app(workspace: Workspace, token: str | None = None) -> Starlette:
             return response
         return page(request, "curator.html", error=None, name=request.state.curator or "")
 
+    async def intents(request: Request) -> Response:
+        sort = request.query_params.get("sort", "volume")
+        clusters = workspace.intents(sort)
+        return page(request, "intents.html", clusters=[_clean(c) for c in clusters], sort=sort, sorts=INTENT_SORTS,
+                    points=intent_map(clusters))
+
     async def evals(request: Request) -> Response:
         return page(request, "evals.html", runs=workspace.eval_runs())
 
@@ -128,7 +134,8 @@ def create_app(workspace: Workspace, token: str | None = None) -> Starlette:
 
     routes = [Route("/", queue), Route("/trace/{trace_id:path}", trace, methods=["GET", "POST"]),
               Route("/sources", sources), Route("/curator", curator, methods=["GET", "POST"]),
-              Route("/reports/{name}", report), Route("/evals", evals), Route("/evals/{run_id}", compare),
+              Route("/reports/{name}", report), Route("/intents", intents), Route("/evals", evals),
+              Route("/evals/{run_id}", compare),
               Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static")]
     return Starlette(routes=routes, middleware=[Middleware(Guard, token=token)])
 
@@ -198,3 +205,31 @@ def _next_url(workspace: Workspace, done: str) -> str:
     rows, _ = workspace.rows({}, "todo", 0, 2)
     following = [r["trace_id"] for r in rows if r["trace_id"] != done]
     return f"/trace/{following[0]}" if following else "/"
+
+
+def _clean(row: dict) -> dict:
+    return {k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
+
+
+def intent_map(clusters: list[dict], width: int = 900, height: int = 420) -> list[dict]:
+    """Circles of an SVG map: one per cluster with a position, one panel per language, radius
+    by volume, colour from green (no failure) to red (every trace failing)."""
+    placed = [c for c in clusters if c.get("x") == c.get("x") and c.get("x") is not None]
+    languages = sorted({c["language"] for c in placed})
+    circles = []
+    for panel, language in enumerate(languages):
+        mine = [c for c in placed if c["language"] == language]
+        xs, ys = [c["x"] for c in mine], [c["y"] for c in mine]
+        span_x, span_y = (max(xs) - min(xs)) or 1.0, (max(ys) - min(ys)) or 1.0
+        left, panel_width = panel * width / len(languages), width / len(languages)
+        biggest = max((c["volume"] or 0) for c in mine) or 1.0
+        for c in mine:
+            failure = min(max(c["failure_rate"] or 0.0, 0.0), 1.0)
+            circles.append({
+                "cx": round(left + 30 + (c["x"] - min(xs)) / span_x * (panel_width - 60), 1),
+                "cy": round(30 + (c["y"] - min(ys)) / span_y * (height - 60), 1),
+                "r": round(4 + 16 * ((c["volume"] or 0) / biggest) ** 0.5, 1),
+                "fill": f"rgb({int(60 + 190 * failure)},{int(170 - 120 * failure)},80)",
+                "cluster_id": c["cluster_id"], "label": c["label"], "language": language,
+                "failure_rate": failure, "volume": c["volume"]})
+    return circles

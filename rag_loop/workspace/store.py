@@ -29,11 +29,13 @@ from rag_loop.curation.labels import label_files
 from rag_loop.curation.queue_files import read_queue
 from rag_loop.store.files import directory_fingerprint
 
+EXPORTS = ("knowledge.parquet", "intents.parquet")  # beside the queue exports, not one of them
 JSON_COLUMNS = ("retrieval_context", "variant_trace_ids", "signals", "judge_scores", "expected_sources",
                 "tags", "details")
 FILTERS = ("priority", "language", "cluster_id", "suggested_failure_type")
 STATUSES = ("todo", "accept", "reject", "later")
 CURATOR_NAME = re.compile(r"^[\w.@+-]{1,64}$")
+INTENT_SORTS = ("volume", "failure_rate", "judged_pass_rate", "trend", "size")
 RUN_ID = re.compile(r"^[\w-]{1,100}$")  # an eval run id names a file: no dots, no slashes
 # what the queue page lists: the wide columns (context, details) stay in the file
 LISTED = "trace_id, batch, priority, language, input, cluster_id, cluster_label, cluster_size, suggested_failure_type"
@@ -61,7 +63,7 @@ class Workspace:
     def queue_file(self) -> Path | None:
         """The newest queue export the workspace can read (`<batch>.parquet`)."""
         files = sorted(self.queue_dir.glob("*.parquet"), key=lambda p: p.stat().st_mtime)
-        files = [f for f in files if f.name != "knowledge.parquet"]
+        files = [f for f in files if f.name not in EXPORTS]
         return files[-1] if files else None
 
     @contextmanager
@@ -208,6 +210,17 @@ class Workspace:
                 fcntl.flock(handle, fcntl.LOCK_UN)
         return checked
 
+
+    def intents(self, sort: str = "volume", singletons: bool = False) -> list[dict]:
+        """The intent clusters of `intents.parquet`, sorted by `sort` (largest first)."""
+        path = self.queue_dir / "intents.parquet"
+        if not path.exists():
+            return []
+        column = sort if sort in INTENT_SORTS else "volume"
+        with self._sql() as con:
+            return con.execute(f"""SELECT * FROM read_parquet($path) WHERE $singletons OR NOT is_singleton
+                                   ORDER BY {column} DESC NULLS LAST, cluster_id""",
+                               {"path": str(path), "singletons": singletons}).df().to_dict("records")
 
     def eval_runs(self) -> list[dict]:
         """Every exported eval run (`<reports>/eval-*.parquet`), newest first."""

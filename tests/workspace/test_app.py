@@ -188,3 +188,17 @@ def test_reports_are_served_and_nothing_else(tmp_path, workspace):
     assert client.get("/reports/eval-1.html").text == "<h1>report</h1>"
     assert client.get("/reports/..%2Fsecret.html").status_code == 404
     assert client.get("/reports/secret.txt").status_code == 404
+
+
+def test_the_intents_page_maps_the_clusters_and_drills_down_to_the_queue(app, workspace):
+    ana = Curator(app, "ana")
+    clusters = workspace.intents("failure_rate")
+    rates = [c["failure_rate"] for c in clusters if c["failure_rate"] == c["failure_rate"]]
+    assert clusters and rates == sorted(rates, reverse=True)
+    page = ana.client.get("/intents", params={"sort": "failure_rate"}).text
+    assert page.count("<circle") == sum(1 for c in clusters if c["x"] == c["x"])
+    surge = next(c for c in workspace.intents("volume") if "ERR-PAY-977" in (c["medoid_query"] or ""))
+    assert surge["judged"] > 0  # the judge's verdicts reach the intents
+    rows, _ = workspace.rows({"cluster_id": surge["cluster_id"]}, "", 0, 100)
+    assert rows and all(r["cluster_id"] == surge["cluster_id"] for r in rows)
+    assert f'href="/?cluster_id={surge["cluster_id"]}"' in page

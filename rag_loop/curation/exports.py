@@ -1,0 +1,68 @@
+"""What the queue stage exports for the curator workspace beside the queue itself: the
+knowledge base to pick expected sources from, and the intent clusters to explore (the
+workspace reads files, never the database)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+from sklearn.decomposition import PCA
+
+from rag_loop.store.files import write_parquet_atomically
+from rag_loop.store.judgments import current_judge_version
+from rag_loop.store.tables import has_table
+
+
+def export_knowledge(con: duckdb.DuckDBPyConnection, queue_dir: Path) -> Path:
+    """`knowledge.parquet`: every chunk of every document version (title, language, text,
+    published at, the document's newest version), what curators pick expected sources from."""
+    table = con.sql("""
+        SELECT c.chunk_id, c.doc_id, c.version, d.title, d.language, c.text, d.source_updated_at,
+               arg_max(d.version, d.source_updated_at) OVER (PARTITION BY d.doc_id) AS newest_version
+        FROM document_chunks c JOIN documents d USING (doc_id, version) ORDER BY c.doc_id, c.version, c.chunk_id
+        """).to_arrow_table()
+    path = queue_dir / "knowledge.parquet"
+    write_parquet_atomically(table, path)
+    return path
+
+
+def export_intents(con: duckdb.DuckDBPyConnection, queue_dir: Path) -> Path:
+    """`intents.parquet`: per intent cluster its volume (Σ 1/π of its selected traces), the
+    weighted share with a bad signal, the weighted judged pass rate (every metric the current
+    judge scored), the trend (share of its volume in the newest week of traffic against the
+    share before), and a 2-D map position (PCA of the centroids, per language)."""
+    version = current_judge_version(con) or ""
+    judged = ("SELECT trace_id, avg(passed::INT) AS judged_pass FROM trace_judgments "
+              "WHERE judge_version = $version AND status = 'judged' AND passed IS NOT NULL GROUP BY 1"
+              if has_table(con, "trace_judgments") else
+              "SELECT NULL::VARCHAR AS trace_id, NULL::DOUBLE AS judged_pass WHERE false")
+    frame = con.execute(f"""
+        WITH members AS (
+            SELECT t.cluster_id, 1 / c.inclusion_probability AS w, (s.signal_count > 0)::INT AS flagged,
+                   j.judged_pass, s.day >= (SELECT max(day) - 6 FROM trace_signals) AS recent
+            FROM trace_clusters t JOIN failure_candidates c USING (trace_id)
+            JOIN trace_signals s USING (trace_id) LEFT JOIN ({judged}) j USING (trace_id)),
+        figures AS (
+            SELECT cluster_id, sum(w) AS volume, sum(w * flagged) / sum(w) AS failure_rate,
+                   sum(w * judged_pass) / nullif(sum(w) FILTER (judged_pass IS NOT NULL), 0) AS judged_pass_rate,
+                   count(*) FILTER (judged_pass IS NOT NULL) AS judged,
+                   sum(w) FILTER (recent) / sum(w) AS recent_share
+            FROM members GROUP BY 1)
+        SELECT i.cluster_id, i.language, i.label, i.size, i.is_singleton, coalesce(i.is_new, false) AS is_new,
+               i.medoid_query, i.first_seen, i.last_seen, f.volume, f.failure_rate, f.judged_pass_rate,
+               f.judged, f.recent_share - (SELECT sum(w) FILTER (recent) / sum(w) FROM members) AS trend,
+               i.centroid
+        FROM intent_clusters i LEFT JOIN figures f USING (cluster_id) ORDER BY f.volume DESC NULLS LAST""",
+                        {"version": version} if has_table(con, "trace_judgments") else {}).df()
+    frame["x"], frame["y"] = np.nan, np.nan
+    for _, group in frame[~frame["is_singleton"]].groupby("language"):
+        vectors = np.stack(group["centroid"].map(np.asarray).to_numpy()) if len(group) else None
+        if vectors is not None and len(group) >= 3:
+            points = PCA(n_components=2, random_state=0).fit_transform(vectors)
+            frame.loc[group.index, "x"], frame.loc[group.index, "y"] = points[:, 0], points[:, 1]
+    path = queue_dir / "intents.parquet"
+    write_parquet_atomically(pa.Table.from_pandas(frame.drop(columns=["centroid"]), preserve_index=False), path)
+    return path
