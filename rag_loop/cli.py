@@ -260,11 +260,14 @@ def summary(db: str, next_steps: bool) -> None:
 @click.option("--reports-dir", type=click.Path(file_okay=False, path_type=Path), envvar="RAG_LOOP_REPORTS_DIR",
               show_envvar=True, default=lambda: home().reports_dir, show_default="reports/ in $RAG_LOOP_HOME",
               help="HTML reports of releases and evals, served at /reports/.")
+@click.option("--goldens-dir", type=click.Path(file_okay=False, path_type=Path), envvar="RAG_LOOP_GOLDENS_DIR",
+              show_envvar=True, default=lambda: home().goldens_dir, show_default="goldens/ in $RAG_LOOP_HOME",
+              help="The golden releases it shows (a release from the workspace runs `rag-loop release`).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Anything but loopback needs --token.")
 @click.option("--port", type=int, default=8765, show_default=True)
 @click.option("--token", envvar="RAG_LOOP_WORKSPACE_TOKEN", show_envvar=True, default=None,
               help="Every request must carry it (open the printed link once per browser).")
-def serve(curation_dir: Path, reports_dir: Path, host: str, port: int, token: str | None) -> None:
+def serve(curation_dir: Path, reports_dir: Path, goldens_dir: Path, host: str, port: int, token: str | None) -> None:
     """The curator workspace in the browser: the queue, a trace and its label, the sources."""
     import uvicorn
 
@@ -275,7 +278,8 @@ def serve(curation_dir: Path, reports_dir: Path, host: str, port: int, token: st
         raise click.UsageError(f"--host {host} is not loopback: set --token (or RAG_LOOP_WORKSPACE_TOKEN)")
     link = f"http://{host}:{port}/" + (f"?token={token}" if token else "")
     click.echo(f"rag-loop workspace on {link} (queue exports in {curation_dir / 'queue'})")
-    uvicorn.run(create_app(Workspace(curation_dir, reports_dir), token), host=host, port=port, log_level="warning")
+    uvicorn.run(create_app(Workspace(curation_dir, reports_dir, goldens_dir), token), host=host, port=port,
+                log_level="warning")
 
 
 @main.group()

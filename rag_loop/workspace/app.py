@@ -4,11 +4,13 @@ keyboard shortcuts and the source search; nothing is fetched from elsewhere."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import parse_qs, urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
@@ -17,6 +19,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from rag_loop.schema import FailureType, Origin
+from rag_loop.workspace.releases import Launched, launch_release, pending, releases
 from rag_loop.workspace.security import (
     CSRF_COOKIE,
     CURATOR_COOKIE,
@@ -49,8 +52,10 @@ ORIGIN_HELP = {
 }
 
 
-def create_app(workspace: Workspace, token: str | None = None) -> Starlette:
-    """The app; with `token`, every request must carry it (required off loopback)."""
+def create_app(workspace: Workspace, token: str | None = None,
+               release: Callable[[str, str], Launched] = launch_release) -> Starlette:
+    """The app; with `token`, every request must carry it (required off loopback). `release`
+    makes a golden release (default: the release_goldens job, in its own process)."""
     templates = Environment(loader=FileSystemLoader(HERE / "templates"),
                             autoescape=select_autoescape(default=True, default_for_string=True))
     templates.filters["shown"] = shown
@@ -111,6 +116,21 @@ def create_app(workspace: Workspace, token: str | None = None) -> Starlette:
         return page(request, "intents.html", clusters=[_clean(c) for c in clusters], sort=sort, sorts=INTENT_SORTS,
                     points=intent_map(clusters))
 
+    async def releases_page(request: Request) -> Response:
+        if not request.state.curator:
+            return RedirectResponse("/curator", status_code=303)
+        launched = None
+        if request.method == "POST":
+            notes = (await _form(request)).get("notes", [""])[0].strip()
+            if not notes:
+                launched = Launched(False, "notes: say what this release changes")
+            else:
+                launched = await run_in_threadpool(release, notes, request.state.curator)
+        goldens = workspace.goldens_dir
+        return page(request, "releases.html", 200 if launched is None or launched.ok else 422,
+                    releases=releases(goldens) if goldens else [], launched=launched,
+                    pending=pending(goldens, workspace.decisions()) if goldens else {"new": [], "withdrawn": []})
+
     async def evals(request: Request) -> Response:
         return page(request, "evals.html", runs=workspace.eval_runs())
 
@@ -135,6 +155,7 @@ def create_app(workspace: Workspace, token: str | None = None) -> Starlette:
     routes = [Route("/", queue), Route("/trace/{trace_id:path}", trace, methods=["GET", "POST"]),
               Route("/sources", sources), Route("/curator", curator, methods=["GET", "POST"]),
               Route("/reports/{name}", report), Route("/intents", intents), Route("/evals", evals),
+              Route("/releases", releases_page, methods=["GET", "POST"]),
               Route("/evals/{run_id}", compare),
               Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static")]
     return Starlette(routes=routes, middleware=[Middleware(Guard, token=token)])

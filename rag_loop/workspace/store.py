@@ -52,9 +52,9 @@ class Decision:
 class Workspace:
     """The files of one deployment's curation folder, read for the pages and written for labels."""
 
-    def __init__(self, curation_dir: Path, reports_dir: Path | None = None):
+    def __init__(self, curation_dir: Path, reports_dir: Path | None = None, goldens_dir: Path | None = None):
         self.queue_dir, self.labels_dir = curation_dir / "queue", curation_dir / "labels"
-        self.reports_dir = reports_dir
+        self.reports_dir, self.goldens_dir = reports_dir, goldens_dir
         self._lock = threading.Lock()
         self._decisions: tuple[object, dict[str, Decision]] | None = None
         self._known: tuple[object, KnownSources] | None = None

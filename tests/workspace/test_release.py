@@ -1,0 +1,49 @@
+"""A release made from the workspace: it runs the release_goldens job in its own process, and
+the golden the curator accepted is in it and loads in DeepEval."""
+
+import os
+import shutil
+
+import pytest
+from starlette.testclient import TestClient
+
+from rag_loop.workspace.app import create_app
+from rag_loop.workspace.releases import launch_release
+from rag_loop.workspace.store import Workspace
+from tests.helpers import PROJECT
+from tests.workspace.conftest import Curator, csrf_of
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def test_a_release_from_the_workspace_holds_the_accepted_golden_and_loads_in_deepeval(curation, demo_run,
+                                                                                       tmp_path):
+    _, database, _ = demo_run
+    shutil.copy(database, tmp_path / "rag.duckdb")
+    goldens = tmp_path / "goldens"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("RAG_LOOP_")},
+           "RAG_LOOP_DB": str(tmp_path / "rag.duckdb"), "RAG_LOOP_CURATION_DIR": str(curation),
+           "RAG_LOOP_GOLDENS_DIR": str(goldens), "RAG_LOOP_REPORTS_DIR": str(tmp_path / "reports"),
+           "RAG_LOOP_HOME": str(tmp_path), "DAGSTER_HOME": str(tmp_path / "dagster"),
+           "PYTHONPATH": str(PROJECT), "DAGSTER_DISABLE_TELEMETRY": "1"}
+    workspace = Workspace(curation, tmp_path / "reports", goldens)
+    app = create_app(workspace, release=lambda notes, by: launch_release(notes, by, env))
+    ana = Curator(app, "ana")
+    row = workspace.rows({}, "todo", 0, 1)[0][0]
+    source = ana.client.get("/sources", params={"q": "leave policy"}).json()[0]["chunk_id"]
+    assert ana.label(row["trace_id"], action="accept", expected_output="Fifteen days.", source=[source],
+                     origin="production_failure", failure_type="retrieval").status_code == 303
+    page = ana.client.get("/releases").text
+    assert "<b>1</b> accepted traces the newest release does not have yet" in page
+    made = ana.client.post("/releases", data={"csrf": csrf_of(page), "notes": "from the workspace"})
+    assert made.status_code == 200, made.text[-2000:]
+    assert "release_goldens: SUCCESS" in made.text and "v0001" in made.text
+    from deepeval.dataset import EvaluationDataset
+    dataset = EvaluationDataset()
+    dataset.add_goldens_from_json_file(str(goldens / "v0001" / "goldens.json"))
+    mine = [g for g in dataset.goldens if g.additional_metadata["trace_id"] == row["trace_id"]]
+    assert len(mine) == 1 and mine[0].expected_output == "Fifteen days."
+    assert mine[0].additional_metadata["expected_sources"] == [source]
+    assert mine[0].additional_metadata["curator"] == "ana"
+    refused = TestClient(app).post("/releases", data={"notes": "forged"})  # no token, no cookie
+    assert refused.status_code == 403
