@@ -66,3 +66,15 @@ def export_intents(con: duckdb.DuckDBPyConnection, queue_dir: Path) -> Path:
     path = queue_dir / "intents.parquet"
     write_parquet_atomically(pa.Table.from_pandas(frame.drop(columns=["centroid"]), preserve_index=False), path)
     return path
+
+
+def cluster_phrasings(con: duckdb.DuckDBPyConnection, limit: int = 12) -> dict[str, list[dict]]:
+    """Per intent cluster, its members' phrasings (case and spacing folded) with how many
+    selected traces asked each, the most frequent first."""
+    rows = con.sql(f"""
+        SELECT cluster_id, list({{'query': query, 'count': n}} ORDER BY n DESC, query)[:{int(limit)}] AS phrasings
+        FROM (SELECT t.cluster_id, any_value(r.original_query) AS query, count(*) AS n
+              FROM trace_clusters t JOIN raw_traces r USING (trace_id)
+              GROUP BY t.cluster_id, lower(trim(regexp_replace(r.original_query, '\\s+', ' ', 'g'))))
+        GROUP BY cluster_id""").to_arrow_table().to_pylist()
+    return {row["cluster_id"]: row["phrasings"] for row in rows}

@@ -11,7 +11,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from rag_loop.curation.exports import export_intents, export_knowledge
+from rag_loop.curation.exports import cluster_phrasings, export_intents, export_knowledge
 from rag_loop.curation.queue_files import (
     CURATOR_FIELDS,
     batch_name,
@@ -85,8 +85,10 @@ def build_curation_queue(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
         row["batch"] = batch
     paths = export_queue(rows, queue_dir, batch) if rows else ()
     if rows:  # the curator workspace's hand-over: it never opens the database
-        paths = (*paths, export_for_workspace(rows, trace_details(con, [r["trace_id"] for r in rows]),
-                                              queue_dir, batch),
+        details, phrasings = trace_details(con, [r["trace_id"] for r in rows]), cluster_phrasings(con)
+        for row in rows:
+            details.setdefault(row["trace_id"], {})["phrasings"] = phrasings.get(row["cluster_id"], [])
+        paths = (*paths, export_for_workspace(rows, details, queue_dir, batch),
                  export_knowledge(con, queue_dir), export_intents(con, queue_dir))
     replace_table(con, "curation_queue", pd.DataFrame(rows) if rows else pd.DataFrame(
         {"trace_id": pd.Series(dtype=str), "batch": pd.Series(dtype=str)}))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs, quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
@@ -87,13 +87,26 @@ def create_app(workspace: Workspace, token: str | None = None,
             return page(request, "missing.html", 404, trace_id=trace_id)
         if request.method == "POST":
             form = await _form(request)
+            if form.get("action", [""])[0] == "undo":
+                workspace.undo(request.state.curator, trace_id)
+                return RedirectResponse(f"/trace/{quote(trace_id)}", status_code=303)
             answer = _answer(form)
             checked = workspace.save_label(request.state.curator, trace_id, answer)
             if checked.errors:
                 return page(request, "trace.html", 422, row=row, errors=checked.errors, answer=answer,
                             **_help(workspace, trace_id))
-            return RedirectResponse(_next_url(workspace, trace_id), status_code=303)
-        return page(request, "trace.html", row=row, errors=[], answer={}, **_help(workspace, trace_id))
+            following = _next_url(workspace, trace_id)
+            return RedirectResponse(f"{following}?{urlencode({'saved': trace_id, 'as': answer['decision']})}",
+                                    status_code=303)
+        saved = request.query_params.get("saved")
+        return page(request, "trace.html", row=row, errors=[], answer={}, saved=saved,
+                    saved_as=request.query_params.get("as", ""), **_help(workspace, trace_id))
+
+    async def check(request: Request) -> Response:
+        trace_id = request.path_params["trace_id"]
+        form = {"action": ["accept"], **(await _form(request))}  # what an accept would say
+        checked, _ = workspace.check(request.state.curator, trace_id, _answer(form))
+        return JSONResponse({"errors": checked.errors, "warnings": checked.warnings})
 
     async def sources(request: Request) -> Response:
         return JSONResponse([{k: v for k, v in hit.items() if k != "text"} | {"text": shown(hit["text"], 300)}
@@ -152,7 +165,8 @@ def create_app(workspace: Workspace, token: str | None = None,
             return page(request, "missing.html", 404, trace_id=name)
         return FileResponse(path, media_type="text/html")
 
-    routes = [Route("/", queue), Route("/trace/{trace_id:path}", trace, methods=["GET", "POST"]),
+    routes = [Route("/", queue), Route("/check/{trace_id:path}", check, methods=["POST"]),
+              Route("/trace/{trace_id:path}", trace, methods=["GET", "POST"]),
               Route("/sources", sources), Route("/curator", curator, methods=["GET", "POST"]),
               Route("/reports/{name}", report), Route("/intents", intents), Route("/evals", evals),
               Route("/releases", releases_page, methods=["GET", "POST"]),
@@ -225,7 +239,7 @@ def _help(workspace: Workspace, trace_id: str) -> dict:
 def _next_url(workspace: Workspace, done: str) -> str:
     rows, _ = workspace.rows({}, "todo", 0, 2)
     following = [r["trace_id"] for r in rows if r["trace_id"] != done]
-    return f"/trace/{following[0]}" if following else "/"
+    return f"/trace/{quote(following[0])}" if following else "/"
 
 
 def _clean(row: dict) -> dict:

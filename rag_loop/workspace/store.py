@@ -184,32 +184,54 @@ class Workspace:
                 mine[decision.decision] += 1
         return counts
 
+    def check(self, curator: str, trace_id: str, answer: dict[str, Any]) -> tuple[CheckedLabel, dict]:
+        """The label file record of a curator's answer and its verdict under `curated_labels`'
+        rules (plus: a reject says why)."""
+        row = self.row(trace_id)
+        if row is None:
+            return CheckedLabel({"trace_id": trace_id}, [f"trace_id: {trace_id!r} is not in the queue"]), {}
+        if not CURATOR_NAME.match(curator):
+            return CheckedLabel({"trace_id": trace_id}, ["curator: a name of letters, digits and .@+-"]), {}
+        record = {key: row.get(key) for key in ("trace_id", "input", "cluster_id", "priority", "cluster_weight",
+                                                 "suggested_failure_type", "judge_score", "variant_trace_ids",
+                                                 "batch")}
+        record.update(answer, curator=curator, labeled_at=datetime.now(UTC).isoformat())
+        if answer.get("decision") == "reject" and not str(answer.get("reject_reason") or "").strip():
+            return CheckedLabel({"trace_id": trace_id}, ["reject_reason: say why the row is rejected"]), record
+        traces = {trace_id, *(row.get("variant_trace_ids") or [])}
+        return check_label(record, self.known_sources(), traces), record
+
     def save_label(self, curator: str, trace_id: str, answer: dict[str, Any]) -> CheckedLabel:
         """Check a curator's answer with `curated_labels`' rules and, if valid, append it to
         their label file (one line, under a lock: two tabs of one curator never interleave)."""
-        row = self.row(trace_id)
-        if row is None:
-            return CheckedLabel({"trace_id": trace_id}, [f"trace_id: {trace_id!r} is not in the queue"])
-        if not CURATOR_NAME.match(curator):
-            return CheckedLabel({"trace_id": trace_id}, ["curator: a name of letters, digits and .@+-"])
-        if answer.get("decision") == "reject" and not str(answer.get("reject_reason") or "").strip():
-            return CheckedLabel({"trace_id": trace_id}, ["reject_reason: say why the row is rejected"])
-        record = {key: row.get(key) for key in ("trace_id", "input", "cluster_id", "priority", "cluster_weight",
-                                                 "suggested_failure_type", "judge_score", "variant_trace_ids")}
-        record.update(answer, curator=curator, labeled_at=datetime.now(UTC).isoformat())
-        traces = {trace_id, *(row.get("variant_trace_ids") or [])}
-        checked = check_label(record, self.known_sources(), traces)
+        checked, record = self.check(curator, trace_id, answer)
         if not checked.errors:
-            self.labels_dir.mkdir(parents=True, exist_ok=True)
-            path = self.labels_dir / f"{curator}-{row.get('batch') or 'queue'}.jsonl"
-            line = json.dumps(record, ensure_ascii=False, default=str) + "\n"
-            with open(path, "a", encoding="utf-8") as handle:
-                fcntl.flock(handle, fcntl.LOCK_EX)
-                handle.write(line)
-                handle.flush()
-                fcntl.flock(handle, fcntl.LOCK_UN)
+            self._append(curator, record)
         return checked
 
+    def undo(self, curator: str, trace_id: str) -> str | None:
+        """Put back what a trace's newest label replaced: the label before it, written again as
+        the newest (a label file is never edited), or "later" when there was none. Returns the
+        decision now in force, or None when the trace has no label."""
+        labels = sorted((row for path in label_files(self.labels_dir) for row in _readable(path)
+                         if str(row.get("trace_id")) == trace_id), key=lambda r: str(r.get("labeled_at") or ""))
+        if not labels:
+            return None
+        previous = dict(labels[-2]) if len(labels) > 1 else {"trace_id": trace_id, "decision": "later",
+                                                              "batch": labels[-1].get("batch")}
+        previous.update(curator=curator, labeled_at=datetime.now(UTC).isoformat())
+        self._append(curator, previous)
+        return str(previous["decision"])
+
+    def _append(self, curator: str, record: dict[str, Any]) -> None:
+        self.labels_dir.mkdir(parents=True, exist_ok=True)
+        path = self.labels_dir / f"{curator}-{record.get('batch') or 'queue'}.jsonl"
+        line = json.dumps(record, ensure_ascii=False, default=str) + "\n"
+        with open(path, "a", encoding="utf-8") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            handle.write(line)
+            handle.flush()
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
     def intents(self, sort: str = "volume", singletons: bool = False) -> list[dict]:
         """The intent clusters of `intents.parquet`, sorted by `sort` (largest first)."""

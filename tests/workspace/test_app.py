@@ -202,3 +202,33 @@ def test_the_intents_page_maps_the_clusters_and_drills_down_to_the_queue(app, wo
     rows, _ = workspace.rows({"cluster_id": surge["cluster_id"]}, "", 0, 100)
     assert rows and all(r["cluster_id"] == surge["cluster_id"] for r in rows)
     assert f'href="/?cluster_id={surge["cluster_id"]}"' in page
+
+
+def test_undo_puts_back_the_label_before_and_both_stay_in_the_files(app, workspace):
+    ana = Curator(app, "ana")
+    first, second = workspace.rows({}, "todo", 0, 2)[0]
+    accept = {"action": "accept", "expected_output": "Fifteen days.", "origin": "production_failure",
+              "failure_type": "retrieval"}
+    assert ana.label(first["trace_id"], **accept).status_code == 303
+    assert ana.label(first["trace_id"], action="undo").status_code == 303
+    assert workspace.decisions()[first["trace_id"]].decision == "later"  # nothing before it: back in the queue
+    assert ana.label(second["trace_id"], action="reject", reject_reason="duplicate").status_code == 303
+    assert ana.label(second["trace_id"], **accept).status_code == 303
+    assert ana.label(second["trace_id"], action="undo").status_code == 303
+    assert workspace.decisions()[second["trace_id"]].decision == "reject"
+    lines = sum(f.read_text().count("\n") for f in workspace.labels_dir.iterdir())
+    assert lines == 5  # nothing is erased: a label file is only appended to
+
+
+def test_a_label_is_checked_as_it_is_typed_and_nothing_is_written(app, workspace):
+    ana = Curator(app, "ana")
+    row = _first(workspace)
+    verdict = ana.client.post(f"/check/{row['trace_id']}", data={"csrf": ana.csrf, "expected_output": "",
+                                                                  "source": ["nope@1"]}).json()
+    assert any("required to accept" in e for e in verdict["errors"])
+    assert any("unknown document" in e for e in verdict["errors"])
+    good = ana.client.post(f"/check/{row['trace_id']}", data={
+        "csrf": ana.csrf, "expected_output": "Fifteen days.", "origin": "Production_Failure",
+        "failure_type": "retrieval"}).json()
+    assert good["errors"] == [] and not workspace.labels_dir.exists()
+    assert ana.client.post(f"/check/{row['trace_id']}", data={"csrf": "forged"}).status_code == 403

@@ -61,6 +61,11 @@ def _keys(browser, *keys):
     ActionChains(browser).send_keys(*keys).perform()
 
 
+def _trace_of(url: str) -> str:
+    """The trace id of a trace page's URL (after a label: ?saved=… names the one just saved)."""
+    return url.rsplit("/trace/", 1)[-1].split("?", 1)[0]
+
+
 def _replace(browser, text):
     """Select what the focused field holds and type `text` over it."""
     from selenium.webdriver.common.action_chains import ActionChains
@@ -85,7 +90,7 @@ def test_a_curator_labels_with_the_keyboard_only(browser, curation, demo_run, tm
         _wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#queue tr.row"))
         _keys(browser, Keys.ENTER)  # open the first row
         _wait(browser, lambda b: b.find_elements(By.ID, "label-form"))
-        accepted = browser.current_url.rsplit("/trace/", 1)[1]
+        accepted = _trace_of(browser.current_url)
         _keys(browser, "e", "Fifteen days of paid leave a year.", Keys.TAB)  # to the source search
         for query, document in (("leave policy 2026", "leave-policy@"), ("password rotation", "password-policy@")):
             _replace(browser, query)
@@ -97,13 +102,13 @@ def test_a_curator_labels_with_the_keyboard_only(browser, curation, demo_run, tm
         chosen = [e.get_attribute("value") for e in browser.find_elements(By.CSS_SELECTOR, "#chosen-sources input")]
         assert len(chosen) == 2 and len(set(chosen)) == 2
         _keys(browser, Keys.ESCAPE, "a")  # leave the search, accept
-        _wait(browser, lambda b: b.current_url.rsplit("/trace/", 1)[-1] != accepted)
-        rejected = browser.current_url.rsplit("/trace/", 1)[1]
+        _wait(browser, lambda b: _trace_of(b.current_url) != accepted)
+        rejected = _trace_of(browser.current_url)
         _keys(browser, "r", "asks two questions at once", Keys.ENTER)
-        _wait(browser, lambda b: b.current_url.rsplit("/trace/", 1)[-1] != rejected)
-        later = browser.current_url.rsplit("/trace/", 1)[1]
+        _wait(browser, lambda b: _trace_of(b.current_url) != rejected)
+        later = _trace_of(browser.current_url)
         _keys(browser, "l")
-        _wait(browser, lambda b: b.current_url.rsplit("/trace/", 1)[-1] != later)
+        _wait(browser, lambda b: _trace_of(b.current_url) != later)
         browser.get(server.url + "/?status=later")  # reload: "later" is back
         rows = browser.find_elements(By.CSS_SELECTOR, "#queue tr.row")
         assert len(rows) == 1 and later in rows[0].get_attribute("data-href")

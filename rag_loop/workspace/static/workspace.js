@@ -92,6 +92,31 @@
     });
   }
 
+  // validation as you type, with the rules curated_labels applies (the server's)
+  var errors = document.getElementById("errors");
+  var checking = null;
+  function check() {
+    var body = new URLSearchParams(new FormData(form));
+    body.set("action", "accept");
+    fetch(form.getAttribute("data-check"), {method: "POST", body: body, credentials: "same-origin"})
+      .then(function (reply) { return reply.json(); })
+      .then(function (verdict) {
+        errors.textContent = "";
+        verdict.errors.concat(verdict.warnings).forEach(function (text) {
+          var item = document.createElement("li");
+          item.textContent = text;
+          errors.appendChild(item);
+        });
+      });
+  }
+  if (form && errors) {
+    form.addEventListener("input", function () { clearTimeout(checking); checking = setTimeout(check, 400); });
+    form.addEventListener("click", function (event) {
+      if (event.target.classList.contains("pick-source") || event.target.classList.contains("use-source")
+          || event.target.classList.contains("remove-source")) { clearTimeout(checking); checking = setTimeout(check, 100); }
+    });
+  }
+
   document.addEventListener("keydown", function (event) {
     if (event.ctrlKey || event.metaKey || event.altKey || typing(event)) { return; }
     if (rows.length) {
@@ -105,6 +130,7 @@
       if (event.key === "l") { event.preventDefault(); document.getElementById("later").click(); }
       if (event.key === "r") { event.preventDefault(); reason.focus(); }
       if (event.key === "e") { event.preventDefault(); document.getElementById("expected_output").focus(); }
+      if (event.key === "u" && document.getElementById("undo")) { event.preventDefault(); document.getElementById("undo").click(); }
     }
   });
 }());
