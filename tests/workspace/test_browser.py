@@ -142,3 +142,41 @@ def test_hostile_text_runs_nothing_and_navigates_nowhere(browser, tmp_path):
         assert browser.find_elements(By.CSS_SELECTOR, "main script, main img") == []
     finally:
         server.close()
+
+
+def test_two_curators_label_the_same_cluster_at_once_and_nothing_is_lost(browser, curation, demo_run, tmp_path):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+        options.add_argument(argument)
+    second = webdriver.Chrome(service=Service(DRIVER), options=options)
+    workspace = Workspace(curation)
+    cluster = workspace.rows({}, "todo", 0, 1)[0][0]["cluster_id"]
+    server = Server(create_app(workspace))
+    try:
+        for driver, name in ((browser, "ana"), (second, "ben")):
+            driver.delete_all_cookies()
+            driver.get(server.url + "/curator")
+            driver.find_element(By.NAME, "curator").send_keys(name + "\n")
+            _wait(driver, lambda d: d.current_url == server.url + "/")
+            driver.get(f"{server.url}/?cluster_id={cluster}")
+            driver.find_element(By.CSS_SELECTOR, "#queue tr.row a").click()  # both open the same row
+            _wait(driver, lambda d: d.find_elements(By.ID, "label-form"))
+        shared = _trace_of(browser.current_url)
+        assert _trace_of(second.current_url) == shared
+        _keys(browser, "l")
+        _keys(second, "r", "the same question as another row", Keys.ENTER)
+        for driver in (browser, second):
+            _wait(driver, lambda d: _trace_of(d.current_url) != shared)
+    finally:
+        second.quit()
+        server.close()
+    con = demo_copy(demo_run, tmp_path)
+    assert store_label_files(con, workspace.labels_dir, settle_seconds=0).stored == 2
+    kept = con.execute("SELECT curator, decision FROM curated_labels WHERE trace_id = ? ORDER BY curator",
+                       [shared]).fetchall()
+    assert kept == [("ana", "later"), ("ben", "reject")]  # both kept; the newer one is current
