@@ -120,7 +120,10 @@ def dagster_dev(tmp_path_factory):
         log.close()
 
 
-LOOP = demo_config("loop")
+# the loop as the demo runs it, with the online judge on a share of the selection: this test is
+# about runs queueing on the DuckDB tag, the judge has its own tests
+LOOP = {**demo_config("loop"), "ops": {**demo_config("loop")["ops"], "trace_judgments": {"config": {
+    "metrics": [{"name": "Faithfulness", "threshold": 0.75, "rate": 0.2}]}}}}
 
 
 def test_three_runs_at_once_queue_on_the_duckdb_tag_then_a_curator_release(dagster_dev):

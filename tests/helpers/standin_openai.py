@@ -16,6 +16,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+REFUSALS = (429, 500, 503, 0)  # 0: the connection stalls past the client's timeout
+
 
 def instance_of(schema: dict[str, Any], definitions: dict[str, Any]) -> Any:
     """A value that validates against `schema` (enough of JSON Schema for pydantic models)."""
@@ -50,7 +52,7 @@ class StandIn:
         self.stall_seconds = 3.0
         self.refused: list[int] = []  # status of each refusal (0: stalled)
         self.in_flight = self.max_in_flight = 0
-        self._lock, self._random = threading.Lock(), random.Random(7)
+        self._lock, self._random, self._refusals = threading.Lock(), random.Random(7), 0
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -64,8 +66,9 @@ class StandIn:
                 with owner._lock:
                     owner.in_flight += 1
                     owner.max_in_flight = max(owner.max_in_flight, owner.in_flight)
-                    refusal = owner._random.choice([429, 500, 503, 0]) \
+                    refusal = REFUSALS[owner._refusals % len(REFUSALS)] \
                         if owner._random.random() < owner.flaky else None
+                    owner._refusals += refusal is not None  # each kind in turn
                 try:
                     self._answer(body, refusal)
                 except OSError:  # the client gave up waiting

@@ -139,7 +139,7 @@ def test_hostile_trace_text_renders_escaped_and_readable(tmp_path, text):
     assert "<script>alert" not in queue and str(escape(shown(text, 160))) in queue
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=st.text(min_size=1, max_size=300))
 def test_any_production_text_is_shown_as_text(tmp_path_factory, text):
     folder = tmp_path_factory.mktemp("hostile")
