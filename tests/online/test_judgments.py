@@ -90,7 +90,7 @@ HOSTILE = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.none(),
                     st.sampled_from(["raise", "timeout", "error-flag"]))
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(replies=st.lists(HOSTILE, min_size=1, max_size=12))
 def test_hostile_judge_replies_are_errored_never_passed_and_never_block_the_others(tmp_path_factory, replies):
     con = build_world(tmp_path_factory.mktemp("w"), _traces(len(replies)))
@@ -145,7 +145,7 @@ CHUNKS = st.lists(st.fixed_dictionaries({
     "in_kb": st.booleans(), "selected": st.sampled_from([True, False, None])}), max_size=4)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(traces=st.lists(CHUNKS, min_size=1, max_size=5))
 def test_a_trace_is_unjudgeable_for_want_of_context_exactly_when_no_text_reached_the_llm(tmp_path_factory, traces):
     """Chunks with and without text, in the knowledge base or not, selected or dropped by the
