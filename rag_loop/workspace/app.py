@@ -19,7 +19,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from rag_loop.schema import FailureType, Origin
-from rag_loop.workspace.releases import Launched, launch_release, pending, releases
+from rag_loop.workspace.releases import Launched, launch_release, pending, released_goldens, releases
 from rag_loop.workspace.security import (
     CSRF_COOKIE,
     CURATOR_COOKIE,
@@ -142,7 +142,8 @@ def create_app(workspace: Workspace, token: str | None = None,
         goldens = workspace.goldens_dir
         return page(request, "releases.html", 200 if launched is None or launched.ok else 422,
                     releases=releases(goldens) if goldens else [], launched=launched,
-                    pending=pending(goldens, workspace.decisions()) if goldens else {"new": [], "withdrawn": []})
+                    pending=pending(goldens, workspace.decisions()) if goldens
+                    else {"new": [], "changed": [], "withdrawn": []})
 
     async def evals(request: Request) -> Response:
         return page(request, "evals.html", runs=workspace.eval_runs())
@@ -231,7 +232,9 @@ def _answer(form: dict[str, list[str]]) -> dict:
 
 
 def _help(workspace: Workspace, trace_id: str) -> dict:
-    return {"failure_types": [(f.value, FAILURE_TYPE_HELP.get(f.value, "")) for f in FailureType],
+    version, goldens = released_goldens(workspace.goldens_dir) if workspace.goldens_dir else (None, {})
+    return {"release": version, "golden": goldens.get(trace_id),
+            "failure_types": [(f.value, FAILURE_TYPE_HELP.get(f.value, "")) for f in FailureType],
             "origins": [(o.value, ORIGIN_HELP.get(o.value, "")) for o in Origin],
             "decision": workspace.decisions().get(trace_id)}
 

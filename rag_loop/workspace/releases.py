@@ -35,17 +35,26 @@ def releases(goldens_dir: Path) -> list[dict]:
     return found
 
 
-def pending(goldens_dir: Path, decisions: Mapping[str, Decision]) -> dict[str, list[str]]:
-    """What the next release would change, from the label files: accepted traces the newest
-    release lacks, and traces it has whose newest label is no longer an accept."""
+def released_goldens(goldens_dir: Path) -> tuple[str | None, dict[str, dict]]:
+    """The newest release's version and its goldens by trace id."""
     versions = release_versions(goldens_dir)
-    released = set()
-    if versions:
-        released = {(g.get("additional_metadata") or {}).get("trace_id")
-                    for g in read_goldens(goldens_dir, versions[-1])}
-    accepted = {t for t, d in decisions.items() if d.decision == "accept"}
-    withdrawn = {t for t, d in decisions.items() if d.decision in ("reject", "later")} & released
-    return {"new": sorted(accepted - released), "withdrawn": sorted(withdrawn)}
+    if not versions:
+        return None, {}
+    return versions[-1], {(g.get("additional_metadata") or {}).get("trace_id"): g
+                          for g in read_goldens(goldens_dir, versions[-1])}
+
+
+def pending(goldens_dir: Path, decisions: Mapping[str, Decision]) -> dict[str, list]:
+    """What the next release would change, from the label files: accepted traces the newest
+    release lacks, released goldens whose expected output a newer accept changes (before and
+    after), and released traces whose newest label is no longer an accept."""
+    _, released = released_goldens(goldens_dir)
+    accepted = {t: d for t, d in decisions.items() if d.decision == "accept"}
+    changed = [{"trace_id": t, "golden": released[t].get("name"), "before": released[t].get("expected_output"),
+                "after": d.expected_output} for t, d in sorted(accepted.items())
+               if t in released and (d.expected_output or "") != (released[t].get("expected_output") or "")]
+    withdrawn = {t for t, d in decisions.items() if d.decision in ("reject", "later")} & set(released)
+    return {"new": sorted(set(accepted) - set(released)), "changed": changed, "withdrawn": sorted(withdrawn)}
 
 
 def launch_release(notes: str, released_by: str, env: Mapping[str, str] | None = None) -> Launched:

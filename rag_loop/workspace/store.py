@@ -47,6 +47,7 @@ class Decision:
     curator: str
     labeled_at: str
     reject_reason: str | None = None
+    expected_output: str | None = None
 
 
 class Workspace:
@@ -168,7 +169,8 @@ class Workspace:
                 for path in label_files(self.labels_dir) if stamp is not None else []:
                     for row in _readable(path):
                         decision = Decision(str(row.get("decision") or "").lower(), str(row.get("curator") or ""),
-                                            str(row.get("labeled_at") or ""), row.get("reject_reason"))
+                                            str(row.get("labeled_at") or ""), row.get("reject_reason"),
+                                            row.get("expected_output"))
                         previous = newest.get(str(row.get("trace_id")))
                         if previous is None or decision.labeled_at >= previous.labeled_at:
                             newest[str(row.get("trace_id"))] = decision

@@ -47,3 +47,10 @@ def test_a_release_from_the_workspace_holds_the_accepted_golden_and_loads_in_dee
     assert mine[0].additional_metadata["curator"] == "ana"
     refused = TestClient(app).post("/releases", data={"notes": "forged"})  # no token, no cookie
     assert refused.status_code == 403
+    trace_page = ana.client.get(f"/trace/{row['trace_id']}").text
+    assert "In release <a href=\"/releases\">v0001</a> as golden" in trace_page  # label → golden
+    assert ana.label(row["trace_id"], action="accept", expected_output="Fifteen days a year.", source=[source],
+                     origin="production_failure", failure_type="retrieval").status_code == 303
+    before_after = ana.client.get("/releases").text  # the next release's diff, before it is made
+    assert "<b>1</b> of its goldens with a new expected output" in before_after
+    assert "Fifteen days.</td>" in before_after and "Fifteen days a year.</td>" in before_after
