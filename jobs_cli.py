@@ -65,7 +65,7 @@ def run_job(name: str, run_config: Mapping[str, Any] | None = None, partition_ra
 
 
 def _config(path: Path | None) -> dict[str, Any]:
-    return yaml.safe_load(path.read_text()) or {} if path else {}
+    return (yaml.safe_load(path.read_text()) or {}) if path else {}
 
 
 def _merged(base: dict[str, Any], ops: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

@@ -20,7 +20,14 @@ from dagster import (
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
-from assets.resources import DUCKDB_WRITER, EmbedderResource, JudgeResource, RagAppResource, RagLoopPaths
+from assets.resources import (
+    DUCKDB_WRITER,
+    EmbedderResource,
+    JudgeResource,
+    RagAppResource,
+    RagLoopPaths,
+    config_entry,
+)
 from assets.stage import stage_asset
 from rag_loop.evaluation.gates import Gate
 from rag_loop.evaluation.settings import (
@@ -67,7 +74,7 @@ class EvalConfig(Config):
     def settings(self, rag_app: RagAppResource) -> EvalSettings:
         thresholds = {**self.thresholds, **dict.fromkeys(self.monitoring_only)}
         gates = [Gate(**{**values, "slices": tuple(values.get("slices", ("all",)))})
-                 for values in map(_as_dict, self.gates)]
+                 for values in map(config_entry, self.gates)]
         return EvalSettings(self.release, self.mode, rag_app.target(), dict(rag_app.config),
                             thresholds, gates, self.baseline_run or None, self.concurrency,
                             self.max_error_rate, deadline_seconds=self.deadline_seconds)
@@ -160,10 +167,6 @@ def _gate_check(report, blocking: bool) -> AssetCheckResult:
                   "failures": MetadataValue.md(table.to_markdown(index=False) if failures else "all gates pass"),
                   "flipped_cases": len(report.flipped)})
 
-
-def _as_dict(value) -> dict:
-    """A nested config entry: a Config object, or the plain dict a default stays as."""
-    return dict(value) if isinstance(value, dict) else value.model_dump()
 
 
 def _key(metric: str) -> str:

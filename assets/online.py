@@ -14,7 +14,7 @@ from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
 from assets.daily import check_specs, daily, day_checks, series_chart
-from assets.resources import EmbedderResource, GEvalCriterion, JudgeResource
+from assets.resources import EmbedderResource, GEvalCriterion, JudgeResource, config_entry
 from assets.selection import failure_candidates
 from assets.stage import stage_asset
 from rag_loop.evaluation.settings import OFFLINE_THRESHOLDS
@@ -54,16 +54,13 @@ class JudgingConfig(Config):
                                                     "run is marked over its error budget.")
 
     def settings(self) -> JudgingSettings:
-        metrics = [OnlineMetric(m["name"], m["threshold"], m["rate"]) for m in map(_as_dict, self.metrics)]
-        for spec in map(_as_dict, self.geval):
+        metrics = [OnlineMetric(m["name"], m["threshold"], m["rate"]) for m in map(config_entry, self.metrics)]
+        for spec in map(config_entry, self.geval):
             criterion = {k: v for k, v in spec.items() if k != "rate" and v not in ("", [])}
             metrics.append(OnlineMetric(f"{spec['name']} [GEval]", spec["threshold"], spec["rate"], criterion))
         return JudgingSettings(metrics, self.salt, self.concurrency, self.deadline_seconds,
                                self.max_error_rate)
 
-
-def _as_dict(value) -> dict:
-    return dict(value) if isinstance(value, dict) else value.model_dump()
 
 
 @stage_asset(group_name="online", deps=[failure_candidates, "documents"],
@@ -82,21 +79,12 @@ def _as_dict(value) -> dict:
                          "their reason, never scored.")
 def trace_judgments(context: AssetExecutionContext, config: JudgingConfig, duckdb: DuckDBResource,
                     judge: JudgeResource, embedder: EmbedderResource) -> MaterializeResult:
-    from rag_loop.online.judgments import judge_traces  # imports DeepEval
+    from rag_loop.online.judgments import judge_traces, judgment_summary  # imports DeepEval
     from rag_loop.online.overlap import changed_with_the_app, judge_shift
     settings = config.settings()
     with duckdb.get_connection() as con:
         run = judge_traces(con, judge.judge(embedder), settings, log=context.log.info)
-        summary = con.execute("""
-            SELECT metric, count(*) FILTER (status = 'judged') AS judged,
-                   count(*) FILTER (status = 'unjudgeable') AS unjudgeable,
-                   count(*) FILTER (status = 'errored') AS errored,
-                   round(avg(score), 3) AS mean_score, round(avg(passed::INT), 3) AS pass_rate_selected_biased
-            FROM trace_judgments WHERE judge_version = ? GROUP BY 1 ORDER BY 1""", [run.judge_version]).df()
-        reasons = con.execute("""SELECT reason, count(*) AS n FROM trace_judgments
-                                 WHERE judge_version = ? AND status = 'unjudgeable' GROUP BY 1 ORDER BY 2 DESC""",
-                              [run.judge_version]).df()
-        total = con.execute("SELECT count(*) FROM trace_judgments").fetchall()[0][0]
+        summary, reasons, total = judgment_summary(con, run.judge_version)
         shift = judge_shift(con, run.judge_version)
         confounded = changed_with_the_app(con, run.judge_version)
     over = run.over_error_budget(settings.max_error_rate)

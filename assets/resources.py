@@ -140,6 +140,11 @@ class HttpRagAppResource(RagAppResource):
                           self.timeout_seconds, fields)
 
 
+def config_entry(value) -> dict:
+    """A nested config entry as a dict: a Config object, or the plain dict a default stays as."""
+    return dict(value) if isinstance(value, dict) else value.model_dump()
+
+
 class GEvalCriterion(Config):
     name: str
     criteria: str = ""
@@ -159,7 +164,7 @@ class JudgeResource(ConfigurableResource, ABC):
         """The library judge, built when a run starts (it imports DeepEval)."""
 
     def criteria(self) -> list[dict[str, Any]]:
-        entries = [dict(c) if isinstance(c, dict) else c.model_dump() for c in self.geval]
+        entries = [config_entry(c) for c in self.geval]
         return [{k: v for k, v in c.items() if v not in ("", [])} for c in entries]
 
 

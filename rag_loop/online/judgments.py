@@ -315,3 +315,19 @@ def store_run(con: duckdb.DuckDBPyConnection, run: JudgingReport, settings: Judg
         run.run_id, finished_at, run.judge_id, run.judge_version, run.planned, run.judged,
         run.unjudgeable, run.errored, run.unfinished, run.seconds, run.cost_usd,
         run.over_error_budget(settings.max_error_rate), json.dumps(run.per_metric)])
+
+
+def judgment_summary(con: duckdb.DuckDBPyConnection, version: str) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+    """Per metric of one judge version: judged, unjudgeable, errored, mean score and the pass
+    rate of the selected set (biased on purpose: the streams over-draw failures); the reasons
+    cases were unjudgeable; and the rows of every version."""
+    summary = con.execute("""
+        SELECT metric, count(*) FILTER (status = 'judged') AS judged,
+               count(*) FILTER (status = 'unjudgeable') AS unjudgeable,
+               count(*) FILTER (status = 'errored') AS errored,
+               round(avg(score), 3) AS mean_score, round(avg(passed::INT), 3) AS pass_rate_selected_biased
+        FROM trace_judgments WHERE judge_version = ? GROUP BY 1 ORDER BY 1""", [version]).df()
+    reasons = con.execute("""SELECT reason, count(*) AS n FROM trace_judgments
+                             WHERE judge_version = ? AND status = 'unjudgeable' GROUP BY 1 ORDER BY 2 DESC""",
+                          [version]).df()
+    return summary, reasons, con.execute("SELECT count(*) FROM trace_judgments").fetchall()[0][0]

@@ -185,9 +185,9 @@ def slo_verdict(con: duckdb.DuckDBPyConnection, day: date, version: str,
         return Verdict("online_slo", float(overall["pass_rate"].min()) if len(overall) else None, n,
                        note=f"every slice within target in {window}" if len(counted)
                        else f"every slice below the minimum sample {settings.min_sample}", details=details)
-    worst = breaches.sort_values(["severity", "pass_rate"], key=lambda c: c if c.name != "severity"
-                                 else c.map({"ERROR": 0, "WARN": 1})).iloc[0]
-    severity = "ERROR" if (breaches["severity"] == "ERROR").any() else "WARN"
+    worst = breaches.assign(errors_first=breaches["severity"] != "ERROR").sort_values(
+        ["errors_first", "pass_rate"]).iloc[0]
+    severity = worst["severity"]
     return Verdict("online_slo", float(worst["pass_rate"]), int(worst["n"]), True, severity,
                    f"{len(breaches)} slice × metric under target in {window}; worst "
                    f"{worst['metric']} {worst['slice_value']}: {worst['pass_rate']:.3f} < "

@@ -30,7 +30,7 @@ from rag_loop.workspace.security import (
     same,
     shown,
 )
-from rag_loop.workspace.store import FILTERS, INTENT_SORTS, STATUSES, Workspace
+from rag_loop.workspace.store import CURATOR_NAME, FILTERS, INTENT_SORTS, STATUSES, Workspace
 
 HERE = Path(__file__).resolve().parent
 FAILURE_TYPE_HELP = {
@@ -115,7 +115,6 @@ def create_app(workspace: Workspace, token: str | None = None,
     async def curator(request: Request) -> Response:
         if request.method == "POST":
             name = (await _form(request)).get("curator", [""])[0].strip()
-            from rag_loop.workspace.store import CURATOR_NAME
             if not CURATOR_NAME.match(name):
                 return page(request, "curator.html", 422, error="letters, digits and . @ + - only", name=name)
             response = RedirectResponse("/", status_code=303)
