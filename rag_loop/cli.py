@@ -262,23 +262,29 @@ def summary(db: str, next_steps: bool) -> None:
               help="HTML reports of releases and evals, served at /reports/.")
 @click.option("--goldens-dir", type=click.Path(file_okay=False, path_type=Path), envvar="RAG_LOOP_GOLDENS_DIR",
               show_envvar=True, default=lambda: home().goldens_dir, show_default="goldens/ in $RAG_LOOP_HOME",
-              help="The golden releases it shows (a release from the workspace runs `rag-loop release`).")
+              help="The golden releases it shows.")
+@click.option("--dagster-url", envvar="RAG_LOOP_DAGSTER_URL", show_envvar=True, default=None,
+              help="A Dagster webserver (e.g. http://127.0.0.1:3000) that launches a release from the "
+                   "workspace, queued like any run; without it, the release runs `rag-loop release`.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Anything but loopback needs --token.")
 @click.option("--port", type=int, default=8765, show_default=True)
 @click.option("--token", envvar="RAG_LOOP_WORKSPACE_TOKEN", show_envvar=True, default=None,
               help="Every request must carry it (open the printed link once per browser).")
-def serve(curation_dir: Path, reports_dir: Path, goldens_dir: Path, host: str, port: int, token: str | None) -> None:
+def serve(curation_dir: Path, reports_dir: Path, goldens_dir: Path, dagster_url: str | None, host: str, port: int,
+          token: str | None) -> None:
     """The curator workspace in the browser: the queue, a trace and its label, the sources."""
     import uvicorn
 
     from rag_loop.workspace.app import create_app
+    from rag_loop.workspace.releases import WebserverRelease, launch_release
     from rag_loop.workspace.security import is_loopback
     from rag_loop.workspace.store import Workspace
     if not is_loopback(host) and not token:
         raise click.UsageError(f"--host {host} is not loopback: set --token (or RAG_LOOP_WORKSPACE_TOKEN)")
     link = f"http://{host}:{port}/" + (f"?token={token}" if token else "")
     click.echo(f"rag-loop workspace on {link} (queue exports in {curation_dir / 'queue'})")
-    uvicorn.run(create_app(Workspace(curation_dir, reports_dir, goldens_dir), token), host=host, port=port,
+    release = WebserverRelease(dagster_url) if dagster_url else launch_release
+    uvicorn.run(create_app(Workspace(curation_dir, reports_dir, goldens_dir), token, release), host=host, port=port,
                 log_level="warning")
 
 

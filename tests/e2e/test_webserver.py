@@ -1,13 +1,13 @@
-"""End to end as users meet it: `dagster dev` (webserver + daemon) on loopback, the main job and a
-curator's release launched through GraphQL, and headless Chromium screenshots of the UI.
+"""End to end as users meet it: `dagster dev` (webserver + daemon) on loopback, the main job
+launched through GraphQL, a curator labelling and releasing from the workspace while the loop
+runs again, and headless Chromium screenshots of the UI.
 
-Screenshots are saved under `test-artifacts/` (git-ignored). Chromium is Debian's package,
-installed by `.ci/run`.
+Screenshots are saved under `test-artifacts/` (git-ignored). Chromium and chromium-driver are
+Debian's packages, installed by `.ci/run`.
 """
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -19,12 +19,16 @@ from pathlib import Path
 import pytest
 
 from rag_loop.demo.curator import curate
+from rag_loop.workspace.app import create_app
+from rag_loop.workspace.releases import FINISHED, WebserverRelease
+from rag_loop.workspace.store import Workspace
 from tests.helpers import PROJECT, demo_config
+from tests.helpers.browser import CHROMIUM, DRIVER, MISSING, chromium
+from tests.workspace.conftest import Curator, csrf_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ARTIFACTS = PROJECT / "test-artifacts"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def _free_port() -> int:
@@ -67,7 +71,7 @@ class Dagster:
         deadline = time.time() + timeout
         while time.time() < deadline:
             status = self.run(run_id)["status"]
-            if status in ("SUCCESS", "FAILURE", "CANCELED"):
+            if status in FINISHED:
                 return status
             time.sleep(1)
         raise TimeoutError(f"run {run_id} still running after {timeout} s")
@@ -120,25 +124,31 @@ def dagster_dev(tmp_path_factory):
         log.close()
 
 
-# the loop as the demo runs it, with the online judge on a share of the selection: this test is
-# about runs queueing on the DuckDB tag, the judge has its own tests
+# the loop as the demo runs it, with the online judge on a share of the selection: this module
+# is about runs queueing on the DuckDB tag, the judge has its own tests
 LOOP = {**demo_config("loop"), "ops": {**demo_config("loop")["ops"], "trace_judgments": {"config": {
     "metrics": [{"name": "Faithfulness", "threshold": 0.75, "rate": 0.2}]}}}}
 
 
-def test_three_runs_at_once_queue_on_the_duckdb_tag_then_a_curator_release(dagster_dev):
+@pytest.fixture(scope="module")
+def three_runs(dagster_dev):
+    """The loop and the trace and label sensors' jobs launched together: their run ids."""
+    server, _ = dagster_dev
+    run_ids = [server.launch("rag_loop_job", LOOP), server.launch("ingest_job"), server.launch("label_job")]
+    return run_ids, [server.wait(r) for r in run_ids]
+
+
+def test_three_runs_at_once_queue_on_the_duckdb_tag(dagster_dev, three_runs):
     """The trace and label sensors and the loop can start together in a deployment: the
     instance settings (deploy/dagster.yaml) queue them one at a time on the DuckDB tag."""
-    server, root = dagster_dev
-    run_ids = [server.launch("rag_loop_job", LOOP), server.launch("ingest_job"),
-               server.launch("label_job")]
-    assert [server.wait(r) for r in run_ids] == ["SUCCESS"] * 3
+    server, _ = dagster_dev
+    run_ids, statuses = three_runs
+    assert statuses == ["SUCCESS"] * 3
     runs = sorted((server.run(r) for r in run_ids), key=lambda r: r["startTime"])
     assert all({"key": "rag-loop/duckdb", "value": "writer"} in r["tags"] for r in runs)
     for before, after in zip(runs, runs[1:]):
         assert before["endTime"] <= after["startTime"]  # one writer at a time, no lock error
-    run_id = run_ids[0]
-    events = server.events(run_id)
+    events = server.events(run_ids[0])
     materialized = {"/".join(e["assetKey"]["path"]) for e in events if e["__typename"] == "MaterializationEvent"}
     assert {"raw_traces", "trace_signals", "failure_candidates", "intent_clusters",
             "curation_queue", "judge_calibration", "trace_judgments"} <= materialized
@@ -147,37 +157,63 @@ def test_three_runs_at_once_queue_on_the_duckdb_tag_then_a_curator_release(dagst
     assert checks == {"raw_traces_quarantine_rate": True, "curator_agreement": True,
                       "judge_error_budget": True, "judge_changed_with_app": True}
 
-    queue = next((root / "curation" / "queue").glob("*.jsonl"))
-    curate(queue, root / "curation" / "labels", 1)
-    release = server.launch("release_goldens", {"ops": {"golden_release": {"config": {
-        "notes": "from the e2e test", "released_by": "curator@e2e"}},
-        "curated_labels": {"config": {"settle_seconds": 0}}}})  # curate() wrote its file whole
-    assert server.wait(release) == "SUCCESS"
+
+def test_a_curator_labels_and_releases_from_the_workspace_while_the_loop_runs(dagster_dev, three_runs):
+    """The workspace never opens the database, so a run holding it blocks nobody; its release
+    goes through the webserver and queues behind that run."""
+    server, root = dagster_dev
+    assert three_runs[1][0] == "SUCCESS"
+    curate(next((root / "curation" / "queue").glob("*.jsonl")), root / "curation" / "labels", 1)
+    workspace = Workspace(root / "curation", root / "reports", root / "goldens")
+    ana = Curator(create_app(workspace, release=WebserverRelease(server.url)), "ana")
+    rerun = server.launch("rag_loop_job", LOOP)
+    while server.run(rerun)["status"] not in ("STARTED", *FINISHED):
+        time.sleep(0.2)
+    unlabelled = next(r for r in workspace.rows({}, "todo", 0, 1000)[0])
+    source = ana.client.get("/sources", params={"q": "leave"}).json()[0]["chunk_id"]
+    assert ana.client.get("/").status_code == 200
+    assert ana.client.get(f"/trace/{unlabelled['trace_id']}").status_code == 200
+    assert ana.label(unlabelled["trace_id"], action="accept", expected_output="Fifteen days.", source=[source],
+                     origin="production_failure", failure_type="retrieval").status_code == 303
+    page = ana.client.get("/releases").text
+    assert server.run(rerun)["status"] == "STARTED"  # all of that while the loop ran
+    made = ana.client.post("/releases", data={"csrf": csrf_of(page), "notes": "from the e2e test"})
+    assert made.status_code == 200, made.text[-2000:]
+    assert "release_goldens: SUCCESS" in made.text and f'href="{server.url}/runs/' in made.text
+    assert server.wait(rerun) == "SUCCESS"
+    release = server.graphql('{ runsOrError(filter: {pipelineName: "release_goldens"}) { ... on Runs { '
+                             'results { startTime } } } }')["runsOrError"]["results"]
+    assert len(release) == 1 and release[0]["startTime"] >= server.run(rerun)["endTime"]  # queued behind it
     manifest = json.loads((root / "goldens" / "v0001" / "manifest.json").read_text())
-    assert manifest["released_by"] == "curator@e2e" and manifest["goldens"] > 10
+    assert manifest["released_by"] == "ana" and manifest["goldens"] > 10
+    goldens = json.loads((root / "goldens" / "v0001" / "goldens.json").read_text())
+    mine = [g for g in goldens if g["additional_metadata"]["trace_id"] == unlabelled["trace_id"]]
+    assert [g["expected_output"] for g in mine] == ["Fifteen days."]
     assert (root / "reports" / "release-v0001.html").exists()
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is installed by .ci/run")
-def test_the_ui_renders_the_asset_graph_and_a_materialization(dagster_dev):
-    server, root = dagster_dev
+@pytest.mark.skipif(CHROMIUM is None or DRIVER is None, reason=MISSING)
+def test_the_ui_renders_the_asset_graph_and_a_materialization(dagster_dev, three_runs):
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+    server, _ = dagster_dev
     server.graphql("mutation { setNuxSeen }")  # the community pop-up would cover the page
     ARTIFACTS.mkdir(exist_ok=True)
     pages = (("asset-graph", "/asset-groups", ("ingestion", "selection", "intents", "curation",
                                                "goldens", "evaluation", "drift", "online")),
              ("raw-traces", "/assets/raw_traces", ("raw_traces", "Production traces", "trace_signals")),
              ("intent-clusters", "/assets/intent_clusters", ("intent_clusters", "query_embeddings")))
-    for name, path, expected in pages:
-        target = ARTIFACTS / f"{name}.png"
-        target.unlink(missing_ok=True)
-        browser = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                   "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                   "--disable-sync", f"--user-data-dir={root / f'chromium-{name}'}",
-                   "--window-size=1440,900", "--virtual-time-budget=20000"]
-        subprocess.run([*browser, f"--screenshot={target}", f"{server.url}{path}"],
-                       check=True, timeout=120, capture_output=True)
-        assert target.stat().st_size > 20_000  # a rendered page, not a blank one
-        dom = subprocess.run([*browser, "--dump-dom", f"{server.url}{path}"], check=True,
-                             timeout=120, capture_output=True, text=True).stdout
-        missing = [text for text in expected if text not in dom]
-        assert not missing, (path, missing)  # the page shows the assets, not an error
+    with chromium(1440, 900) as browser:
+        for name, path, expected in pages:
+            browser.get(f"{server.url}{path}")
+            try:  # the UI renders in the browser: wait for the page to show the assets
+                WebDriverWait(browser, 60).until(lambda b, shown=expected: all(t in b.page_source for t in shown))
+            except TimeoutException:
+                pass  # the assertion below names what is missing
+            missing = [text for text in expected if text not in browser.page_source]
+            assert not missing, (path, missing)  # the page shows the assets, not an error
+            time.sleep(1)  # let the graph settle before the picture
+            target = ARTIFACTS / f"{name}.png"
+            target.unlink(missing_ok=True)
+            browser.save_screenshot(str(target))
+            assert target.stat().st_size > 20_000  # a rendered page, not a blank one

@@ -1,7 +1,6 @@
 """The workspace in a real browser (Debian's Chromium through chromium-driver and Selenium): a
 curator labels with the keyboard only, and hostile production text runs nothing."""
 
-import shutil
 import socket
 import threading
 import time
@@ -13,11 +12,10 @@ from rag_loop.curation.labels import store_label_files
 from rag_loop.workspace.app import create_app
 from rag_loop.workspace.store import Workspace
 from tests.helpers import demo_copy
+from tests.helpers.browser import CHROMIUM, DRIVER, MISSING, chromium
 from tests.workspace.test_app import HOSTILE, _hostile_queue
 
-CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-pytestmark = [pytest.mark.e2e, pytest.mark.skipif(
-    CHROMIUM is None or DRIVER is None, reason="Debian's chromium and chromium-driver are installed by .ci/run")]
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(CHROMIUM is None or DRIVER is None, reason=MISSING)]
 
 
 class Server:
@@ -43,17 +41,8 @@ class Server:
 
 @pytest.fixture(scope="module")
 def browser():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                     "--window-size=1400,1000"):
-        options.add_argument(argument)
-    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
-    driver.set_page_load_timeout(30)
-    yield driver
-    driver.quit()
+    with chromium() as driver:
+        yield driver
 
 
 def _keys(browser, *keys):

@@ -3,6 +3,7 @@ the golden the curator accepted is in it and loads in DeepEval."""
 
 import os
 import shutil
+import socket
 
 import pytest
 from starlette.testclient import TestClient
@@ -54,3 +55,12 @@ def test_a_release_from_the_workspace_holds_the_accepted_golden_and_loads_in_dee
     before_after = ana.client.get("/releases").text  # the next release's diff, before it is made
     assert "<b>1</b> of its goldens with a new expected output" in before_after
     assert "Fifteen days.</td>" in before_after and "Fifteen days a year.</td>" in before_after
+
+
+def test_a_release_through_a_webserver_that_is_down_says_so():
+    from rag_loop.workspace.releases import WebserverRelease
+    with socket.socket() as probe:  # a loopback port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    launched = WebserverRelease(url)("notes", "ana")
+    assert not launched.ok and url in launched.output and launched.link is None
