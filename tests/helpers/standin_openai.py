@@ -4,7 +4,7 @@ It answers `POST /v1/chat/completions` with canned JSON that fits the JSON schem
 sent in `response_format` (enums take their first value, so verdicts are "yes"), records
 every request, and can be switched to fail (HTTP 500) or to hang past the client's timeout,
 to answer after `delay` seconds, and to refuse a share `flaky` of requests at random with
-429 (Retry-After 0), 500, 503 or a stall past the client's timeout.
+429 (retry-after-ms 20), 500, 503 or a stall past the client's timeout.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class StandIn:
                         time.sleep(owner.stall_seconds)
                         return
                     self.send_response(refusal)
-                    self.send_header("Retry-After", "0")
+                    self.send_header("retry-after-ms", "20")  # the client honours a server-directed delay
                     self.end_headers()
                     self.wfile.write(b'{"error": {"message": "busy"}}')
                     return
