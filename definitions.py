@@ -14,6 +14,7 @@ from assets.ingestion import (
     new_trace_files_sensor,
     raw_traces,
     raw_traces_quarantine_rate,
+    trace_lake,
 )
 from assets.intents import intent_clusters, query_embeddings
 from assets.online import online_quality, trace_judgments
@@ -34,8 +35,8 @@ def build_definitions(resources: Mapping[str, object] | None = None) -> Definiti
     """The project's assets, checks, jobs, schedules and sensors on `resources` (default: from
     the environment, `build_resources`)."""
     return Definitions(
-        assets=[knowledge_base, raw_traces, trace_signals, trace_novelty, failure_candidates, quality_estimates,
-                trace_judgments, online_quality, query_embeddings, intent_clusters, curation_queue,
+        assets=[knowledge_base, raw_traces, trace_lake, trace_signals, trace_novelty, failure_candidates,
+                quality_estimates, trace_judgments, online_quality, query_embeddings, intent_clusters, curation_queue,
                 curated_labels, golden_release, golden_releases, regression_eval, judge_calibration,
                 judge_calibrations, *DRIFT_ASSETS],
         asset_checks=[raw_traces_quarantine_rate],

@@ -15,6 +15,7 @@ from dagster import (
     MetadataValue,
     SensorEvaluationContext,
     SkipReason,
+    asset,
     asset_check,
     define_asset_job,
     sensor,
@@ -25,6 +26,7 @@ from pydantic import Field
 from assets.resources import DUCKDB_WRITER, RagLoopPaths
 from assets.sensors import request_for_input
 from assets.stage import stage_asset
+from rag_loop.engines.lake import export_lake, lake_days
 from rag_loop.ingest.documents import load_knowledge_base
 from rag_loop.ingest.otlp.assembly import DEFAULT_GRACE
 from rag_loop.ingest.pipeline import (
@@ -109,6 +111,20 @@ def raw_traces(context: AssetExecutionContext, config: IngestConfig, duckdb: Duc
     return MaterializeResult(metadata=metadata)
 
 
+@asset(group_name="ingestion", deps=["raw_traces", "trace_chunks", "trace_feedback", "documents"],
+       description="The trace lake: raw_traces, trace_chunks and trace_feedback as Parquet, one file "
+                   "per table and UTC day (each day replaced whole), and documents; what the Spark "
+                   "engine reads, and what notebooks read instead of the database.")
+def trace_lake(duckdb: DuckDBResource, paths: RagLoopPaths) -> MaterializeResult:
+    lake = Path(paths.lake_dir)
+    with duckdb.get_connection() as con:
+        report = export_lake(con, lake)
+    days = lake_days(lake, "raw_traces")
+    return MaterializeResult(metadata={
+        **report, "days": len(days), "first_day": str(days[0]) if days else "none",
+        "last_day": str(days[-1]) if days else "none", "lake": MetadataValue.path(str(lake))})
+
+
 def _otlp_figures(report: IngestReport) -> dict[str, int]:
     """Spans read this run and what became of the trace ids that were ready or waiting."""
     spans, assembly = report.spans(), report.assembly
@@ -152,4 +168,4 @@ def new_trace_files_sensor(context: SensorEvaluationContext, paths: RagLoopPaths
 
 ingest_job = define_asset_job("ingest_job", selection=AssetSelection.groups("ingestion"),
                               tags=DUCKDB_WRITER,
-                              description="Load the knowledge base and new trace files.")
+                              description="Load the knowledge base and new trace files, and refresh the trace lake.")

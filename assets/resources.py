@@ -9,12 +9,14 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from functools import partial
+from pathlib import Path
 from typing import Any, Literal
 
 from dagster import Config, ConfigurableResource, EnvVar, MetadataValue
 from dagster_duckdb import DuckDBResource
 from pydantic import Field, PrivateAttr
 
+from rag_loop.engines.engine import DuckDBEngine, Engine
 from rag_loop.evaluation.http_app import HttpFields, HttpRagApp
 from rag_loop.evaluation.judges.base import Judge
 from rag_loop.evaluation.settings import CORRECTNESS, LlmJudgeSettings, load_app
@@ -39,6 +41,8 @@ class RagLoopPaths(ConfigurableResource):
     reports_dir: str = Field(str(DEFAULT_HOME / "reports"), description="HTML reports of releases and evals.")
     workspace_url: str = Field("http://127.0.0.1:8765", description="Where `rag-loop serve` (the curator "
                                                                    "workspace) answers: asset pages link to it.")
+    lake_dir: str = Field(str(DEFAULT_HOME / "lake"), description="The trace lake: trace tables as Parquet "
+                                                                  "per UTC day (a local path).")
 
     def workspace(self, path: str = "/") -> MetadataValue:
         """A link into the curator workspace (it serves the queue, eval comparisons and reports)."""
@@ -196,6 +200,33 @@ class OpenAICompatibleJudgeResource(JudgeResource):
                         self.criteria())
 
 
+class EngineResource(ConfigurableResource, ABC):
+    """Where the stages that grow with traffic run (rag_loop.engines)."""
+
+    @abstractmethod
+    def engine(self, lake: Path) -> Engine:
+        """The engine, reading and writing the trace lake at `lake` where it uses one."""
+
+
+class DuckDBEngineResource(EngineResource):
+    """In the run's process, on the DuckDB database (the default)."""
+
+    def engine(self, lake: Path) -> Engine:
+        return DuckDBEngine()
+
+
+class SparkEngineResource(EngineResource):
+    """On Spark over the trace lake; pyspark (the `[spark]` extra) is imported only here."""
+
+    master: str = Field("local[2]", description='"local[N]", a cluster master URL (spark://, yarn) or '
+                                                'Spark Connect ("sc://host:15002").')
+    settings: dict[str, str] = Field({}, description="More Spark settings (spark.executor.memory ...).")
+
+    def engine(self, lake: Path) -> Engine:
+        from rag_loop.engines.engine import SparkEngine, spark_session
+        return SparkEngine(spark_session(self.master, self.settings), lake)
+
+
 def _env(name: str, default: str) -> str:
     """Dagster's EnvVar (resolved when a run starts, shown by name in the UI) where the variable
     is configured, else the generic default."""
@@ -206,17 +237,23 @@ def build_resources() -> dict[str, object]:
     """Resources from the environment, each variable read when a run starts (and each field
     settable per run under `resources:`): RAG_LOOP_DB, RAG_LOOP_TRACES_DIR, RAG_LOOP_KB_DIR
     (unset or empty: no knowledge base), RAG_LOOP_CURATION_DIR, RAG_LOOP_GOLDENS_DIR,
-    RAG_LOOP_REPORTS_DIR; where those are unset, beneath the deployment's home (RAG_LOOP_HOME,
-    read when the code location loads; rag_loop.home). Two variables choose a resource when the
-    code location loads: RAG_LOOP_RAG_APP_URL (the system under test over HTTP, else a Python
-    function) and RAG_LOOP_JUDGE_URL (an OpenAI-compatible judge, model RAG_LOOP_JUDGE_MODEL,
-    else offline)."""
+    RAG_LOOP_REPORTS_DIR, RAG_LOOP_LAKE_DIR; where those are unset, beneath the deployment's home
+    (RAG_LOOP_HOME, read when the code location loads; rag_loop.home). Three variables choose a
+    resource when the code location loads: RAG_LOOP_RAG_APP_URL (the system under test over
+    HTTP, else a Python function), RAG_LOOP_JUDGE_URL (an OpenAI-compatible judge, model
+    RAG_LOOP_JUDGE_MODEL, else offline) and RAG_LOOP_ENGINE (`spark`: the traffic-sized stages
+    on Spark at RAG_LOOP_SPARK_MASTER, default local[2]; else DuckDB)."""
     here = home({k: v for k, v in os.environ.items() if k == "RAG_LOOP_HOME"})  # the parts: EnvVars
     rag_app = (HttpRagAppResource(url=EnvVar("RAG_LOOP_RAG_APP_URL"))
                if os.environ.get("RAG_LOOP_RAG_APP_URL") else PythonRagAppResource())
     judge = (OpenAICompatibleJudgeResource(base_url=EnvVar("RAG_LOOP_JUDGE_URL"),
                                            model=_env("RAG_LOOP_JUDGE_MODEL", _LLM.model))
              if os.environ.get("RAG_LOOP_JUDGE_URL") else OfflineJudgeResource())
+    engine_name = os.environ.get("RAG_LOOP_ENGINE", "duckdb").strip().lower() or "duckdb"
+    if engine_name not in ("duckdb", "spark"):
+        raise ValueError(f"RAG_LOOP_ENGINE={engine_name!r}: choose duckdb (the default) or spark")
+    engine = (SparkEngineResource(master=_env("RAG_LOOP_SPARK_MASTER", "local[2]")) if engine_name == "spark"
+              else DuckDBEngineResource())
     return {
         "duckdb": DuckDBResource(database=_env("RAG_LOOP_DB", str(here.database))),
         "paths": RagLoopPaths(
@@ -224,8 +261,10 @@ def build_resources() -> dict[str, object]:
             curation_dir=_env("RAG_LOOP_CURATION_DIR", str(here.curation_dir)),
             goldens_dir=_env("RAG_LOOP_GOLDENS_DIR", str(here.goldens_dir)),
             reports_dir=_env("RAG_LOOP_REPORTS_DIR", str(here.reports_dir)),
-            workspace_url=_env("RAG_LOOP_WORKSPACE_URL", "http://127.0.0.1:8765")),
+            workspace_url=_env("RAG_LOOP_WORKSPACE_URL", "http://127.0.0.1:8765"),
+            lake_dir=_env("RAG_LOOP_LAKE_DIR", str(here.root / "lake"))),
         "embedder": LocalEmbedderResource(),
         "rag_app": rag_app,
         "judge": judge,
+        "engine": engine,
     }

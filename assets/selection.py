@@ -1,5 +1,6 @@
 """Stage 2: bad signals on every trace, sampling streams, and honest quality estimates."""
 
+from pathlib import Path
 
 from dagster import (
     AssetExecutionContext,
@@ -11,7 +12,7 @@ from dagster import (
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
-from assets.resources import EmbedderResource
+from assets.resources import EmbedderResource, EngineResource, RagLoopPaths
 from rag_loop.reporting import plots
 from rag_loop.selection.estimates import DEFAULT_SLICES, estimate_rates, parse_slices, pooled_rates
 from rag_loop.selection.novelty import NoveltySettings, detect_novelty
@@ -34,11 +35,13 @@ class SignalConfig(Config):
     latency_budget_ms: float = Field(_SIGNAL_DEFAULTS.latency_budget_ms)
 
 
-@asset(group_name="selection", deps=["raw_traces", "trace_chunks", "trace_feedback", "documents"],
-       description="One row per trace: each bad signal as a boolean column, plus the list.")
-def trace_signals(config: SignalConfig, duckdb: DuckDBResource) -> MaterializeResult:
+@asset(group_name="selection", deps=["raw_traces", "trace_chunks", "trace_feedback", "documents", "trace_lake"],
+       description="One row per trace: each bad signal as a boolean column, plus the list (on the "
+                   "engine resource: DuckDB, or Spark over the trace lake).")
+def trace_signals(config: SignalConfig, duckdb: DuckDBResource, engine: EngineResource,
+                  paths: RagLoopPaths) -> MaterializeResult:
     with duckdb.get_connection() as con:
-        traces = compute_signals(con, SignalSettings(**config.model_dump()))
+        traces = compute_signals(con, SignalSettings(**config.model_dump()), engine.engine(Path(paths.lake_dir)))
         counts = signal_counts(con)
         coverage = signal_coverage(con)
         documents = con.execute("SELECT count(*) FROM documents").fetchall()[0][0]

@@ -1,4 +1,4 @@
-"""Bad-signal detectors: one boolean column per signal and trace, computed in DuckDB SQL.
+"""Bad-signal detectors: one boolean column per signal and trace, on DuckDB or Spark.
 
 Signals are cheap, deterministic symptoms (seed 004 §07), computed on every trace. They are
 not ground truth: they decide where judging and curation budget goes (`sampling`).
@@ -19,12 +19,11 @@ from dataclasses import dataclass
 
 import duckdb
 
-SIGNALS = (
-    "thumbs_down", "empty_retrieval", "low_rerank_score", "no_citation", "immediate_rephrase",
-    "timeout", "fallback", "error", "latency_over_budget", "stale_source",
-)
-SLICE_COLUMNS = ("language", "tenant", "query_type", "risk_level", "rag_version",
-                 "prompt_version", "index_version")
+from rag_loop.engines.engine import DuckDBEngine, Engine
+from rag_loop.engines.signals import INPUTS, SIGNALS, SLICE_COLUMNS, signals_expression
+
+__all__ = ["SIGNALS", "SLICE_COLUMNS", "SignalSettings", "compute_signals", "signal_counts", "signal_coverage"]
+
 
 
 @dataclass(frozen=True)
@@ -37,14 +36,9 @@ class SignalSettings:
     latency_budget_ms: float = 8000.0
 
 
-def _words(column: str) -> str:
-    """SQL: the distinct words of a query, lower-cased and without accents."""
-    normalized = f"regexp_replace(strip_accents(lower({column})), '[^\\p{{L}}\\p{{N}}]+', ' ', 'g')"
-    return f"list_distinct(list_filter(string_split({normalized}, ' '), lambda w: w <> ''))"
-
-
-def compute_signals(con: duckdb.DuckDBPyConnection, settings: SignalSettings) -> int:
-    """(Re)build `trace_signals` from raw_traces, trace_chunks, trace_feedback and documents.
+def compute_signals(con: duckdb.DuckDBPyConnection, settings: SignalSettings, engine: Engine | None = None) -> int:
+    """(Re)build `trace_signals` from raw_traces, trace_chunks, trace_feedback and documents, on
+    `engine` (default: DuckDB on `con`; rag_loop.engines.signals holds the one definition).
 
     Stale source: a chunk in the context (selected, or all chunks when selection is unknown)
     whose document version was superseded by a newer version published at or before the
@@ -52,76 +46,9 @@ def compute_signals(con: duckdb.DuckDBPyConnection, settings: SignalSettings) ->
     the trace that was rephrased: the next turn of its session starts within the window and
     is a near-paraphrase. Returns the number of traces.
     """
-    signal_list = ", ".join(f"CASE WHEN {name} THEN '{name}' END" for name in SIGNALS)
-    con.execute(f"""
-        CREATE OR REPLACE TABLE trace_signals AS
-        WITH versions AS (
-            SELECT doc_id, version,
-                   lead(source_updated_at) OVER (PARTITION BY doc_id ORDER BY source_updated_at)
-                       AS superseded_at
-            FROM documents),
-        chunk_facts AS (
-            SELECT c.trace_id, count(*) AS retrieved, max(c.rerank_score) AS top_rerank_score,
-                   max(c.score) AS top_retrieval_score,
-                   bool_or(contains(t.answer, c.chunk_id)) AS answer_names_chunk,
-                   bool_or(coalesce(c.selected, true) AND v.superseded_at <= t."timestamp")
-                       AS stale_source,
-                   list_sort(list_distinct(list(c.doc_id || '@' || c.doc_version) FILTER (
-                       coalesce(c.selected, true) AND v.superseded_at <= t."timestamp")))
-                       AS stale_documents
-            FROM trace_chunks c
-            JOIN raw_traces t USING (trace_id)
-            LEFT JOIN versions v ON v.doc_id = c.doc_id AND v.version = c.doc_version
-            GROUP BY c.trace_id),
-        feedback AS (
-            SELECT trace_id, bool_or(rating = 'negative') AS thumbs_down,
-                   min(category) FILTER (rating = 'negative') AS feedback_category
-            FROM trace_feedback GROUP BY trace_id),
-        turns AS (
-            SELECT trace_id, original_query,
-                   lead(original_query) OVER w AS next_query,
-                   epoch(lead("timestamp") OVER w - "timestamp") AS next_turn_seconds
-            FROM raw_traces WHERE session_id IS NOT NULL
-            WINDOW w AS (PARTITION BY session_id ORDER BY "timestamp", turn_id)),
-        rephrases AS (
-            SELECT trace_id, len(list_intersect(a, b)) / greatest(len(list_distinct(a || b)), 1)
-                       AS next_query_similarity
-            FROM (SELECT trace_id, {_words('original_query')} AS a, {_words('next_query')} AS b
-                  FROM turns WHERE next_turn_seconds <= {float(settings.rephrase_window_seconds)})),
-        flags AS (
-            SELECT t.trace_id, t."timestamp", CAST(timezone('UTC', t."timestamp") AS DATE) AS day,
-                   {", ".join(f"t.{c}" for c in SLICE_COLUMNS)},
-                   coalesce(f.thumbs_down, false) AS thumbs_down, f.feedback_category,
-                   coalesce(k.retrieved, 0) = 0 AND t.retrieval_unreadable IS NULL
-                       AS empty_retrieval,
-                   t.retrieval_unreadable IS NOT NULL AS retrieval_unknown,
-                   coalesce(k.top_rerank_score < {float(settings.low_rerank_threshold)}, false)
-                       AS low_rerank_score,
-                   coalesce(t.status = 'ok', true) AND NOT coalesce(t.is_fallback, false)
-                       AND coalesce(k.retrieved, 0) > 0 AND coalesce(t.answer, '') <> ''
-                       AND t.citations IS NOT NULL AND len(t.citations) = 0
-                       AND NOT coalesce(k.answer_names_chunk, false) AS no_citation,
-                   t.citations IS NULL AND NOT coalesce(k.answer_names_chunk, false)
-                       AS citations_unknown,
-                   coalesce(r.next_query_similarity >= {float(settings.rephrase_similarity)}, false)
-                       AS immediate_rephrase,
-                   coalesce(t.status = 'timeout', false) AS timeout,
-                   coalesce(t.is_fallback, false) AS fallback,
-                   coalesce(t.status = 'error', false)
-                       OR (t.error IS NOT NULL AND t.status IS DISTINCT FROM 'timeout') AS error,
-                   coalesce(t.latency_ms > {float(settings.latency_budget_ms)}, false)
-                       AS latency_over_budget,
-                   coalesce(k.stale_source, false) AS stale_source,
-                   k.stale_documents, k.top_rerank_score, k.top_retrieval_score,
-                   r.next_query_similarity, t.latency_ms
-            FROM raw_traces t
-            LEFT JOIN chunk_facts k USING (trace_id)
-            LEFT JOIN feedback f USING (trace_id)
-            LEFT JOIN rephrases r USING (trace_id))
-        SELECT *, len(signals) AS signal_count
-        FROM (SELECT *, list_filter([{signal_list}], lambda s: s IS NOT NULL) AS signals
-              FROM flags)""")
-    return con.execute("SELECT count(*) FROM trace_signals").fetchall()[0][0]
+    engine = engine or DuckDBEngine()
+    expression = signals_expression(engine.inputs(con, INPUTS), settings, engine.functions)
+    return engine.materialize(con, "trace_signals", expression)
 
 
 def signal_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:

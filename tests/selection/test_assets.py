@@ -6,6 +6,7 @@ import pytest
 from dagster import materialize
 from dagster_duckdb import DuckDBResource
 
+from assets.resources import DuckDBEngineResource, RagLoopPaths
 from assets.selection import failure_candidates, trace_signals
 from tests.helpers import demo_config, metadata_of, query
 
@@ -29,7 +30,8 @@ def test_rerun_selects_the_same_candidates(demo_run, tmp_path):
     copy = tmp_path / "copy.duckdb"
     shutil.copy(database, copy)
     before = query(copy, "SELECT trace_id, inclusion_probability FROM failure_candidates ORDER BY 1")
-    resources = {"duckdb": DuckDBResource(database=str(copy))}
+    resources = {"duckdb": DuckDBResource(database=str(copy)), "engine": DuckDBEngineResource(),
+                 "paths": RagLoopPaths(lake_dir=str(tmp_path / "lake"))}
     assert materialize([trace_signals, failure_candidates], resources=resources,
                        run_config=demo_config("loop")).success
     assert query(copy, "SELECT trace_id, inclusion_probability FROM failure_candidates "

@@ -1,0 +1,156 @@
+"""Where a portable stage runs: DuckDB on the control database (the default), or Spark on the
+trace lake. A stage builds its Ibis expression from `engine.inputs(...)` with
+`engine.functions`, and `engine.materialize` writes the result as the control database's table
+(and, on Spark, as the lake's day files first, so nothing passes through the driver)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import ibis
+import ibis.expr.types as ir
+
+from rag_loop.engines.functions import DUCKDB, SPARK, Functions
+from rag_loop.engines.lake import PART, SCHEMA, WHOLE, day_file, lake_days, read_lake
+
+# Spark settings every session needs: instants in UTC (the day of a trace), Parquet timestamps
+# that DuckDB reads as instants, no UI; ANSI mode stays on (a bad cast fails instead of
+# silently becoming NULL or -1)
+SPARK_SETTINGS = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.ansi.enabled": "true",
+}
+LOCAL_SETTINGS = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+                  "spark.sql.shuffle.partitions": "4", "spark.driver.bindAddress": "127.0.0.1",
+                  "spark.driver.host": "127.0.0.1"}
+
+
+class Engine(ABC):
+    """Runs the portable stages' Ibis expressions."""
+
+    functions: Functions
+
+    @abstractmethod
+    def inputs(self, con: duckdb.DuckDBPyConnection, names: Sequence[str]) -> dict[str, ir.Table]:
+        """The stage's input tables."""
+
+    @abstractmethod
+    def materialize(self, con: duckdb.DuckDBPyConnection, name: str, expression: ir.Table) -> int:
+        """Store the expression's rows as table `name` of the control database; returns the count."""
+
+
+class DuckDBEngine(Engine):
+    """The stages on the control database itself, in the run's process."""
+
+    functions = DUCKDB
+
+    def inputs(self, con: duckdb.DuckDBPyConnection, names: Sequence[str]) -> dict[str, ir.Table]:
+        backend = ibis.duckdb.from_connection(con)
+        return {name: backend.table(name) for name in names}
+
+    def materialize(self, con: duckdb.DuckDBPyConnection, name: str, expression: ir.Table) -> int:
+        con.execute("SET lambda_syntax = 'ENABLE_SINGLE_ARROW'")  # Ibis 12 writes x -> f(x)
+        con.execute(f'CREATE OR REPLACE TABLE "{name}" AS {ibis.to_sql(expression, dialect="duckdb")}')
+        return con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]
+
+
+@dataclass
+class SparkEngine(Engine):
+    """The stages on Spark over the trace lake at `lake`: the inputs are the lake's tables, the
+    result is written there by the executors, one file per day, then loaded into the control
+    database (until the stages after it run on Spark too)."""
+
+    session: Any  # pyspark.sql.SparkSession
+    lake: Path
+    functions: Functions = field(default=SPARK, init=False)
+
+    def __post_init__(self) -> None:
+        self.backend = ibis.pyspark.connect(self.session)
+
+    def inputs(self, con: duckdb.DuckDBPyConnection, names: Sequence[str]) -> dict[str, ir.Table]:
+        tables = {}
+        for name in names:
+            view = f"rag_loop_{name}"
+            if name in WHOLE:
+                frame = self.session.read.parquet(str(self.lake / name / PART))
+            elif lake_days(self.lake, name):
+                frame = self.session.read.parquet(str(self.lake / name))
+            else:  # no day yet: the columns, no rows
+                from pyspark.sql import functions
+                frame = self.session.read.parquet(str(self.lake / name / SCHEMA)).withColumn(
+                    "day", functions.lit(None).cast("date"))
+            frame.createOrReplaceTempView(view)
+            tables[name] = self.backend.table(view)
+        return tables
+
+    def materialize(self, con: duckdb.DuckDBPyConnection, name: str, expression: ir.Table) -> int:
+        frame = self.session.sql(str(self.backend.compile(expression)))
+        staging = self.lake / f".staging-{uuid.uuid4().hex}"
+        try:
+            frame.repartition("day").write.partitionBy("day").parquet(str(staging))
+            written = set()
+            for folder in staging.glob("day=*"):
+                day = folder.name.removeprefix("day=")
+                files = sorted(folder.glob("*.parquet"))
+                if len(files) != 1:
+                    raise RuntimeError(f"Spark wrote {len(files)} files for {name} day {day}, expected 1")
+                target = day_file(self.lake, name, date.fromisoformat(day))
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(files[0], target)
+                written.add(day)
+            for day in lake_days(self.lake, name):  # days the input no longer has
+                if day.isoformat() not in written:
+                    day_file(self.lake, name, day).unlink()
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        if lake_days(self.lake, name):
+            rows, columns = read_lake(con, self.lake, name), ", ".join(_as_declared(expression.schema()))
+        else:  # no rows: the table still gets its columns
+            rows, columns = con.from_arrow(_instants_in_utc(expression.schema().to_pyarrow()).empty_table()), "*"
+        rows.create_view("rag_loop_rows", replace=True)
+        try:
+            con.execute(f'CREATE OR REPLACE TABLE "{name}" AS SELECT {columns} FROM rag_loop_rows')
+        finally:
+            con.execute("DROP VIEW IF EXISTS rag_loop_rows")
+        return con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]
+
+
+def _as_declared(schema) -> list[str]:
+    """The columns, integers widened to the width the expression declares (Spark's `size` is
+    an INT where Ibis, and DuckDB, say BIGINT)."""
+    from ibis.backends.sql.datatypes import DuckDBType
+    return [f'CAST("{c}" AS {DuckDBType.to_string(t)}) AS "{c}"' if t.is_integer() else f'"{c}"'
+            for c, t in schema.items()]
+
+
+def _instants_in_utc(schema):
+    """Spark's timestamps are instants: give the zone-less ones UTC."""
+    import pyarrow as pa
+    return pa.schema([f.with_type(pa.timestamp("us", "UTC")) if pa.types.is_timestamp(f.type) and f.type.tz is None
+                      else f for f in schema])
+
+
+def spark_session(master: str = "local[2]", settings: Mapping[str, str] | None = None, app_name: str = "rag-loop"):
+    """A Spark session for rag-loop: `local[N]`, a cluster master URL, or Spark Connect
+    (`sc://host:15002`); pyspark is imported here only."""
+    from pyspark.sql import SparkSession
+    builder = SparkSession.builder.appName(app_name)
+    if master.startswith("sc://"):
+        builder = builder.remote(master)
+        wanted = {**SPARK_SETTINGS, **(settings or {})}
+    else:
+        builder = builder.master(master)
+        wanted = {**SPARK_SETTINGS, **(LOCAL_SETTINGS if master.startswith("local") else {}), **(settings or {})}
+    for key, value in wanted.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()

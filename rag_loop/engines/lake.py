@@ -1,0 +1,91 @@
+"""The trace lake: trace-sized tables as Parquet, one file per table and UTC day
+(`<lake>/<table>/day=YYYY-MM-DD/part-0.parquet`, Hive-style, so Spark and DuckDB both read
+`day` from the path; `_schema.parquet` beside them has the columns and no rows), plus the small
+tables the stages join (`<lake>/documents/part-0.parquet`).
+
+A day is replaced by writing its file beside the old one and renaming it over it, so a reader
+sees the old day or the new one, never half of either; a day whose rows have not changed since
+the last export (same count, same newest ingestion time) is not rewritten. `_days.json` keeps
+those fingerprints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterable
+from datetime import date
+from pathlib import Path
+
+import duckdb
+
+# table → how its rows get their UTC day (child tables take it from their trace)
+DAY_OF = {
+    "raw_traces": "SELECT *, CAST(timezone('UTC', \"timestamp\") AS DATE) AS day FROM raw_traces",
+    "trace_chunks": "SELECT c.*, d.day FROM trace_chunks c JOIN trace_days d USING (trace_id)",
+    "trace_feedback": "SELECT f.*, d.day FROM trace_feedback f JOIN trace_days d USING (trace_id)",
+}
+WHOLE = ("documents",)  # small tables, one file each
+PART = "part-0.parquet"
+SCHEMA = "_schema.parquet"  # no rows, the table's columns: what a reader gets while no day exists
+FINGERPRINTS = "_days.json"
+
+
+def day_file(lake: Path, table: str, day: date) -> Path:
+    return lake / table / f"day={day.isoformat()}" / PART
+
+
+def lake_days(lake: Path, table: str) -> list[date]:
+    """The days `table` has in the lake, in order."""
+    return sorted(date.fromisoformat(p.parent.name.removeprefix("day="))
+                  for p in (lake / table).glob(f"day=*/{PART}"))
+
+
+def _replace(con: duckdb.DuckDBPyConnection, query: str, target: Path, parameters: list | None = None) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staged = target.with_name(f".{uuid.uuid4().hex}.tmp")  # hidden: neither engine reads it
+    try:
+        con.execute(f"COPY ({query}) TO '{staged}' (FORMAT parquet)", parameters or [])
+        os.replace(staged, target)
+    finally:
+        staged.unlink(missing_ok=True)
+
+
+def export_lake(con: duckdb.DuckDBPyConnection, lake: Path, days: Iterable[date] | None = None) -> dict[str, int]:
+    """Write the changed days (or just `days`) of every trace table, and the whole small
+    tables, from the database to the lake. Returns days written and days unchanged."""
+    lake.mkdir(parents=True, exist_ok=True)
+    con.execute("CREATE OR REPLACE TEMP TABLE trace_days AS SELECT trace_id, "
+                "CAST(timezone('UTC', \"timestamp\") AS DATE) AS day, ingested_at FROM raw_traces")
+    current = {str(day): [count, str(newest)] for day, count, newest in con.execute(
+        "SELECT day, count(*), max(ingested_at) FROM trace_days GROUP BY day ORDER BY day").fetchall()}
+    stored_path = lake / FINGERPRINTS
+    stored = json.loads(stored_path.read_text()) if stored_path.exists() else {}
+    wanted = set(map(str, days)) & set(current) if days is not None else set(current)
+    changed = sorted(d for d in wanted if stored.get(d) != current[d]
+                     or any(not day_file(lake, t, date.fromisoformat(d)).exists() for t in DAY_OF))
+    for table, query in DAY_OF.items():
+        for day in changed:
+            _replace(con, f"SELECT * EXCLUDE (day) FROM ({query}) WHERE day = $1",
+                     day_file(lake, table, date.fromisoformat(day)), [date.fromisoformat(day)])
+    for table, query in DAY_OF.items():
+        _replace(con, f"SELECT * EXCLUDE (day) FROM ({query}) LIMIT 0", lake / table / SCHEMA)
+    for table in WHOLE:
+        _replace(con, f"SELECT * FROM {table}", lake / table / PART)
+    stored.update({d: current[d] for d in changed})
+    staged = stored_path.with_name(f".{FINGERPRINTS}.tmp")
+    staged.write_text(json.dumps(stored, indent=1, sort_keys=True))
+    os.replace(staged, stored_path)
+    con.execute("DROP TABLE trace_days")
+    return {"days_written": len(changed), "days_unchanged": len(wanted) - len(changed)}
+
+
+def read_lake(con: duckdb.DuckDBPyConnection, lake: Path, table: str) -> duckdb.DuckDBPyRelation:
+    """A table of the lake as a DuckDB relation (day-partitioned tables carry `day`)."""
+    if table in WHOLE:
+        return con.read_parquet(str(lake / table / PART))
+    if not lake_days(lake, table):
+        return con.sql(f"SELECT *, NULL::DATE AS day FROM read_parquet('{lake / table / SCHEMA}')")
+    return con.sql(f"SELECT * FROM read_parquet('{lake / table}/day=*/{PART}', hive_partitioning = true, "
+                   "hive_types = {'day': DATE})")

@@ -1,0 +1,20 @@
+import importlib.util
+import shutil
+
+import pytest
+
+SPARK_MISSING = ("Spark tests need Java and the [spark] extra (.ci/run installs both): "
+                 + ", ".join(m for m, ok in (("java", shutil.which("java")),
+                                             ("pyspark", importlib.util.find_spec("pyspark"))) if not ok))
+HAS_SPARK = bool(shutil.which("java")) and importlib.util.find_spec("pyspark") is not None
+needs_spark = pytest.mark.skipif(not HAS_SPARK, reason=SPARK_MISSING)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark session (local[2]) for the engine tests, as rag-loop builds it."""
+    from rag_loop.engines.engine import spark_session
+    session = spark_session("local[2]", {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"})
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

@@ -1,0 +1,97 @@
+"""The trace lake: every row of the trace tables lands in its UTC day's file, an unchanged day
+is not rewritten, and a failed export leaves each day whole (old or new) and is redone."""
+
+from datetime import date, datetime, timedelta, timezone
+
+import duckdb
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rag_loop.engines import lake as lake_module
+from rag_loop.engines.lake import DAY_OF, day_file, export_lake, lake_days, read_lake
+from rag_loop.store.tables import create_tables
+
+START = datetime(2026, 11, 1, tzinfo=timezone.utc)
+traces = st.lists(st.tuples(st.integers(0, 5 * 86_400_000_000 - 1),  # µs into five days
+                            st.integers(0, 3), st.booleans(), st.text(max_size=30)), max_size=40)
+
+
+def _world(path, rows) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect(str(path))
+    create_tables(con)
+    for n, (offset, chunks, feedback, query) in enumerate(rows):
+        trace_id = f"t{n}"
+        con.execute("INSERT INTO raw_traces (trace_id, \"timestamp\", original_query, ingested_at, citations) "
+                    "VALUES (?, ?, ?, ?, ?)", [trace_id, START + timedelta(microseconds=offset), query,
+                                               START, [query] if feedback else None])
+        for rank in range(chunks):
+            con.execute("INSERT INTO trace_chunks (trace_id, chunk_id, rank, score) VALUES (?, ?, ?, ?)",
+                        [trace_id, f"c{rank}", rank, rank / 3])
+        if feedback:
+            con.execute("INSERT INTO trace_feedback VALUES (?, 'negative', NULL, ?)", [trace_id, query])
+    return con
+
+
+def _same_rows(con, lake, table) -> bool:
+    read_lake(con, lake, table).create_view("from_lake", replace=True)
+    columns = ", ".join(f'"{c}"' for c, *_ in con.execute(f"DESCRIBE {table}").fetchall())
+    one_way = con.execute(f"SELECT count(*) FROM (SELECT {columns} FROM {table} EXCEPT ALL "
+                          f"SELECT {columns} FROM from_lake)").fetchall()[0][0]
+    other_way = con.execute(f"SELECT count(*) FROM (SELECT {columns} FROM from_lake EXCEPT ALL "
+                            f"SELECT {columns} FROM {table})").fetchall()[0][0]
+    return one_way == other_way == 0
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=traces)
+def test_every_row_is_in_its_days_file_and_a_second_export_writes_nothing(tmp_path_factory, rows):
+    root = tmp_path_factory.mktemp("lake")
+    con = _world(root / "db.duckdb", rows)
+    lake = root / "lake"
+    first = export_lake(con, lake)
+    days = {(START + timedelta(microseconds=r[0])).date() for r in rows}
+    assert first == {"days_written": len(days), "days_unchanged": 0}
+    for table in (*DAY_OF, "documents"):
+        assert _same_rows(con, lake, table), table
+    assert set(lake_days(lake, "raw_traces")) == days
+    read_lake(con, lake, "raw_traces").create_view("lake_traces", replace=True)
+    assert con.execute("SELECT count(*) FROM lake_traces WHERE day <> CAST(timezone('UTC', \"timestamp\") AS DATE)"
+                       ).fetchall() == [(0,)]
+    assert export_lake(con, lake) == {"days_written": 0, "days_unchanged": len(days)}
+    assert not list(lake.rglob(".*.tmp"))  # nothing staged is left behind
+
+
+def test_a_changed_day_alone_is_rewritten(tmp_path):
+    con = _world(tmp_path / "db.duckdb", [(0, 1, True, "a"), (86_400_000_000, 2, False, "b")])
+    lake = tmp_path / "lake"
+    export_lake(con, lake)
+    untouched = day_file(lake, "raw_traces", date(2026, 11, 1)).stat().st_mtime_ns
+    con.execute("INSERT INTO raw_traces (trace_id, \"timestamp\", original_query, ingested_at) "
+                "VALUES ('late', '2026-11-02 10:00:00+00', 'c', '2026-11-03 00:00:00+00')")
+    assert export_lake(con, lake) == {"days_written": 1, "days_unchanged": 1}
+    assert day_file(lake, "raw_traces", date(2026, 11, 1)).stat().st_mtime_ns == untouched
+    assert _same_rows(con, lake, "raw_traces")
+
+
+def test_an_export_that_fails_half_way_leaves_whole_days_and_is_redone(tmp_path, monkeypatch):
+    con = _world(tmp_path / "db.duckdb", [(0, 1, True, "a"), (86_400_000_000, 1, True, "b")])
+    lake = tmp_path / "lake"
+    export_lake(con, lake)
+    con.execute("UPDATE raw_traces SET original_query = original_query || '!', ingested_at = now()")
+    real_replace, calls = lake_module.os.replace, []
+
+    def failing(source, target):
+        calls.append(target)
+        if len(calls) == 2:
+            raise OSError("disk full")
+        real_replace(source, target)
+    monkeypatch.setattr(lake_module.os, "replace", failing)
+    with pytest.raises(OSError):
+        export_lake(con, lake)
+    monkeypatch.setattr(lake_module.os, "replace", real_replace)
+    queries = sorted(q for (q,) in read_lake(con, lake, "raw_traces").select("original_query").fetchall())
+    assert queries in (["a!", "b"], ["a", "b!"])  # one day new, the other still old: each whole
+    assert not list(lake.rglob(".*.tmp"))
+    assert export_lake(con, lake)["days_written"] == 2  # the fingerprints were not saved: all redone
+    assert _same_rows(con, lake, "raw_traces")
