@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# the extras installed with the project: dev (tests) by default; .ci/run adds spark
+EXTRAS ?= dev
 # a deployment's home holds its database, curation, goldens, reports and Dagster instance
 # (rag_loop/home.py): yours is RAG_LOOP_HOME (default .rag-loop/), the demo's is .demo/
 export RAG_LOOP_HOME ?= $(CURDIR)/.rag-loop
@@ -29,7 +31,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[$(EXTRAS)]'
 	$(BIN)/python -c "from rag_loop.vectors.clustering import compile_once; compile_once()"  # Numba cache
 	touch $(STAMP)
 

@@ -46,9 +46,7 @@ def compute_signals(con: duckdb.DuckDBPyConnection, settings: SignalSettings, en
     the trace that was rephrased: the next turn of its session starts within the window and
     is a near-paraphrase. Returns the number of traces.
     """
-    engine = engine or DuckDBEngine()
-    expression = signals_expression(engine.inputs(con, INPUTS), settings, engine.functions)
-    return engine.materialize(con, "trace_signals", expression)
+    return (engine or DuckDBEngine()).run(con, "trace_signals", INPUTS, signals_expression, settings)
 
 
 def signal_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:

@@ -1,6 +1,6 @@
 """End to end as users meet it: `dagster dev` (webserver + daemon) on loopback, the main job
 launched through GraphQL, a curator labelling and releasing from the workspace while the loop
-runs again, and headless Chromium screenshots of the UI.
+runs, and headless Chromium screenshots of the UI.
 
 Screenshots are saved under `test-artifacts/` (git-ignored). Chromium and chromium-driver are
 Debian's packages, installed by `.ci/run`.
@@ -8,12 +8,14 @@ Debian's packages, installed by `.ci/run`.
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -130,27 +132,55 @@ LOOP = {**demo_config("loop"), "ops": {**demo_config("loop")["ops"], "trace_judg
     "metrics": [{"name": "Faithfulness", "threshold": 0.75, "rate": 0.2}]}}}}
 
 
+@dataclass
+class Session:
+    """What happened: the three runs launched together, and a curator's work meanwhile."""
+
+    run_ids: list[str]
+    statuses: list[str]
+    labelled: str  # the trace the curator accepted while the loop ran
+    during_the_loop: bool
+    release_page: str
+
+
 @pytest.fixture(scope="module")
-def three_runs(dagster_dev):
-    """The loop and the trace and label sensors' jobs launched together: their run ids."""
-    server, _ = dagster_dev
+def session(dagster_dev, demo_run):
+    """The loop and the trace and label sensors' jobs launched together; while the loop runs,
+    a curator labels in the workspace (over the queue an earlier run exported, which this run
+    rewrites) and releases from it through the webserver."""
+    server, root = dagster_dev
+    shutil.copytree(Path(demo_run[2].curation_dir) / "queue", root / "curation" / "queue")
+    curate(next((root / "curation" / "queue").glob("*.jsonl")), root / "curation" / "labels", 1)
+    workspace = Workspace(root / "curation", root / "reports", root / "goldens")
+    ana = Curator(create_app(workspace, release=WebserverRelease(server.url, wait_seconds=300)), "ana")
     run_ids = [server.launch("rag_loop_job", LOOP), server.launch("ingest_job"), server.launch("label_job")]
-    return run_ids, [server.wait(r) for r in run_ids]
+    while server.run(run_ids[0])["status"] not in ("STARTED", *FINISHED):
+        time.sleep(0.2)
+    unlabelled = workspace.rows({}, "todo", 0, 1)[0][0]
+    source = ana.client.get("/sources", params={"q": "leave"}).json()[0]["chunk_id"]
+    assert ana.client.get("/").status_code == 200
+    assert ana.client.get(f"/trace/{unlabelled['trace_id']}").status_code == 200
+    assert ana.label(unlabelled["trace_id"], action="accept", expected_output="Fifteen days.", source=[source],
+                     origin="production_failure", failure_type="retrieval").status_code == 303
+    page = ana.client.get("/releases").text
+    during = server.run(run_ids[0])["status"] == "STARTED"
+    made = ana.client.post("/releases", data={"csrf": csrf_of(page), "notes": "from the e2e test"})
+    assert made.status_code == 200, made.text[-2000:]
+    return Session(run_ids, [server.wait(r) for r in run_ids], unlabelled["trace_id"], during, made.text)
 
 
-def test_three_runs_at_once_queue_on_the_duckdb_tag(dagster_dev, three_runs):
+def test_three_runs_at_once_queue_on_the_duckdb_tag(dagster_dev, session):
     """The trace and label sensors and the loop can start together in a deployment: the
     instance settings (deploy/dagster.yaml) queue them one at a time on the DuckDB tag."""
     server, _ = dagster_dev
-    run_ids, statuses = three_runs
-    assert statuses == ["SUCCESS"] * 3
-    runs = sorted((server.run(r) for r in run_ids), key=lambda r: r["startTime"])
+    assert session.statuses == ["SUCCESS"] * 3
+    runs = sorted((server.run(r) for r in session.run_ids), key=lambda r: r["startTime"])
     assert all({"key": "rag-loop/duckdb", "value": "writer"} in r["tags"] for r in runs)
     for before, after in zip(runs, runs[1:]):
         assert before["endTime"] <= after["startTime"]  # one writer at a time, no lock error
-    events = server.events(run_ids[0])
+    events = server.events(session.run_ids[0])
     materialized = {"/".join(e["assetKey"]["path"]) for e in events if e["__typename"] == "MaterializationEvent"}
-    assert {"raw_traces", "trace_signals", "failure_candidates", "intent_clusters",
+    assert {"raw_traces", "trace_lake", "trace_signals", "failure_candidates", "intent_clusters",
             "curation_queue", "judge_calibration", "trace_judgments"} <= materialized
     checks = {e["evaluation"]["checkName"]: e["evaluation"]["success"]
               for e in events if e["__typename"] == "AssetCheckEvaluationEvent"}
@@ -158,42 +188,27 @@ def test_three_runs_at_once_queue_on_the_duckdb_tag(dagster_dev, three_runs):
                       "judge_error_budget": True, "judge_changed_with_app": True}
 
 
-def test_a_curator_labels_and_releases_from_the_workspace_while_the_loop_runs(dagster_dev, three_runs):
+def test_a_curator_labels_and_releases_from_the_workspace_while_the_loop_runs(dagster_dev, session):
     """The workspace never opens the database, so a run holding it blocks nobody; its release
-    goes through the webserver and queues behind that run."""
+    goes through the webserver and queues behind the runs before it."""
     server, root = dagster_dev
-    assert three_runs[1][0] == "SUCCESS"
-    curate(next((root / "curation" / "queue").glob("*.jsonl")), root / "curation" / "labels", 1)
-    workspace = Workspace(root / "curation", root / "reports", root / "goldens")
-    ana = Curator(create_app(workspace, release=WebserverRelease(server.url)), "ana")
-    rerun = server.launch("rag_loop_job", LOOP)
-    while server.run(rerun)["status"] not in ("STARTED", *FINISHED):
-        time.sleep(0.2)
-    unlabelled = next(r for r in workspace.rows({}, "todo", 0, 1000)[0])
-    source = ana.client.get("/sources", params={"q": "leave"}).json()[0]["chunk_id"]
-    assert ana.client.get("/").status_code == 200
-    assert ana.client.get(f"/trace/{unlabelled['trace_id']}").status_code == 200
-    assert ana.label(unlabelled["trace_id"], action="accept", expected_output="Fifteen days.", source=[source],
-                     origin="production_failure", failure_type="retrieval").status_code == 303
-    page = ana.client.get("/releases").text
-    assert server.run(rerun)["status"] == "STARTED"  # all of that while the loop ran
-    made = ana.client.post("/releases", data={"csrf": csrf_of(page), "notes": "from the e2e test"})
-    assert made.status_code == 200, made.text[-2000:]
-    assert "release_goldens: SUCCESS" in made.text and f'href="{server.url}/runs/' in made.text
-    assert server.wait(rerun) == "SUCCESS"
+    assert session.during_the_loop  # the curator's work happened while rag_loop_job ran
+    assert "release_goldens: SUCCESS" in session.release_page
+    assert f'href="{server.url}/runs/' in session.release_page
     release = server.graphql('{ runsOrError(filter: {pipelineName: "release_goldens"}) { ... on Runs { '
-                             'results { startTime } } } }')["runsOrError"]["results"]
-    assert len(release) == 1 and release[0]["startTime"] >= server.run(rerun)["endTime"]  # queued behind it
+                             'results { startTime tags { key value } } } } }')["runsOrError"]["results"]
+    assert len(release) == 1 and {"key": "rag-loop/duckdb", "value": "writer"} in release[0]["tags"]
+    assert release[0]["startTime"] >= max(server.run(r)["endTime"] for r in session.run_ids)  # queued
     manifest = json.loads((root / "goldens" / "v0001" / "manifest.json").read_text())
     assert manifest["released_by"] == "ana" and manifest["goldens"] > 10
     goldens = json.loads((root / "goldens" / "v0001" / "goldens.json").read_text())
-    mine = [g for g in goldens if g["additional_metadata"]["trace_id"] == unlabelled["trace_id"]]
+    mine = [g for g in goldens if g["additional_metadata"]["trace_id"] == session.labelled]
     assert [g["expected_output"] for g in mine] == ["Fifteen days."]
     assert (root / "reports" / "release-v0001.html").exists()
 
 
 @pytest.mark.skipif(CHROMIUM is None or DRIVER is None, reason=MISSING)
-def test_the_ui_renders_the_asset_graph_and_a_materialization(dagster_dev, three_runs):
+def test_the_ui_renders_the_asset_graph_and_a_materialization(dagster_dev, session):
     from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.support.ui import WebDriverWait
     server, _ = dagster_dev

@@ -2,7 +2,7 @@
 
 import random
 import unicodedata
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import duckdb
 import ibis
@@ -25,9 +25,9 @@ def _texts(count: int = 400, seed: int = 7) -> list[str]:
 
 def _instants(count: int = 200, seed: int = 7) -> list[datetime]:
     rng = random.Random(seed)
-    start = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    start = datetime(2026, 11, 1, tzinfo=UTC)
     return [start + timedelta(microseconds=rng.randrange(0, 14 * 86_400_000_000)) for _ in range(count)] + [
-        datetime(2026, 11, 1, 23, 59, 59, 999_999, tzinfo=timezone.utc), datetime(2026, 11, 2, tzinfo=timezone.utc)]
+        datetime(2026, 11, 1, 23, 59, 59, 999_999, tzinfo=UTC), datetime(2026, 11, 2, tzinfo=UTC)]
 
 
 def _frame() -> pd.DataFrame:

@@ -1,7 +1,7 @@
 """The trace lake: every row of the trace tables lands in its UTC day's file, an unchanged day
 is not rewritten, and a failed export leaves each day whole (old or new) and is redone."""
 
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 import duckdb
 import pytest
@@ -12,7 +12,7 @@ from rag_loop.engines import lake as lake_module
 from rag_loop.engines.lake import DAY_OF, day_file, export_lake, lake_days, read_lake
 from rag_loop.store.tables import create_tables
 
-START = datetime(2026, 11, 1, tzinfo=timezone.utc)
+START = datetime(2026, 11, 1, tzinfo=UTC)
 traces = st.lists(st.tuples(st.integers(0, 5 * 86_400_000_000 - 1),  # µs into five days
                             st.integers(0, 3), st.booleans(), st.text(max_size=30)), max_size=40)
 
