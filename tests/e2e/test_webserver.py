@@ -126,10 +126,13 @@ def dagster_dev(tmp_path_factory):
         log.close()
 
 
-# the loop as the demo runs it, with the online judge on a share of the selection: this module
-# is about runs queueing on the DuckDB tag, the judge has its own tests
-LOOP = {**demo_config("loop"), "ops": {**demo_config("loop")["ops"], "trace_judgments": {"config": {
-    "metrics": [{"name": "Faithfulness", "threshold": 0.75, "rate": 0.2}]}}}}
+# the loop as the demo runs it, with the online judge on a share of the selection and no day
+# old enough for novelty: this module is about runs queueing on the DuckDB tag, the judge and
+# novelty have their own tests
+LOOP = {**demo_config("loop"), "ops": {
+    **demo_config("loop")["ops"],
+    "trace_judgments": {"config": {"metrics": [{"name": "Faithfulness", "threshold": 0.75, "rate": 0.2}]}},
+    "trace_novelty": {"config": {"min_history_days": 30}}}}
 
 
 @dataclass
@@ -227,7 +230,7 @@ def test_the_ui_renders_the_asset_graph_and_a_materialization(dagster_dev, sessi
                 pass  # the assertion below names what is missing
             missing = [text for text in expected if text not in browser.page_source]
             assert not missing, (path, missing)  # the page shows the assets, not an error
-            time.sleep(1)  # let the graph settle before the picture
+            time.sleep(0.3)  # let the graph settle before the picture
             target = ARTIFACTS / f"{name}.png"
             target.unlink(missing_ok=True)
             browser.save_screenshot(str(target))
