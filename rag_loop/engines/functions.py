@@ -10,6 +10,7 @@ registry per engine. A stage takes a `Functions` and builds one Ibis expression 
   sub-second precision; Spark's `unix_seconds` drops it).
 - `utc_day`: the UTC calendar day of an instant (the Spark session runs in UTC).
 - `uniform`: a uniform draw in [0, 1) from 8 hex digits of an md5 (the sampling streams).
+- `distinct`: a list's distinct values without NULLs (`list_distinct` / `array_distinct`).
 """
 
 from __future__ import annotations
@@ -66,6 +67,14 @@ def _at_zone(zone: str, instant: ibis.dtype("timestamp('UTC')")) -> ibis.dtype("
 def _spark_to_date(instant: ibis.dtype("timestamp")) -> ibis.dtype("date"): ...  # noqa: F821
 
 
+@ibis.udf.scalar.builtin(name="list_distinct")
+def _list_distinct(values: ibis.dtype("array<string>")) -> ibis.dtype("array<string>"): ...  # noqa: F821
+
+
+@ibis.udf.scalar.builtin(name="array_distinct")
+def _array_distinct(values: ibis.dtype("array<string>")) -> ibis.dtype("array<string>"): ...  # noqa: F821
+
+
 @ibis.udf.scalar.builtin(name="md5")
 def _md5(text: str) -> str: ...
 
@@ -83,6 +92,9 @@ class Functions:
     epoch_us: Callable[[ir.TimestampValue], ir.IntegerValue]
     utc_day: Callable[[ir.TimestampValue], ir.DateValue]
     hex_to_int: Callable[[ir.StringValue], ir.IntegerValue]
+    # the distinct values of a list of strings, NULLs dropped (Ibis's own `unique` keeps a NULL
+    # and spells it with the list three times over, which multiplies what feeds it)
+    distinct: Callable[[ir.ArrayValue], ir.ArrayValue]
 
     def md5(self, text: ir.StringValue) -> ir.StringValue:
         return _md5(text)
@@ -98,6 +110,7 @@ DUCKDB = Functions(
     epoch_us=_duckdb_epoch_us,
     utc_day=lambda instant: _at_zone("UTC", instant).cast("date"),
     hex_to_int=lambda digits: (ibis.literal("0x") + digits).cast("uint64").cast("int64"),
+    distinct=_list_distinct,
 )
 
 SPARK = Functions(
@@ -106,4 +119,5 @@ SPARK = Functions(
     epoch_us=_spark_epoch_us,
     utc_day=_spark_to_date,
     hex_to_int=lambda digits: _spark_conv(digits, 16, 10).cast("int64"),
+    distinct=_array_distinct,
 )

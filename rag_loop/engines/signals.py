@@ -23,8 +23,8 @@ WORD_BREAK = r"[^\p{L}\p{N}]+"  # RE2 (DuckDB) and java.util.regex (Spark) read 
 
 def _words(query: ir.StringValue, fn: Functions) -> ir.ArrayValue:
     """The distinct words of a query, lower-cased and without accents."""
-    return (fn.fold_accents(query.lower()).re_replace(WORD_BREAK, " ").split(" ")
-            .filter(lambda word: word != "").unique())
+    return fn.distinct(fn.fold_accents(query.lower()).re_replace(WORD_BREAK, " ").split(" ")
+                       .filter(lambda word: word != ""))
 
 
 def _or_null(values: ir.ArrayValue) -> ir.ArrayValue:
@@ -32,7 +32,7 @@ def _or_null(values: ir.ArrayValue) -> ir.ArrayValue:
     return ibis.ifelse(values.length() > 0, values, ibis.null(values.type()))
 
 
-def _chunk_facts(traces: ir.Table, chunks: ir.Table, documents: ir.Table) -> ir.Table:
+def _chunk_facts(traces: ir.Table, chunks: ir.Table, documents: ir.Table, fn: Functions) -> ir.Table:
     versions = documents.select(
         v_doc_id=documents.doc_id, v_version=documents.version,
         superseded_at=documents.source_updated_at.lead().over(
@@ -49,7 +49,7 @@ def _chunk_facts(traces: ir.Table, chunks: ir.Table, documents: ir.Table) -> ir.
         retrieved=joined.count(), top_rerank_score=joined.rerank_score.max(),
         top_retrieval_score=joined.score.max(), answer_names_chunk=joined.names_chunk.any(),
         stale_source=joined.stale.any(),
-        stale_documents=joined.document.collect(where=joined.stale.fill_null(False)).unique().sort())
+        stale_documents=fn.distinct(joined.document.collect(where=joined.stale.fill_null(False))).sort())
     return facts.mutate(stale_documents=_or_null(facts.stale_documents))
 
 
@@ -62,10 +62,10 @@ def _rephrases(traces: ir.Table, window_seconds: float, fn: Functions) -> ir.Tab
         "trace_id", "original_query", next_query=sessions.original_query.lead().over(turn),
         next_turn_seconds=(sessions.at_us.lead().over(turn) - sessions.at_us) / 1e6)
     close = turns.filter(turns.next_turn_seconds <= window_seconds)
-    first, second = _words(close.original_query, fn), _words(close.next_query, fn)
-    return close.select(
-        r_trace_id=close.trace_id,
-        next_query_similarity=first.intersect(second).length() / ibis.greatest(first.union(second).length(), 1))
+    words = close.select("trace_id", first=_words(close.original_query, fn), second=_words(close.next_query, fn))
+    shared, either = words.first.intersect(words.second), fn.distinct(words.first.concat(words.second))
+    return words.select(r_trace_id=words.trace_id,
+                        next_query_similarity=shared.length() / ibis.greatest(either.length(), 1))
 
 
 def _feedback(feedback: ir.Table) -> ir.Table:
@@ -78,7 +78,7 @@ def signals_expression(tables: Mapping[str, ir.Table], settings, fn: Functions) 
     """One row per trace: each signal as a boolean, the list of those raised and its length.
     `settings` is a rag_loop.selection.signals.SignalSettings."""
     traces, chunks = tables["raw_traces"], tables["trace_chunks"]
-    facts = _chunk_facts(traces, chunks, tables["documents"]).rename(k_trace_id="trace_id")
+    facts = _chunk_facts(traces, chunks, tables["documents"], fn).rename(k_trace_id="trace_id")
     feedback = _feedback(tables["trace_feedback"])
     rephrases = _rephrases(traces, float(settings.rephrase_window_seconds), fn)
     t = (traces.left_join(facts, traces.trace_id == facts.k_trace_id)
