@@ -123,11 +123,13 @@ class SamplingConfig(Config):
 @asset(group_name="selection", deps=[trace_signals, trace_novelty],
        description="Traces chosen for judging and curation: streams, inclusion probability π, "
                    "priority before judging (P0 high-risk, P1 thumbs-down plus another signal, P2 "
-                   "novel, P3 random); the queue's P1 is thumbs-down with low judged faithfulness.")
-def failure_candidates(config: SamplingConfig, duckdb: DuckDBResource) -> MaterializeResult:
+                   "novel, P3 random); the queue's P1 is thumbs-down with low judged faithfulness. "
+                   "On the engine resource.")
+def failure_candidates(config: SamplingConfig, duckdb: DuckDBResource, engine: EngineResource,
+                       paths: RagLoopPaths) -> MaterializeResult:
     policy = config.policy()
     with duckdb.get_connection() as con:
-        select_candidates(con, policy)
+        select_candidates(con, policy, engine.engine(Path(paths.lake_dir)))
         summary = selection_summary(con, policy)
         selected_signals = con.sql(
             "SELECT s AS signal, count(*) AS selected FROM "

@@ -20,7 +20,7 @@ import ibis
 import ibis.expr.types as ir
 
 from rag_loop.engines.functions import DUCKDB, SPARK, Functions
-from rag_loop.engines.lake import PART, SCHEMA, WHOLE, day_file, lake_days, read_lake
+from rag_loop.engines.lake import PART, SCHEMA, day_file, lake_days, read_lake
 
 # Spark settings every session needs: instants in UTC (the day of a trace), Parquet timestamps
 # that DuckDB reads as instants, no UI; ANSI mode stays on (a bad cast fails instead of
@@ -65,7 +65,7 @@ class DuckDBEngine(Engine):
 
     def run(self, con: duckdb.DuckDBPyConnection, name: str, inputs: Sequence[str], build: Build,
             settings: Any) -> int:
-        key = (name, build, settings, tuple(tuple(con.execute(f'DESCRIBE "{t}"').fetchall()) for t in inputs))
+        key = (name, build, repr(settings), tuple(tuple(con.execute(f'DESCRIBE "{t}"').fetchall()) for t in inputs))
         if key not in self._compiled:
             if len(self._compiled) > 64:
                 self._compiled.clear()
@@ -101,23 +101,28 @@ class SparkEngine(Engine):
         self.backend = ibis.pyspark.connect(self.session)
 
     def inputs(self, con: duckdb.DuckDBPyConnection, names: Sequence[str]) -> dict[str, ir.Table]:
+        """Each table from the lake where it is there, else from the control database (the small
+        tables: documents, trace_novelty; shipped to the executors)."""
         tables = {}
         for name in names:
             view = f"rag_loop_{name}"
-            if name in WHOLE:
-                frame = self.session.read.parquet(str(self.lake / name / PART))
-            elif lake_days(self.lake, name):
-                frame = self.session.read.parquet(str(self.lake / name))
-            else:  # no day yet: the columns, no rows
-                from pyspark.sql import functions
-                frame = self.session.read.parquet(str(self.lake / name / SCHEMA)).withColumn(
-                    "day", functions.lit(None).cast("date"))
-            frame.createOrReplaceTempView(view)
+            self._frame(con, name).createOrReplaceTempView(view)
             tables[name] = self.backend.table(view)
         return tables
 
+    def _frame(self, con: duckdb.DuckDBPyConnection, name: str):
+        if (self.lake / name / PART).exists():
+            return self.session.read.parquet(str(self.lake / name / PART))
+        if lake_days(self.lake, name):
+            return self.session.read.parquet(str(self.lake / name))
+        from pyspark.sql import functions
+        if (self.lake / name / SCHEMA).exists():  # no day yet: the columns, no rows
+            return self.session.read.parquet(str(self.lake / name / SCHEMA)).withColumn(
+                "day", functions.lit(None).cast("date"))
+        return self.session.createDataFrame(con.table(name).arrow().read_all())
+
     def materialize(self, con: duckdb.DuckDBPyConnection, name: str, expression: ir.Table) -> int:
-        frame = self.session.sql(str(self.backend.compile(expression)))
+        frame = _as_declared(self.session.sql(str(self.backend.compile(expression))), expression.schema())
         staging = self.lake / f".staging-{uuid.uuid4().hex}"
         try:
             frame.repartition("day").write.partitionBy("day").parquet(str(staging))
@@ -137,7 +142,7 @@ class SparkEngine(Engine):
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         if lake_days(self.lake, name):
-            rows, columns = read_lake(con, self.lake, name), ", ".join(_as_declared(expression.schema()))
+            rows, columns = read_lake(con, self.lake, name), ", ".join(f'"{c}"' for c in expression.columns)
         else:  # no rows: the table still gets its columns
             rows, columns = con.from_arrow(_instants_in_utc(expression.schema().to_pyarrow()).empty_table()), "*"
         rows.create_view("rag_loop_rows", replace=True)
@@ -148,12 +153,13 @@ class SparkEngine(Engine):
         return con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]
 
 
-def _as_declared(schema) -> list[str]:
-    """The columns, integers widened to the width the expression declares (Spark's `size` is
-    an INT where Ibis, and DuckDB, say BIGINT)."""
-    from ibis.backends.sql.datatypes import DuckDBType
-    return [f'CAST("{c}" AS {DuckDBType.to_string(t)}) AS "{c}"' if t.is_integer() else f'"{c}"'
-            for c, t in schema.items()]
+def _as_declared(frame, schema):
+    """The Spark frame with its integers as wide as the expression declares (Spark's `size` is
+    an INT where Ibis, and DuckDB, say BIGINT), so the lake's files carry the declared types."""
+    from ibis.backends.sql.datatypes import PySparkType
+    from pyspark.sql import functions
+    return frame.select(*[functions.col(c).cast(PySparkType.to_string(t)).alias(c) if t.is_integer()
+                          else functions.col(c) for c, t in schema.items()])
 
 
 def _instants_in_utc(schema):

@@ -83,6 +83,12 @@ def _md5(text: str) -> str: ...
 def _spark_conv(text: str, source_base: int, target_base: int) -> str: ...
 
 
+def double(value: float) -> ir.FloatingValue:
+    """A DOUBLE literal: both engines read a bare `0.3` as a DECIMAL, whose arithmetic they
+    size differently; a cast from its text is exact and the same on both."""
+    return ibis.literal(repr(float(value))).cast("float64")
+
+
 @dataclass(frozen=True)
 class Functions:
     """One engine's spelling of the functions above."""

@@ -21,12 +21,14 @@ from dataclasses import asdict, dataclass, field
 
 import duckdb
 
+from rag_loop.engines.engine import DuckDBEngine, Engine
+from rag_loop.engines.sampling import DIAGNOSTIC_STREAMS, INPUTS, STREAMS, candidates_expression
 from rag_loop.schema import Priority
 from rag_loop.selection.signals import SIGNALS
+from rag_loop.store.ddl import NOVELTY_DDL
 from rag_loop.store.tables import has_table
 
-STREAMS = ("random", "bad_signal", "risk", "novelty")
-DIAGNOSTIC_STREAMS = STREAMS[1:]
+__all__ = ["DIAGNOSTIC_STREAMS", "STREAMS", "SamplingPolicy", "select_candidates", "selection_summary"]
 NOVELTY_TABLE = "trace_novelty"  # (trace_id, rate): written by rag_loop.selection.novelty
 
 
@@ -69,87 +71,13 @@ class SamplingPolicy:
         return int(self.daily_budget_usd / self.judge_cost_usd + 1e-9)
 
 
-def _rate_case(column: str, rates: Mapping[str, float]) -> str:
-    if not rates:
-        return "0.0"
-    whens = " ".join(f"WHEN {_quote(k)} THEN {float(v)}" for k, v in rates.items())
-    return f"CASE {column} {whens} ELSE 0.0 END"
-
-
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
-def _bad_signal_rate(rates: Mapping[str, float]) -> str:
-    """SQL: 1 − Π over the trace's signals of (1 − rate): one draw per signal, merged."""
-    terms = [f"(1 - CASE WHEN {s} THEN {float(r)} ELSE 0.0 END)" for s, r in rates.items()]
-    return "1 - " + (" * ".join(terms) if terms else "1")
-
-
-def _uniform(position: int) -> str:
-    """SQL: a uniform in [0, 1) from 8 hex digits of the trace's md5 (one slice per stream)."""
-    return f"(('0x' || substr(h, {1 + 8 * position}, 8))::UBIGINT / 4294967296.0)"
-
-
-def select_candidates(con: duckdb.DuckDBPyConnection, policy: SamplingPolicy) -> int:
-    """(Re)build `failure_candidates` from `trace_signals`; returns the number selected."""
-    capacity = policy.daily_capacity()
-    novelty = (f"LEFT JOIN (SELECT trace_id, max(rate) AS rate FROM {NOVELTY_TABLE} GROUP BY 1) n "
-               "USING (trace_id)") if has_table(con, NOVELTY_TABLE) else \
-        "LEFT JOIN (SELECT NULL::VARCHAR AS trace_id, NULL::DOUBLE AS rate) n USING (trace_id)"
-    # a trace not drawn by `random` is drawn by a diagnostic stream iff f > min_s(u_s / p_s)
-    threshold = "least(" + ", ".join(
-        f"CASE WHEN p_{s} > 0 THEN u_{s} / p_{s} END" for s in DIAGNOSTIC_STREAMS) + ")"
-    high_risk = ", ".join(_quote(q) for q in policy.high_risk_query_types) or "NULL"
-    con.execute(f"""
-        CREATE OR REPLACE TABLE failure_candidates AS
-        WITH drawn AS (
-            SELECT trace_id, day, signals, signal_count, thumbs_down, query_type, risk_level,
-                   {float(policy.random_rate)} AS p_random,
-                   {_bad_signal_rate(policy.signal_rates)} AS p_bad_signal,
-                   greatest({_rate_case('query_type', policy.query_type_rates)},
-                            {_rate_case('risk_level', policy.risk_level_rates)}) AS p_risk,
-                   least(greatest(coalesce(n.rate, 0.0), 0.0), 1.0) AS p_novelty,
-                   {", ".join(f"{_uniform(i)} AS u_{s}" for i, s in enumerate(STREAMS))}
-            FROM (SELECT *, md5({_quote(policy.salt)} || ':' || trace_id) AS h FROM trace_signals) s
-            {novelty}),
-        ranked AS (
-            SELECT *, u_random < p_random AS by_random, {threshold} AS diagnostic_threshold,
-                   row_number() OVER (PARTITION BY day, u_random < p_random
-                                      ORDER BY {threshold}, trace_id) AS diagnostic_rank
-            FROM drawn),
-        daily AS (
-            SELECT day, count(*) FILTER (by_random) AS random_selected,
-                   {"NULL" if capacity is None else
-                    f"greatest({capacity} - count(*) FILTER (by_random), 0)"} AS room
-            FROM ranked GROUP BY day),
-        thinning AS (
-            SELECT d.day, CASE WHEN any_value(d.room) = 0 THEN 0.0  -- random used it all
-                   ELSE coalesce(least(1.0, min(r.diagnostic_threshold) FILTER (
-                       NOT r.by_random AND r.diagnostic_rank = d.room + 1)), 1.0) END AS thinning
-            FROM daily d LEFT JOIN ranked r USING (day) GROUP BY d.day),
-        decided AS (
-            SELECT r.*, t.thinning,
-                   {", ".join(f"u_{s} < t.thinning * p_{s} AS by_{s}" for s in DIAGNOSTIC_STREAMS)}
-            FROM ranked r JOIN thinning t USING (day))
-        SELECT trace_id, day,
-               list_filter([{", ".join(f"CASE WHEN by_{s} THEN '{s}' END" for s in STREAMS)}],
-                           lambda x: x IS NOT NULL) AS streams,
-               {", ".join(f"by_{s}" for s in STREAMS)},
-               {", ".join(f"p_{s}" for s in STREAMS)}, thinning,
-               1 - (1 - p_random) * {" * ".join(f"(1 - least(1.0, thinning * p_{s}))"
-                                                for s in DIAGNOSTIC_STREAMS)}
-                   AS inclusion_probability,
-               CASE WHEN signal_count > 0 AND (query_type IN ({high_risk}) OR risk_level = 'high')
-                        THEN '{Priority.P0}'
-                    WHEN thumbs_down AND signal_count >= 2 THEN '{Priority.P1}'
-                    WHEN by_novelty THEN '{Priority.P2}'
-                    ELSE '{Priority.P3}' END AS priority,
-               signals, signal_count, {_quote(policy.fingerprint())} AS sampling_policy
-        FROM decided
-        WHERE by_random OR {" OR ".join(f"by_{s}" for s in DIAGNOSTIC_STREAMS)}
-        ORDER BY day, priority, trace_id""")
-    return con.execute("SELECT count(*) FROM failure_candidates").fetchall()[0][0]
+def select_candidates(con: duckdb.DuckDBPyConnection, policy: SamplingPolicy, engine: Engine | None = None) -> int:
+    """(Re)build `failure_candidates` from `trace_signals` (and `trace_novelty`'s rates, if any)
+    on `engine` (default: DuckDB on `con`; rag_loop.engines.sampling holds the one definition);
+    returns the number selected."""
+    if not has_table(con, NOVELTY_TABLE):
+        con.execute(NOVELTY_DDL)  # no novelty judged yet: its stream draws nothing
+    return (engine or DuckDBEngine()).run(con, "failure_candidates", INPUTS, candidates_expression, policy)
 
 
 def selection_summary(con: duckdb.DuckDBPyConnection, policy: SamplingPolicy) -> dict[str, object]:

@@ -1,7 +1,7 @@
 """One definition, two engines: each ported stage gives the same rows on Spark (over the trace
-lake) as on DuckDB (over the database) — exactly, but for floats within 1e-12 — on the demo
-world and on what real instrumentations write (tests/fixtures/otlp/); and a Spark rerun
-changes nothing."""
+lake) as on DuckDB (over the database) — exactly, but for floats within 1e-12, and with the
+same column types — on the demo world and on what real instrumentations write
+(tests/fixtures/otlp/); and a Spark rerun changes nothing, in the table or in the lake."""
 
 import duckdb
 import numpy as np
@@ -11,10 +11,11 @@ import pytest
 from rag_loop.engines.engine import SparkEngine
 from rag_loop.engines.lake import export_lake
 from rag_loop.ingest import ingest_directory
+from rag_loop.selection.sampling import SamplingPolicy, select_candidates
 from rag_loop.selection.signals import SignalSettings, compute_signals
 from rag_loop.store.tables import create_tables
 from tests.engines.conftest import needs_spark
-from tests.helpers import PROJECT, demo_copy
+from tests.helpers import PROJECT, demo_config, demo_copy
 
 pytestmark = [needs_spark, pytest.mark.slow]
 OTLP = PROJECT / "tests" / "fixtures" / "otlp" / "traces"
@@ -41,32 +42,50 @@ def _plain(value):
     return None if value is None or (isinstance(value, float) and np.isnan(value)) or value is pd.NaT else value
 
 
-def _on_both(spark, con: duckdb.DuckDBPyConnection, tmp_path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """trace_signals as the DuckDB engine left it in `con`, and as Spark computes it on the lake."""
-    expected = con.execute("SELECT * FROM trace_signals").df()
+PORTED = ("trace_signals", "failure_candidates")
+
+
+def _on_both(spark, con: duckdb.DuckDBPyConnection, tmp_path, policy: SamplingPolicy) -> dict[str, tuple]:
+    """Each ported stage's rows as the DuckDB engine left them in `con`, and as Spark computes
+    them on the lake: {stage: (on Spark, on DuckDB)}."""
+    expected = {stage: con.execute(f"SELECT * FROM {stage}").df() for stage in PORTED}
     export_lake(con, tmp_path / "lake")
     engine = SparkEngine(spark, tmp_path / "lake")
     compute_signals(con, SignalSettings(), engine)
-    return con.execute("SELECT * FROM trace_signals").df(), expected
+    select_candidates(con, policy, engine)
+    return {stage: (con.execute(f"SELECT * FROM {stage}").df(), expected[stage]) for stage in PORTED}
 
 
-def test_trace_signals_on_spark_are_duckdbs_on_the_demo_world_and_a_rerun_changes_nothing(spark, demo_run,
-                                                                                           tmp_path):
+def _demo_policy() -> SamplingPolicy:
+    config = demo_config("loop")["ops"]["failure_candidates"]["config"]
+    return SamplingPolicy(query_type_rates=config["query_type_rates"],
+                          high_risk_query_types=tuple(config["high_risk_query_types"]))
+
+
+def test_the_stages_on_spark_are_duckdbs_on_the_demo_world(spark, demo_run, tmp_path):
     con = demo_copy(demo_run, tmp_path)
-    schema = con.execute("DESCRIBE trace_signals").fetchall()
-    on_spark, on_duckdb = _on_both(spark, con, tmp_path)
-    assert len(on_duckdb) == 5227 and on_duckdb.signal_count.sum() > 1000
-    assert_same_rows(on_spark, on_duckdb, "trace_id")
-    assert con.execute("DESCRIBE trace_signals").fetchall() == schema  # the same column types
-    compute_signals(con, SignalSettings(), SparkEngine(spark, tmp_path / "lake"))
-    assert_same_rows(con.execute("SELECT * FROM trace_signals").df(), on_duckdb, "trace_id")
+    schemas = {stage: con.execute(f"DESCRIBE {stage}").fetchall() for stage in PORTED}
+    both = _on_both(spark, con, tmp_path, _demo_policy())
+    signals, candidates = both["trace_signals"][1], both["failure_candidates"][1]
+    assert len(signals) == 5227 and signals.signal_count.sum() > 1000
+    assert len(candidates) > 1000 and candidates.by_novelty.sum() > 0 and (candidates.thinning < 1).any()
+    for stage, (on_spark, on_duckdb) in both.items():
+        assert_same_rows(on_spark, on_duckdb, "trace_id")
+        assert con.execute(f"DESCRIBE {stage}").fetchall() == schemas[stage], stage  # the same types
 
 
-def test_trace_signals_on_spark_are_duckdbs_on_otlp_traffic(spark, tmp_path):
+def test_the_stages_on_spark_are_duckdbs_on_otlp_traffic_and_a_rerun_changes_nothing(spark, tmp_path):
     con = duckdb.connect(str(tmp_path / "otlp.duckdb"))
     create_tables(con)
     ingest_directory(con, OTLP)
     compute_signals(con, SignalSettings())
-    on_spark, on_duckdb = _on_both(spark, con, tmp_path)
-    assert len(on_duckdb) == 132
-    assert_same_rows(on_spark, on_duckdb, "trace_id")
+    select_candidates(con, SamplingPolicy())
+    both = _on_both(spark, con, tmp_path, SamplingPolicy())
+    assert len(both["trace_signals"][1]) == 132 and len(both["failure_candidates"][1]) >= 3
+    for on_spark, on_duckdb in both.values():
+        assert_same_rows(on_spark, on_duckdb, "trace_id")
+    files = sorted(p.relative_to(tmp_path) for p in (tmp_path / "lake").rglob("*.parquet"))
+    again = _on_both(spark, con, tmp_path, SamplingPolicy())  # the same lake, computed again
+    for stage, (on_spark, _) in again.items():
+        assert_same_rows(on_spark, both[stage][1], "trace_id")
+    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "lake").rglob("*.parquet")) == files

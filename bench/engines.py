@@ -1,0 +1,389 @@
+"""The portable stages (one Ibis expression each) on DuckDB and on Spark, and DuckDB's scaling
+curve, beside a bare DuckDB scan as the reference.
+
+    python bench/engines.py [--traces 1000000] [--scaling 100000,1000000,3000000]
+                            [--workdir bench/out/engines] [--skip-spark] [--spark-master local[2]]
+                            [--memory-limit 2GB]
+
+1. Engine comparison on a world of N traces (bench/selection.py's `build_database`: ~72,000
+   traces a day, 1M traces cover 14 days): times the bare reference in the same process (a
+   `count(*), sum(length(original_query))` scan of raw_traces and a `COPY raw_traces TO` Parquet),
+   `export_lake`, then each ported stage on DuckDB (engine None, the default) and on Spark
+   (`spark_session`, local[2] as the engine resource builds it; the session start is timed
+   apart, each stage is run twice: the first run is what a Dagster run with a new session pays,
+   the rerun is the warm figure). Checks that both engines give the same row counts. The Spark
+   figures are figures, not a gate.
+2. Scaling curve of the DuckDB path: per size, the database is built once (in its own process)
+   and each stage then runs in a fresh process, which reports its seconds, its resident memory
+   right before the stage and its peak during it (VmHWM, reset right before the stage; also the
+   raw ru_maxrss, which Linux never lets drop below the launching process's peak): DuckDB
+   streams, so the peak should stay roughly flat as traffic grows. `--memory-limit` sets DuckDB's
+   memory_limit in those processes (default: DuckDB's own, printed).
+
+A stage is ported when its function takes an `engine` parameter (`STAGES` lists them in order).
+Everything generated goes under --workdir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+from selection import build_database
+
+from rag_loop.engines.lake import export_lake
+from rag_loop.selection.sampling import SamplingPolicy, select_candidates
+from rag_loop.selection.signals import SignalSettings, compute_signals, signal_counts
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A stage: `function(con, settings, engine=...)` (re)builds `table` and returns its rows."""
+
+    table: str
+    function: Callable[..., int]
+    settings: Callable[[], Any]
+
+    @property
+    def ported(self) -> bool:
+        return "engine" in inspect.signature(self.function).parameters
+
+    def run(self, con: duckdb.DuckDBPyConnection, engine=None) -> int:
+        if engine is None:  # the default path, as the assets call it on DuckDB
+            return self.function(con, self.settings())
+        return self.function(con, self.settings(), engine=engine)
+
+
+# in dependency order: each reads what the ones before it wrote
+STAGES = (
+    Stage("trace_signals", compute_signals, SignalSettings),
+    Stage("failure_candidates", select_candidates, SamplingPolicy),
+)
+
+
+def ported_stages() -> list[Stage]:
+    return [s for s in STAGES if s.ported]
+
+
+def _quiet(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    con.execute("SET enable_progress_bar = false")
+    return con
+
+
+def _status_mb(field: str) -> float | None:
+    """VmRSS (resident now) or VmHWM (peak since exec or the last reset) from /proc, in MB."""
+    try:
+        with open("/proc/self/status") as handle:
+            return next(int(line.split()[1]) / 1024 for line in handle if line.startswith(field + ":"))
+    except (OSError, StopIteration):
+        return None
+
+
+def _maxrss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KB on Linux
+
+
+def _reset_peak() -> bool:
+    """Start the peak (VmHWM, and ru_maxrss's own part) over from the resident memory now
+    (Linux >= 4.0): ru_maxrss alone would keep the launching process's peak, which Linux
+    carries across fork and exec."""
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_since_reset(reset: bool) -> float:
+    return (_status_mb("VmHWM") if reset else None) or _maxrss_mb()
+
+
+def _rows(con: duckdb.DuckDBPyConnection, table: str) -> int:
+    return con.execute(f'SELECT count(*) FROM "{table}"').fetchall()[0][0]
+
+
+def _bare(con: duckdb.DuckDBPyConnection, target: Path) -> tuple[float, float]:
+    """The reference: a bare scan of raw_traces and a bare COPY of it to Parquet."""
+    start = time.perf_counter()
+    con.execute("SELECT count(*), sum(length(original_query)) FROM raw_traces").fetchall()
+    scan = time.perf_counter() - start
+    start = time.perf_counter()
+    con.execute(f"COPY raw_traces TO '{target}' (FORMAT parquet)")
+    return scan, time.perf_counter() - start
+
+
+# --- the child processes of the scaling curve ------------------------------------------------
+
+def _child(args: argparse.Namespace) -> None:
+    """One step in a fresh process; prints one JSON line."""
+    if args.child == "build":
+        reset = _reset_peak()
+        start = time.perf_counter()
+        with _quiet(duckdb.connect(str(args.database))) as con:
+            build_database(con, args.size)
+            con.execute("CHECKPOINT")
+        result = {"seconds": time.perf_counter() - start, "peak_mb": _peak_since_reset(reset),
+                  "file_mb": args.database.stat().st_size / 2**20}
+    else:
+        con = _quiet(duckdb.connect(str(args.database)))
+        if args.memory_limit:
+            con.execute(f"SET memory_limit = '{args.memory_limit}'")
+        limit = con.execute("SELECT current_setting('memory_limit'), current_setting('threads')").fetchall()[0]
+        before, reset = _status_mb("VmRSS") or _maxrss_mb(), _reset_peak()
+        if args.child == "bare":
+            scan, copy = _bare(con, args.database.with_suffix(".parquet"))
+            seconds, rows = scan + copy, _rows(con, "raw_traces")
+            args.database.with_suffix(".parquet").unlink(missing_ok=True)
+        else:
+            stage = next(s for s in STAGES if s.table == args.child)
+            start = time.perf_counter()
+            stage.run(con)
+            seconds, rows = time.perf_counter() - start, _rows(con, stage.table)
+        con.close()
+        result = {"seconds": seconds, "rows": rows, "before_mb": before, "peak_mb": _peak_since_reset(reset),
+                  "maxrss_mb": _maxrss_mb(), "peak_reset": reset, "memory_limit": limit[0], "threads": limit[1]}
+    print(json.dumps(result))
+
+
+def _in_child(step: str, database: Path, size: int, memory_limit: str | None) -> dict:
+    command = [sys.executable, str(Path(__file__).resolve()), "--child", step, "--database", str(database),
+               "--size", str(size)] + (["--memory-limit", memory_limit] if memory_limit else [])
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{step} on {size:,} traces failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# --- the parent -------------------------------------------------------------------------------
+
+def compare(args: argparse.Namespace, stages: list[Stage]) -> dict:
+    """The engine comparison on one world of --traces traces."""
+    folder = args.workdir / "compare"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    lake = folder / "lake"
+    out: dict[str, Any] = {"stages": {s.table: {} for s in stages}, "errors": []}
+    con = _quiet(duckdb.connect(str(folder / "world.duckdb")))
+    start = time.perf_counter()
+    build_database(con, args.traces)
+    con.execute("CHECKPOINT")
+    out["build"] = time.perf_counter() - start
+    out["days"] = con.execute("SELECT count(DISTINCT CAST(timezone('UTC', \"timestamp\") AS DATE)) "
+                              "FROM raw_traces").fetchall()[0][0]
+    out["scan"], out["copy"] = _bare(con, folder / "bare-raw_traces.parquet")
+    print(f"world: {args.traces:,} traces over {out['days']} days, built in {out['build']:.2f} s "
+          f"({folder / 'world.duckdb'})")
+    print(f"bare DuckDB scan (count, sum(length(original_query))): {out['scan']:.3f} s (reference)")
+    print(f"bare DuckDB COPY raw_traces TO parquet: {out['copy']:.3f} s (reference, the 'copy' ratios below)")
+
+    start = time.perf_counter()
+    written = export_lake(con, lake)
+    out["export"] = time.perf_counter() - start
+    print(f"export_lake: {out['export']:.2f} s ({written['days_written']} days x 3 tables + documents, "
+          f"{sum(f.stat().st_size for f in lake.rglob('*.parquet')) / 2**20:.0f} MB), "
+          f"{out['export'] / out['copy']:.2f}x copy")
+
+    for stage in stages:
+        start = time.perf_counter()
+        stage.run(con)
+        out["stages"][stage.table]["duckdb"] = time.perf_counter() - start
+        out["stages"][stage.table]["duckdb_rows"] = _rows(con, stage.table)
+    out["duckdb_signal_counts"] = signal_counts(con)
+
+    if not args.skip_spark:
+        from rag_loop.engines.engine import SparkEngine, spark_session
+        start = time.perf_counter()
+        session = spark_session(args.spark_master)
+        session.sparkContext.setLogLevel("ERROR")
+        engine = SparkEngine(session, lake)
+        out["session"] = time.perf_counter() - start
+        print(f"Spark session ({args.spark_master}, pyspark {session.version}): {out['session']:.2f} s "
+              "(not counted in the stage times)")
+        try:
+            for run in ("spark", "spark_rerun"):
+                for stage in stages:
+                    start = time.perf_counter()
+                    try:
+                        stage.run(con, engine)
+                    except Exception as error:  # a figure, not a gate: report it and go on
+                        out["errors"].append(f"{stage.table} on Spark ({run}): {type(error).__name__}: {error}")
+                        print(f"  {out['errors'][-1].splitlines()[0]}")
+                        continue
+                    out["stages"][stage.table][run] = time.perf_counter() - start
+                    out["stages"][stage.table][f"{run}_rows"] = _rows(con, stage.table)
+                if run == "spark":
+                    out["spark_signal_counts"] = signal_counts(con)
+        finally:
+            session.stop()
+    con.close()
+
+    print()
+    header = (f"{'stage':<20} {'DuckDB s':>9} {'Spark s':>9} {'rerun s':>9} {'Spark/DuckDB':>13} "
+              f"{'DuckDB/copy':>12} {'Spark/copy':>11}  rows (DuckDB / Spark)")
+    print(header)
+    print("-" * len(header))
+    for table, t in out["stages"].items():
+        spark, rerun = t.get("spark"), t.get("spark_rerun")
+        print(f"{table:<20} {t['duckdb']:>9.2f} {_fmt(spark, '9.2f')} {_fmt(rerun, '9.2f')} "
+              f"{_ratio(spark, t['duckdb'], 13)} {t['duckdb'] / out['copy']:>11.2f}x "
+              f"{_ratio(spark, out['copy'], 11)}  "
+              f"{t['duckdb_rows']:,} / {_fmt(t.get('spark_rows'), ',')}")
+    if not args.skip_spark:
+        for table, t in out["stages"].items():
+            same = t.get("spark_rows") == t["duckdb_rows"] and t.get("spark_rerun_rows", t["duckdb_rows"]) == \
+                t["duckdb_rows"]
+            t["same_rows"] = same
+            print(f"{table} rows: DuckDB {t['duckdb_rows']:,}, Spark {_fmt(t.get('spark_rows'), ',')}, "
+                  f"rerun {_fmt(t.get('spark_rerun_rows'), ',')}: {'equal' if same else 'DIFFERENT'}")
+        same_signals = out["duckdb_signal_counts"] == out.get("spark_signal_counts")
+        out["same_signals"] = same_signals
+        print(f"trace_signals per-signal counts: {'equal' if same_signals else 'DIFFERENT'} "
+              f"(any signal: {out['duckdb_signal_counts']['any_signal']:,} on DuckDB, "
+              f"{_fmt(out.get('spark_signal_counts', {}).get('any_signal'), ',')} on Spark)")
+    return out
+
+
+def scaling(args: argparse.Namespace, stages: list[Stage], sizes: list[int]) -> list[dict]:
+    """The DuckDB path per size: one process builds the database, one process per stage."""
+    folder = args.workdir / "scaling"
+    folder.mkdir(parents=True, exist_ok=True)
+    rows: list[dict] = []
+    header = (f"{'traces':>11} {'step':<20} {'seconds':>8} {'traces/s':>11} {'RSS before MB':>14} "
+              f"{'peak RSS MB':>12} {'peak-before MB':>15} {'ru_maxrss MB':>13} {'rows':>11}")
+    limit_said = False
+    for size in sizes:
+        database = folder / f"traces-{size}.duckdb"
+        database.unlink(missing_ok=True)
+        Path(f"{database}.wal").unlink(missing_ok=True)
+        built = _in_child("build", database, size, None)
+        print(f"{size:,} traces: built in {built['seconds']:.1f} s ({built['file_mb']:.0f} MB file, "
+              f"builder peak {built['peak_mb']:.0f} MB)")
+        for step in ["bare", *[s.table for s in stages]]:
+            result = {"size": size, "step": step, **_in_child(step, database, size, args.memory_limit)}
+            if not limit_said:
+                print(f"DuckDB in each stage process: memory_limit = {result['memory_limit']} "
+                      f"({'set by --memory-limit' if args.memory_limit else 'not set: DuckDB default'}), "
+                      f"threads = {result['threads']}")
+                print("peak RSS: the stage process's peak resident memory during the step ("
+                      + ("VmHWM, reset right before it" if result["peak_reset"] else "ru_maxrss") + "); ru_maxrss: "
+                      "getrusage's figure, never below the launching process's peak (Linux keeps it across exec)")
+                print(header)
+                print("-" * len(header))
+                limit_said = True
+            rows.append(result)
+            label = "bare scan + COPY" if step == "bare" else step
+            print(f"{size:>11,} {label:<20} {result['seconds']:>8.2f} {size / result['seconds']:>11,.0f} "
+                  f"{result['before_mb']:>14.0f} {result['peak_mb']:>12.0f} "
+                  f"{result['peak_mb'] - result['before_mb']:>15.0f} {result['maxrss_mb']:>13.0f} "
+                  f"{result['rows']:>11,}")
+        if not args.keep:
+            database.unlink(missing_ok=True)
+            Path(f"{database}.wal").unlink(missing_ok=True)
+    return rows
+
+
+def _fmt(value, spec: str) -> str:
+    """`value` formatted, or "-" (as wide as the spec says) when there is none."""
+    if value is None:
+        width = spec.split(".")[0].lstrip(",")
+        return "-".rjust(int(width)) if width.isdigit() else "-"
+    return format(value, spec)
+
+
+def _ratio(value, reference: float, width: int) -> str:
+    return f"{'-':>{width}}" if value is None else f"{value / reference:>{width - 1}.2f}x"
+
+
+def summary(args: argparse.Namespace, stages: list[Stage], compared: dict, curve: list[dict],
+            wall: float) -> None:
+    print()
+    print("=" * 30 + " summary " + "=" * 30)
+    for stage in STAGES:
+        if not stage.ported:
+            print(f"{stage.table}: not ported yet ({stage.function.__name__} has no engine parameter): "
+                  "left out of the comparison and the scaling curve")
+    if compared:
+        print(f"world {args.traces:,} traces / {compared['days']} days: build {compared['build']:.1f} s, "
+              f"export_lake {compared['export']:.2f} s; reference: scan {compared['scan']:.3f} s, "
+              f"COPY {compared['copy']:.2f} s")
+        for table, t in compared["stages"].items():
+            line = f"  {table}: DuckDB {t['duckdb']:.2f} s ({t['duckdb'] / compared['copy']:.1f}x copy)"
+            if "spark" in t:
+                rerun = t.get("spark_rerun")
+                line += (f", Spark {args.spark_master} {t['spark']:.1f} s first / {_fmt(rerun, '.1f')} s rerun "
+                         f"({t['spark'] / t['duckdb']:.1f}x / {_fmt(rerun and rerun / t['duckdb'], '.1f')}x "
+                         f"DuckDB), rows {'equal' if t.get('same_rows') else 'DIFFERENT'}")
+            elif not args.skip_spark:
+                line += ", Spark: failed"
+            print(line)
+        if "session" in compared:
+            print(f"  Spark session start {compared['session']:.1f} s (apart); trace_signals signal counts "
+                  f"{'equal' if compared.get('same_signals') else 'DIFFERENT'}")
+        for error in compared["errors"]:
+            print(f"  ERROR {error.splitlines()[0]}")
+    if curve:
+        sizes = sorted({r["size"] for r in curve})
+        small, large = sizes[0], sizes[-1]
+        print(f"DuckDB scaling {small:,} -> {large:,} traces (x{large / small:.0f}), memory_limit "
+              f"{curve[0]['memory_limit']}:")
+        for step in ["bare", *[s.table for s in stages]]:
+            a = next(r for r in curve if r["size"] == small and r["step"] == step)
+            b = next(r for r in curve if r["size"] == large and r["step"] == step)
+            grow_a, grow_b = a["peak_mb"] - a["before_mb"], b["peak_mb"] - b["before_mb"]
+            print(f"  {'bare scan + COPY' if step == 'bare' else step}: peak RSS {a['peak_mb']:.0f} -> "
+                  f"{b['peak_mb']:.0f} MB (x{b['peak_mb'] / a['peak_mb']:.2f}), above the process before it "
+                  f"{grow_a:.0f} -> {grow_b:.0f} MB; {small / a['seconds']:,.0f} -> "
+                  f"{large / b['seconds']:,.0f} traces/s")
+    print(f"wall time: {wall:.0f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--traces", type=int, default=1_000_000, help="size of the engine comparison's world")
+    parser.add_argument("--scaling", default="100000,1000000,3000000",
+                        help="sizes of the DuckDB scaling curve, comma-separated (empty: none)")
+    parser.add_argument("--workdir", type=Path, default=Path("bench/out/engines"))
+    parser.add_argument("--skip-spark", action="store_true")
+    parser.add_argument("--spark-master", default="local[2]")
+    parser.add_argument("--memory-limit", default=None, help="DuckDB memory_limit in the scaling processes")
+    parser.add_argument("--keep", action="store_true", help="keep the scaling curve's databases")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--database", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--size", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        _child(args)
+        return
+    started = time.perf_counter()
+    args.workdir = args.workdir.resolve()
+    sizes = [int(s.replace("_", "")) for s in args.scaling.split(",") if s.strip()]
+    stages = ported_stages()
+    print(f"ported stages: {', '.join(s.table for s in stages) or 'none'}")
+    for stage in STAGES:
+        if not stage.ported:
+            print(f"{stage.table}: not ported yet ({stage.function.__name__} takes no engine); left out")
+    print()
+    print(f"== engine comparison: {args.traces:,} traces ==")
+    compared = compare(args, stages) if args.traces > 0 else {}
+    print()
+    print(f"== DuckDB scaling curve: {', '.join(f'{s:,}' for s in sizes)} traces, a fresh process per stage ==")
+    curve = scaling(args, stages, sizes) if sizes else []
+    summary(args, stages, compared, curve, time.perf_counter() - started)
+    if compared.get("errors"):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""`failure_candidates` as one Ibis expression for DuckDB and Spark (rag_loop.selection.sampling
+has the streams, the draws and the budget's thinning). It reads trace_signals and
+trace_novelty."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import ibis
+import ibis.expr.types as ir
+
+from rag_loop.engines.functions import Functions, double
+from rag_loop.schema import Priority
+
+STREAMS = ("random", "bad_signal", "risk", "novelty")
+DIAGNOSTIC_STREAMS = STREAMS[1:]
+INPUTS = ("trace_signals", "trace_novelty")
+
+
+def _rate(column: ir.StringValue, rates: Mapping[str, float]) -> ir.FloatingValue:
+    if not rates:
+        return double(0.0)
+    return column.substitute({k: double(v) for k, v in rates.items()}, else_=double(0.0))
+
+
+def candidates_expression(tables: Mapping[str, ir.Table], policy, fn: Functions) -> ir.Table:
+    """The selected traces with their streams, rates, thinning and inclusion probability.
+    `policy` is a rag_loop.selection.sampling.SamplingPolicy."""
+    signals, novelty = tables["trace_signals"], tables["trace_novelty"]
+    rates = novelty.group_by(n_trace_id=novelty.trace_id).aggregate(rate=novelty.rate.max())
+    s = signals.left_join(rates, signals.trace_id == rates.n_trace_id)
+    digest = fn.md5(ibis.literal(f"{policy.salt}:") + signals.trace_id)
+    no_signal = double(1.0)
+    for signal, rate in policy.signal_rates.items():
+        no_signal = no_signal * (double(1.0) - ibis.ifelse(signals[signal], double(rate), double(0.0)))
+    drawn = s.select(
+        signals.trace_id, signals.day, signals.signals, signals.signal_count, signals.thumbs_down,
+        signals.query_type, signals.risk_level,
+        p_random=double(policy.random_rate), p_bad_signal=double(1.0) - no_signal,
+        p_risk=ibis.greatest(_rate(signals.query_type, policy.query_type_rates),
+                             _rate(signals.risk_level, policy.risk_level_rates)),
+        p_novelty=ibis.least(ibis.greatest(rates.rate.fill_null(double(0.0)), double(0.0)), double(1.0)),
+        **{f"u_{stream}": fn.uniform(digest, i) for i, stream in enumerate(STREAMS)})
+    # a trace not drawn by `random` is drawn by a diagnostic stream iff f > min_s(u_s / p_s)
+    threshold = ibis.least(*[ibis.ifelse(drawn[f"p_{s}"] > 0, drawn[f"u_{s}"] / drawn[f"p_{s}"],
+                                         ibis.null("float64")) for s in DIAGNOSTIC_STREAMS])
+    by_random = drawn.u_random < drawn.p_random
+    ranked = drawn.mutate(by_random=by_random, diagnostic_threshold=threshold)
+    ranked = ranked.mutate(diagnostic_rank=ibis.row_number().over(ibis.window(
+        group_by=[ranked.day, ranked.by_random],
+        order_by=[ibis.asc(ranked.diagnostic_threshold, nulls_first=False), ranked.trace_id])) + 1)
+    capacity = policy.daily_capacity()
+    daily = ranked.group_by(d_day=ranked.day).aggregate(random_selected=ranked.by_random.sum())
+    room = (ibis.null("int64") if capacity is None
+            else ibis.greatest(capacity - daily.random_selected.cast("int64"), 0))
+    daily = daily.select("d_day", room=room)
+    pairs = daily.left_join(ranked, daily.d_day == ranked.day)
+    at_room = (~ranked.by_random) & (ranked.diagnostic_rank == daily.room + 1)
+    thinning = pairs.group_by(t_day=daily.d_day).aggregate(
+        room=daily.room.max(), threshold=ranked.diagnostic_threshold.min(where=at_room))
+    thinning = thinning.select("t_day", thinning=ibis.ifelse(  # 0: random used it all
+        thinning.room == 0, double(0.0), ibis.least(double(1.0), thinning.threshold).fill_null(double(1.0))))
+    decided = ranked.join(thinning, ranked.day == thinning.t_day)
+    decided = decided.mutate(**{f"by_{s}": decided[f"u_{s}"] < decided.thinning * decided[f"p_{s}"]
+                                for s in DIAGNOSTIC_STREAMS})
+    keep = double(1.0) - decided.p_random
+    for stream in DIAGNOSTIC_STREAMS:
+        keep = keep * (double(1.0) - ibis.least(double(1.0), decided.thinning * decided[f"p_{stream}"]))
+    inclusion = double(1.0) - keep
+    high_risk = list(policy.high_risk_query_types)
+    priority = ibis.cases(
+        ((decided.signal_count > 0) & (decided.query_type.isin(high_risk) | (decided.risk_level == "high")),
+         Priority.P0.value),
+        (decided.thumbs_down & (decided.signal_count >= 2), Priority.P1.value),
+        (decided.by_novelty, Priority.P2.value), else_=Priority.P3.value)
+    chosen = decided.filter(ibis.or_(*[decided[f"by_{s}"] for s in STREAMS]))
+    rows = chosen.select(
+        "trace_id", "day",
+        streams=ibis.array([ibis.ifelse(chosen[f"by_{s}"], s, ibis.null("string")) for s in STREAMS])
+        .filter(lambda name: name.notnull()),
+        **{f"by_{s}": chosen[f"by_{s}"] for s in STREAMS}, **{f"p_{s}": chosen[f"p_{s}"] for s in STREAMS},
+        thinning=chosen.thinning, inclusion_probability=inclusion, priority=priority,
+        signals=chosen.signals, signal_count=chosen.signal_count,
+        sampling_policy=ibis.literal(policy.fingerprint()))
+    return rows.order_by(["day", "priority", "trace_id"])
