@@ -3,7 +3,7 @@ curve, beside a bare DuckDB scan as the reference.
 
     python bench/engines.py [--traces 1000000] [--scaling 100000,1000000,3000000]
                             [--workdir bench/out/engines] [--skip-spark] [--spark-master local[2]]
-                            [--memory-limit 2GB]
+                            [--memory-limits default,1GB] [--keep]
 
 1. Engine comparison on a world of N traces (bench/selection.py's `build_database`: ~72,000
    traces a day, 1M traces cover 14 days): times the bare reference in the same process (a
@@ -17,8 +17,10 @@ curve, beside a bare DuckDB scan as the reference.
    and each stage then runs in a fresh process, which reports its seconds, its resident memory
    right before the stage and its peak during it (VmHWM, reset right before the stage; also the
    raw ru_maxrss, which Linux never lets drop below the launching process's peak): DuckDB
-   streams, so the peak should stay roughly flat as traffic grows. `--memory-limit` sets DuckDB's
-   memory_limit in those processes (default: DuckDB's own, printed).
+   streams, so the peak should stay roughly flat as traffic grows. The curve is run once per
+   `--memory-limits` value: DuckDB's own default (80% of RAM, which it fills with cached blocks
+   and bigger operators when it can, so its peak grows with the data), and 1GB, the cap the
+   ingestion uses: once the data outgrows it the peak stops growing (DuckDB evicts and spills).
 
 A stage is ported when its function takes an `engine` parameter (`STAGES` lists them in order).
 Everything generated goes under --workdir.
@@ -138,8 +140,8 @@ def _child(args: argparse.Namespace) -> None:
                   "file_mb": args.database.stat().st_size / 2**20}
     else:
         con = _quiet(duckdb.connect(str(args.database)))
-        if args.memory_limit:
-            con.execute(f"SET memory_limit = '{args.memory_limit}'")
+        if args.child_memory_limit:
+            con.execute(f"SET memory_limit = '{args.child_memory_limit}'")
         limit = con.execute("SELECT current_setting('memory_limit'), current_setting('threads')").fetchall()[0]
         before, reset = _status_mb("VmRSS") or _maxrss_mb(), _reset_peak()
         if args.child == "bare":
@@ -159,7 +161,7 @@ def _child(args: argparse.Namespace) -> None:
 
 def _in_child(step: str, database: Path, size: int, memory_limit: str | None) -> dict:
     command = [sys.executable, str(Path(__file__).resolve()), "--child", step, "--database", str(database),
-               "--size", str(size)] + (["--memory-limit", memory_limit] if memory_limit else [])
+               "--size", str(size)] + (["--child-memory-limit", memory_limit] if memory_limit else [])
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"{step} on {size:,} traces failed:\n{done.stderr[-4000:]}")
@@ -200,7 +202,8 @@ def compare(args: argparse.Namespace, stages: list[Stage]) -> dict:
         stage.run(con)
         out["stages"][stage.table]["duckdb"] = time.perf_counter() - start
         out["stages"][stage.table]["duckdb_rows"] = _rows(con, stage.table)
-    out["duckdb_signal_counts"] = signal_counts(con)
+    signals = "trace_signals" in out["stages"]
+    out["duckdb_signal_counts"] = signal_counts(con) if signals else None
 
     if not args.skip_spark:
         from rag_loop.engines.engine import SparkEngine, spark_session
@@ -223,7 +226,7 @@ def compare(args: argparse.Namespace, stages: list[Stage]) -> dict:
                         continue
                     out["stages"][stage.table][run] = time.perf_counter() - start
                     out["stages"][stage.table][f"{run}_rows"] = _rows(con, stage.table)
-                if run == "spark":
+                if run == "spark" and signals and "spark" in out["stages"]["trace_signals"]:
                     out["spark_signal_counts"] = signal_counts(con)
         finally:
             session.stop()
@@ -247,22 +250,24 @@ def compare(args: argparse.Namespace, stages: list[Stage]) -> dict:
             t["same_rows"] = same
             print(f"{table} rows: DuckDB {t['duckdb_rows']:,}, Spark {_fmt(t.get('spark_rows'), ',')}, "
                   f"rerun {_fmt(t.get('spark_rerun_rows'), ',')}: {'equal' if same else 'DIFFERENT'}")
-        same_signals = out["duckdb_signal_counts"] == out.get("spark_signal_counts")
-        out["same_signals"] = same_signals
-        print(f"trace_signals per-signal counts: {'equal' if same_signals else 'DIFFERENT'} "
-              f"(any signal: {out['duckdb_signal_counts']['any_signal']:,} on DuckDB, "
-              f"{_fmt(out.get('spark_signal_counts', {}).get('any_signal'), ',')} on Spark)")
+        if signals:
+            same_signals = out["duckdb_signal_counts"] == out.get("spark_signal_counts")
+            out["same_signals"] = same_signals
+            print(f"trace_signals per-signal counts: {'equal' if same_signals else 'DIFFERENT'} "
+                  f"(any signal: {out['duckdb_signal_counts']['any_signal']:,} on DuckDB, "
+                  f"{_fmt(out.get('spark_signal_counts', {}).get('any_signal'), ',')} on Spark)")
     return out
 
 
-def scaling(args: argparse.Namespace, stages: list[Stage], sizes: list[int]) -> list[dict]:
-    """The DuckDB path per size: one process builds the database, one process per stage."""
+def scaling(args: argparse.Namespace, stages: list[Stage], sizes: list[int], limits: list[str | None]) -> list[dict]:
+    """The DuckDB path per size: one process builds the database, then one process per memory
+    limit and stage."""
     folder = args.workdir / "scaling"
     folder.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
-    header = (f"{'traces':>11} {'step':<20} {'seconds':>8} {'traces/s':>11} {'RSS before MB':>14} "
+    header = (f"{'traces':>11} {'limit':>8} {'step':<20} {'seconds':>8} {'traces/s':>11} {'RSS before MB':>14} "
               f"{'peak RSS MB':>12} {'peak-before MB':>15} {'ru_maxrss MB':>13} {'rows':>11}")
-    limit_said = False
+    said: set[str | None] = set()
     for size in sizes:
         database = folder / f"traces-{size}.duckdb"
         database.unlink(missing_ok=True)
@@ -270,24 +275,28 @@ def scaling(args: argparse.Namespace, stages: list[Stage], sizes: list[int]) -> 
         built = _in_child("build", database, size, None)
         print(f"{size:,} traces: built in {built['seconds']:.1f} s ({built['file_mb']:.0f} MB file, "
               f"builder peak {built['peak_mb']:.0f} MB)")
-        for step in ["bare", *[s.table for s in stages]]:
-            result = {"size": size, "step": step, **_in_child(step, database, size, args.memory_limit)}
-            if not limit_said:
-                print(f"DuckDB in each stage process: memory_limit = {result['memory_limit']} "
-                      f"({'set by --memory-limit' if args.memory_limit else 'not set: DuckDB default'}), "
-                      f"threads = {result['threads']}")
-                print("peak RSS: the stage process's peak resident memory during the step ("
-                      + ("VmHWM, reset right before it" if result["peak_reset"] else "ru_maxrss") + "); ru_maxrss: "
-                      "getrusage's figure, never below the launching process's peak (Linux keeps it across exec)")
-                print(header)
-                print("-" * len(header))
-                limit_said = True
-            rows.append(result)
-            label = "bare scan + COPY" if step == "bare" else step
-            print(f"{size:>11,} {label:<20} {result['seconds']:>8.2f} {size / result['seconds']:>11,.0f} "
-                  f"{result['before_mb']:>14.0f} {result['peak_mb']:>12.0f} "
-                  f"{result['peak_mb'] - result['before_mb']:>15.0f} {result['maxrss_mb']:>13.0f} "
-                  f"{result['rows']:>11,}")
+        for limit in limits:
+            for step in ["bare", *[s.table for s in stages]]:
+                result = {"size": size, "limit": limit or "default", "step": step,
+                          **_in_child(step, database, size, limit)}
+                if limit not in said:
+                    said.add(limit)
+                    print(f"  limit {limit or 'default'}: DuckDB memory_limit = {result['memory_limit']} "
+                          f"({f'SET memory_limit = {limit!r}' if limit else 'not set: the DuckDB default'}), "
+                          f"threads = {result['threads']}")
+                    if len(said) == 1:
+                        print("  peak RSS: the process's peak resident memory during the step ("
+                              + ("VmHWM, reset right before it" if result["peak_reset"] else "ru_maxrss")
+                              + "); ru_maxrss: getrusage's figure, never below the launching process's peak "
+                              "(Linux keeps it across exec)")
+                        print(header)
+                        print("-" * len(header))
+                rows.append(result)
+                label = "bare scan + COPY" if step == "bare" else step
+                print(f"{size:>11,} {result['limit']:>8} {label:<20} {result['seconds']:>8.2f} "
+                      f"{size / result['seconds']:>11,.0f} {result['before_mb']:>14.0f} {result['peak_mb']:>12.0f} "
+                      f"{result['peak_mb'] - result['before_mb']:>15.0f} {result['maxrss_mb']:>13.0f} "
+                      f"{result['rows']:>11,}")
         if not args.keep:
             database.unlink(missing_ok=True)
             Path(f"{database}.wal").unlink(missing_ok=True)
@@ -329,23 +338,25 @@ def summary(args: argparse.Namespace, stages: list[Stage], compared: dict, curve
                 line += ", Spark: failed"
             print(line)
         if "session" in compared:
-            print(f"  Spark session start {compared['session']:.1f} s (apart); trace_signals signal counts "
-                  f"{'equal' if compared.get('same_signals') else 'DIFFERENT'}")
+            print(f"  Spark session start {compared['session']:.1f} s (apart)"
+                  + (f"; trace_signals per-signal counts {'equal' if compared['same_signals'] else 'DIFFERENT'}"
+                     if "same_signals" in compared else ""))
         for error in compared["errors"]:
             print(f"  ERROR {error.splitlines()[0]}")
     if curve:
         sizes = sorted({r["size"] for r in curve})
         small, large = sizes[0], sizes[-1]
-        print(f"DuckDB scaling {small:,} -> {large:,} traces (x{large / small:.0f}), memory_limit "
-              f"{curve[0]['memory_limit']}:")
-        for step in ["bare", *[s.table for s in stages]]:
-            a = next(r for r in curve if r["size"] == small and r["step"] == step)
-            b = next(r for r in curve if r["size"] == large and r["step"] == step)
-            grow_a, grow_b = a["peak_mb"] - a["before_mb"], b["peak_mb"] - b["before_mb"]
-            print(f"  {'bare scan + COPY' if step == 'bare' else step}: peak RSS {a['peak_mb']:.0f} -> "
-                  f"{b['peak_mb']:.0f} MB (x{b['peak_mb'] / a['peak_mb']:.2f}), above the process before it "
-                  f"{grow_a:.0f} -> {grow_b:.0f} MB; {small / a['seconds']:,.0f} -> "
-                  f"{large / b['seconds']:,.0f} traces/s")
+        print(f"DuckDB scaling {small:,} -> {large:,} traces (x{large / small:.0f}), a process per step:")
+        for limit in dict.fromkeys(r["limit"] for r in curve):
+            effective = next(r["memory_limit"] for r in curve if r["limit"] == limit)
+            print(f"  memory_limit {limit} ({effective}):")
+            for step in ["bare", *[s.table for s in stages]]:
+                a, b = (next(r for r in curve if (r["size"], r["limit"], r["step"]) == (n, limit, step))
+                        for n in (small, large))
+                print(f"    {'bare scan + COPY' if step == 'bare' else step}: peak RSS {a['peak_mb']:.0f} -> "
+                      f"{b['peak_mb']:.0f} MB (x{b['peak_mb'] / a['peak_mb']:.2f}; above the process before it "
+                      f"{a['peak_mb'] - a['before_mb']:.0f} -> {b['peak_mb'] - b['before_mb']:.0f} MB), "
+                      f"{small / a['seconds']:,.0f} -> {large / b['seconds']:,.0f} traces/s")
     print(f"wall time: {wall:.0f} s")
 
 
@@ -357,7 +368,10 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=Path("bench/out/engines"))
     parser.add_argument("--skip-spark", action="store_true")
     parser.add_argument("--spark-master", default="local[2]")
-    parser.add_argument("--memory-limit", default=None, help="DuckDB memory_limit in the scaling processes")
+    parser.add_argument("--memory-limits", default="default,1GB",
+                        help="DuckDB memory_limit values for the scaling curve, comma-separated, one pass "
+                             "each ('default': not set)")
+    parser.add_argument("--child-memory-limit", help=argparse.SUPPRESS)
     parser.add_argument("--keep", action="store_true", help="keep the scaling curve's databases")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--database", type=Path, help=argparse.SUPPRESS)
@@ -375,11 +389,12 @@ def main() -> None:
         if not stage.ported:
             print(f"{stage.table}: not ported yet ({stage.function.__name__} takes no engine); left out")
     print()
-    print(f"== engine comparison: {args.traces:,} traces ==")
+    print(f"== engine comparison: {args.traces:,} traces ==" if args.traces > 0 else "== engine comparison: skipped ==")
     compared = compare(args, stages) if args.traces > 0 else {}
     print()
     print(f"== DuckDB scaling curve: {', '.join(f'{s:,}' for s in sizes)} traces, a fresh process per stage ==")
-    curve = scaling(args, stages, sizes) if sizes else []
+    limits = [None if v.strip().lower() == "default" else v.strip() for v in args.memory_limits.split(",") if v.strip()]
+    curve = scaling(args, stages, sizes, limits or [None]) if sizes else []
     summary(args, stages, compared, curve, time.perf_counter() - started)
     if compared.get("errors"):
         sys.exit(1)
