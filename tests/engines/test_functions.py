@@ -1,4 +1,4 @@
-"""The registry's DuckDB and Spark spellings give the same values."""
+"""The registry's DuckDB spellings (tests/engines/test_spark.py: Spark's give the same values)."""
 
 import random
 import unicodedata
@@ -8,9 +8,8 @@ import duckdb
 import ibis
 import pandas as pd
 
-from rag_loop.engines.engine import DuckDBEngine, SparkEngine
-from rag_loop.engines.functions import ACCENTED, BASES, DUCKDB, SPARK
-from tests.engines.conftest import needs_spark
+from rag_loop.engines.engine import DuckDBEngine
+from rag_loop.engines.functions import ACCENTED, BASES, DUCKDB
 
 # what production queries hold: Vietnamese, other accented scripts, marks typed apart, symbols
 ALPHABET = (ACCENTED + "abcdđĐ xyzXYZ 0123456789 ?!.,;:'\"-_/\\@#%&*()[]{}<>\t\n"
@@ -70,17 +69,3 @@ def test_duckdb_folds_accents_measures_microseconds_and_draws_uniforms():
     last = frame.index[frame["instant"] == pd.Timestamp("2026-11-01 23:59:59.999999", tz="UTC")][0]
     assert got.us[last] % 1_000_000 == 999_999 and str(got.day[last].date()) == "2026-11-01"
     assert got.draw.between(0, 1, inclusive="left").all() and got.draw.nunique() > 100
-
-
-@needs_spark
-def test_spark_and_duckdb_spell_every_function_alike(spark, tmp_path):
-    frame = _frame()
-    expected = _on_duckdb(frame)
-    spark.createDataFrame(frame).createOrReplaceTempView("functions_input")
-    engine = SparkEngine(spark, tmp_path)
-    got = engine.backend.execute(_expression(engine.backend.table("functions_input"), SPARK))
-    got = got.sort_values("i").reset_index(drop=True)
-    assert got.folded.tolist() == expected.folded.tolist()
-    assert got.us.tolist() == expected.us.tolist()
-    assert [d.date() for d in got.day] == [d.date() for d in expected.day]
-    assert (got.draw - expected.draw).abs().max() == 0

@@ -1,4 +1,5 @@
-"""One definition, two engines: each ported stage gives the same rows on Spark (over the trace
+"""One definition, two engines (every test here runs Spark, in one session per worker): the
+registry's functions agree, and each ported stage gives the same rows on Spark (over the trace
 lake) as on DuckDB (over the database) — exactly, but for floats within 1e-12, and with the
 same column types — on the demo world and on what real instrumentations write
 (tests/fixtures/otlp/); and a Spark rerun changes nothing, in the table or in the lake."""
@@ -7,14 +8,21 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pytest
+from dagster import materialize
+from dagster_duckdb import DuckDBResource
 
+from assets.ingestion import trace_lake
+from assets.resources import RagLoopPaths, SparkEngineResource
+from assets.selection import failure_candidates, trace_signals
 from rag_loop.engines.engine import SparkEngine
+from rag_loop.engines.functions import SPARK
 from rag_loop.engines.lake import export_lake
 from rag_loop.ingest import ingest_directory
 from rag_loop.selection.sampling import SamplingPolicy, select_candidates
 from rag_loop.selection.signals import SignalSettings, compute_signals
 from rag_loop.store.tables import create_tables
 from tests.engines.conftest import needs_spark
+from tests.engines.test_functions import _expression, _frame, _on_duckdb
 from tests.helpers import PROJECT, demo_config, demo_copy
 
 pytestmark = [needs_spark, pytest.mark.slow]
@@ -74,18 +82,40 @@ def test_the_stages_on_spark_are_duckdbs_on_the_demo_world(spark, demo_run, tmp_
         assert con.execute(f"DESCRIBE {stage}").fetchall() == schemas[stage], stage  # the same types
 
 
-def test_the_stages_on_spark_are_duckdbs_on_otlp_traffic_and_a_rerun_changes_nothing(spark, tmp_path):
-    con = duckdb.connect(str(tmp_path / "otlp.duckdb"))
-    create_tables(con)
-    ingest_directory(con, OTLP)
-    compute_signals(con, SignalSettings())
-    select_candidates(con, SamplingPolicy())
-    both = _on_both(spark, con, tmp_path, SamplingPolicy())
-    assert len(both["trace_signals"][1]) == 132 and len(both["failure_candidates"][1]) >= 3
-    for on_spark, on_duckdb in both.values():
-        assert_same_rows(on_spark, on_duckdb, "trace_id")
-    files = sorted(p.relative_to(tmp_path) for p in (tmp_path / "lake").rglob("*.parquet"))
-    again = _on_both(spark, con, tmp_path, SamplingPolicy())  # the same lake, computed again
-    for stage, (on_spark, _) in again.items():
-        assert_same_rows(on_spark, both[stage][1], "trace_id")
-    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "lake").rglob("*.parquet")) == files
+def test_the_spark_engine_resource_runs_the_ported_assets_on_otlp_traffic_and_a_rerun_changes_nothing(
+        spark, tmp_path):
+    """trace_lake → trace_signals → failure_candidates in a Dagster run on the Spark resource."""
+    database = tmp_path / "otlp.duckdb"
+    with duckdb.connect(str(database)) as con:
+        create_tables(con)
+        ingest_directory(con, OTLP)
+        compute_signals(con, SignalSettings())
+        select_candidates(con, SamplingPolicy())
+        expected = {t: con.execute(f"SELECT * FROM {t}").df() for t in PORTED}
+    assert len(expected["trace_signals"]) == 132 and len(expected["failure_candidates"]) >= 3
+    resources = {"duckdb": DuckDBResource(database=str(database)), "engine": SparkEngineResource(),
+                 "paths": RagLoopPaths(lake_dir=str(tmp_path / "lake"))}
+    files = None
+    for _ in range(2):  # the second run: the same lake, computed again
+        assert materialize([trace_lake, trace_signals, failure_candidates], resources=resources).success
+        with duckdb.connect(str(database)) as con:
+            for table, rows in expected.items():
+                assert_same_rows(con.execute(f"SELECT * FROM {table}").df(), rows, "trace_id")
+        found = sorted(p.relative_to(tmp_path) for p in (tmp_path / "lake").rglob("*.parquet"))
+        assert files is None or found == files
+        files = found
+    assert {p.parts[1] for p in files} == {"documents", "failure_candidates", "raw_traces", "trace_chunks",
+                                           "trace_feedback", "trace_signals"}
+
+
+def test_spark_and_duckdb_spell_every_function_alike(spark, tmp_path):
+    frame = _frame()
+    expected = _on_duckdb(frame)
+    spark.createDataFrame(frame).createOrReplaceTempView("functions_input")
+    engine = SparkEngine(spark, tmp_path)
+    got = engine.backend.execute(_expression(engine.backend.table("functions_input"), SPARK))
+    got = got.sort_values("i").reset_index(drop=True)
+    assert got.folded.tolist() == expected.folded.tolist()
+    assert got.us.tolist() == expected.us.tolist()
+    assert [d.date() for d in got.day] == [d.date() for d in expected.day]
+    assert (got.draw - expected.draw).abs().max() == 0
