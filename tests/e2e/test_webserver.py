@@ -40,17 +40,11 @@ def _free_port() -> int:
 
 
 class Dagster:
+    """The webserver's GraphQL API, through the workspace's client of it."""
+
     def __init__(self, url: str):
         self.url = url
-
-    def graphql(self, query: str, variables: dict | None = None) -> dict:
-        request = urllib.request.Request(f"{self.url}/graphql", method="POST",
-                                         data=json.dumps({"query": query, "variables": variables or {}}).encode(),
-                                         headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=60) as response:
-            body = json.loads(response.read())
-        assert "errors" not in body, body
-        return body["data"]
+        self.graphql = WebserverRelease(url).graphql  # raises on a GraphQL error
 
     def launch(self, job: str, run_config: dict | None = None) -> str:
         repository = self.graphql("{ repositoriesOrError { ... on RepositoryConnection { nodes { name "
