@@ -157,9 +157,11 @@ class EstimateConfig(Config):
 @asset(group_name="selection", deps=[failure_candidates],
        description="Failure rate per day, slice and signal: random stream (Wilson interval), "
                    "Horvitz-Thompson (1/π) and, labelled biased, the naive selected-set rate.")
-def quality_estimates(config: EstimateConfig, duckdb: DuckDBResource) -> MaterializeResult:
+def quality_estimates(config: EstimateConfig, duckdb: DuckDBResource, engine: EngineResource,
+                      paths: RagLoopPaths) -> MaterializeResult:
     with duckdb.get_connection() as con:
-        estimates = estimate_rates(con, parse_slices(config.slices), confidence=config.confidence)
+        estimates = estimate_rates(con, parse_slices(config.slices), confidence=config.confidence,
+                                   engine=engine.engine(Path(paths.lake_dir)))
         replace_table(con, "quality_estimates", estimates)
     pooled = pooled_rates(estimates)
     overall = estimates[(estimates["slice"] == "all") & (estimates["outcome"] == "any_signal")]

@@ -18,6 +18,7 @@ from typing import Any
 import duckdb
 import ibis
 import ibis.expr.types as ir
+import pandas as pd
 
 from rag_loop.engines.functions import DUCKDB, SPARK, Functions
 from rag_loop.engines.lake import PART, SCHEMA, day_file, lake_days, read_lake
@@ -49,6 +50,10 @@ class Engine(ABC):
         return self.materialize(con, name, build(self.inputs(con, inputs), settings, self.functions))
 
     @abstractmethod
+    def frame(self, con: duckdb.DuckDBPyConnection, inputs: Sequence[str], build: Build, settings: Any) -> pd.DataFrame:
+        """A small result (an aggregate) of `build(tables, settings, functions)`, in memory."""
+
+    @abstractmethod
     def inputs(self, con: duckdb.DuckDBPyConnection, names: Sequence[str]) -> dict[str, ir.Table]:
         """The stage's input tables."""
 
@@ -65,13 +70,21 @@ class DuckDBEngine(Engine):
 
     def run(self, con: duckdb.DuckDBPyConnection, name: str, inputs: Sequence[str], build: Build,
             settings: Any) -> int:
+        return self._create(con, name, self._sql(con, name, inputs, build, settings))
+
+    def frame(self, con: duckdb.DuckDBPyConnection, inputs: Sequence[str], build: Build, settings: Any) -> pd.DataFrame:
+        self._lambdas(con)
+        return con.execute(self._sql(con, "", inputs, build, settings)).df()
+
+    def _sql(self, con: duckdb.DuckDBPyConnection, name: str, inputs: Sequence[str], build: Build,
+             settings: Any) -> str:
         key = (name, build, repr(settings), tuple(tuple(con.execute(f'DESCRIBE "{t}"').fetchall()) for t in inputs))
         if key not in self._compiled:
             if len(self._compiled) > 64:
                 self._compiled.clear()
             self._compiled[key] = ibis.to_sql(build(self.inputs(con, inputs), settings, self.functions),
                                               dialect="duckdb")
-        return self._create(con, name, self._compiled[key])
+        return self._compiled[key]
 
     def inputs(self, con: duckdb.DuckDBPyConnection, names: Sequence[str]) -> dict[str, ir.Table]:
         backend = ibis.duckdb.from_connection(con)
@@ -81,8 +94,11 @@ class DuckDBEngine(Engine):
         return self._create(con, name, ibis.to_sql(expression, dialect="duckdb"))
 
     @staticmethod
-    def _create(con: duckdb.DuckDBPyConnection, name: str, sql: str) -> int:
+    def _lambdas(con: duckdb.DuckDBPyConnection) -> None:
         con.execute("SET lambda_syntax = 'ENABLE_SINGLE_ARROW'")  # Ibis 12 writes x -> f(x)
+
+    def _create(self, con: duckdb.DuckDBPyConnection, name: str, sql: str) -> int:
+        self._lambdas(con)
         con.execute(f'CREATE OR REPLACE TABLE "{name}" AS {sql}')
         return con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]
 
@@ -109,6 +125,17 @@ class SparkEngine(Engine):
             self._frame(con, name).createOrReplaceTempView(view)
             tables[name] = self.backend.table(view)
         return tables
+
+    def frame(self, con: duckdb.DuckDBPyConnection, inputs: Sequence[str], build: Build, settings: Any) -> pd.DataFrame:
+        expression = build(self.inputs(con, inputs), settings, self.functions)
+        schema = expression.schema()
+        result = _as_declared(self.session.sql(str(self.backend.compile(expression))), schema).toPandas()
+        for column, dtype in schema.items():  # as DuckDB's .df() gives them: µs, instants in UTC
+            if dtype.is_date():
+                result[column] = pd.to_datetime(result[column]).astype("datetime64[us]")
+            elif dtype.is_timestamp():
+                result[column] = pd.to_datetime(result[column], utc=True).astype("datetime64[us, UTC]")
+        return result
 
     def _frame(self, con: duckdb.DuckDBPyConnection, name: str):
         if (self.lake / name / PART).exists():

@@ -19,6 +19,8 @@ import numpy as np
 import pandas as pd
 from scipy.stats import norm
 
+from rag_loop.engines.engine import DuckDBEngine, Engine
+from rag_loop.engines.estimates import INPUTS, SliceCounts, slice_counts_expression
 from rag_loop.selection.signals import SIGNALS, SLICE_COLUMNS
 
 OUTCOMES = (*SIGNALS, "any_signal")
@@ -50,9 +52,12 @@ def parse_slices(specs: Sequence[str]) -> tuple[tuple[str, ...], ...]:
 
 def estimate_rates(con: duckdb.DuckDBPyConnection,
                    slices: Sequence[tuple[str, ...]] = DEFAULT_SLICES,
-                   outcomes: Sequence[str] = OUTCOMES, confidence: float = 0.95) -> pd.DataFrame:
-    """Long table: one row per day, slice value and outcome, with the three estimates."""
-    frames = [_slice_estimates(con, dims, outcomes) for dims in slices]
+                   outcomes: Sequence[str] = OUTCOMES, confidence: float = 0.95,
+                   engine: Engine | None = None) -> pd.DataFrame:
+    """Long table: one row per day, slice value and outcome, with the three estimates; the
+    counts on `engine` (default: DuckDB on `con`; rag_loop.engines.estimates)."""
+    engine = engine or DuckDBEngine()
+    frames = [_slice_estimates(con, dims, outcomes, engine) for dims in slices]
     result = pd.concat(frames, ignore_index=True)
     low, high = wilson_interval(result["random_failures"], result["random_n"], confidence)
     result.insert(result.columns.get_loc("random_rate") + 1, "random_ci_low", low)
@@ -61,24 +66,8 @@ def estimate_rates(con: duckdb.DuckDBPyConnection,
 
 
 def _slice_estimates(con: duckdb.DuckDBPyConnection, dims: tuple[str, ...],
-                     outcomes: Sequence[str]) -> pd.DataFrame:
-    values = [f"coalesce(CAST({d} AS VARCHAR), '(none)')" for d in dims]
-    slice_value = " || ' × ' || ".join(values) if values else "'all'"
-    per_outcome = ",\n".join(
-        f"count(*) FILTER ({y}) AS \"{y}|population_failures\", "
-        f"count(*) FILTER (by_random AND {y}) AS \"{y}|random_failures\", "
-        f"coalesce(sum(1 / inclusion_probability) FILTER (selected AND {y}), 0) "
-        f"AS \"{y}|ht_weighted_failures\", "
-        f"count(*) FILTER (selected AND {y}) AS \"{y}|selected_failures\""
-        for y in outcomes)
-    wide = con.execute(f"""
-        SELECT day, {slice_value} AS slice_value, count(*) AS population_n,
-               count(*) FILTER (by_random) AS random_n, count(*) FILTER (selected) AS selected_n,
-               {per_outcome}
-        FROM (SELECT s.*, s.signal_count > 0 AS any_signal, coalesce(c.by_random, false) AS by_random,
-                     c.trace_id IS NOT NULL AS selected, c.inclusion_probability
-              FROM trace_signals s LEFT JOIN failure_candidates c USING (trace_id))
-        GROUP BY ALL ORDER BY ALL""").df()
+                     outcomes: Sequence[str], engine: Engine) -> pd.DataFrame:
+    wide = engine.frame(con, INPUTS, slice_counts_expression, SliceCounts(tuple(dims), tuple(outcomes)))
     shared = ["day", "slice_value", "population_n", "random_n", "selected_n"]
     long = wide.melt(id_vars=shared, var_name="measure")
     long[["outcome", "measure"]] = long["measure"].str.split("|", expand=True)

@@ -18,6 +18,7 @@ from rag_loop.engines.engine import SparkEngine
 from rag_loop.engines.functions import SPARK
 from rag_loop.engines.lake import export_lake
 from rag_loop.ingest import ingest_directory
+from rag_loop.selection.estimates import estimate_rates
 from rag_loop.selection.sampling import SamplingPolicy, select_candidates
 from rag_loop.selection.signals import SignalSettings, compute_signals
 from rag_loop.store.tables import create_tables
@@ -80,6 +81,11 @@ def test_the_stages_on_spark_are_duckdbs_on_the_demo_world(spark, demo_run, tmp_
     for stage, (on_spark, on_duckdb) in both.items():
         assert_same_rows(on_spark, on_duckdb, "trace_id")
         assert con.execute(f"DESCRIBE {stage}").fetchall() == schemas[stage], stage  # the same types
+    slices = (("language",), ("query_type", "language"))
+    on_duckdb = estimate_rates(con, slices)
+    on_spark = estimate_rates(con, slices, engine=SparkEngine(spark, tmp_path / "lake"))
+    assert len(on_duckdb) > 500 and on_duckdb.random_n.sum() > 0
+    pd.testing.assert_frame_equal(on_spark, on_duckdb, check_exact=False, rtol=0, atol=1e-12)
 
 
 def test_the_spark_engine_resource_runs_the_ported_assets_on_otlp_traffic_and_a_rerun_changes_nothing(
