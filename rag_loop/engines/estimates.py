@@ -19,41 +19,46 @@ SEPARATOR = " × "
 
 @dataclass(frozen=True)
 class SliceCounts:
-    """One slice (its columns; none: the whole population) and the outcomes counted."""
+    """The slices (each its columns; none: the whole population) and the outcomes counted."""
 
-    dims: tuple[str, ...]
+    slices: tuple[tuple[str, ...], ...]
     outcomes: tuple[str, ...]
 
 
 def slice_counts_expression(tables: Mapping[str, ir.Table], wanted: SliceCounts, fn: Functions) -> ir.Table:
-    """Wide counts, one row per day and slice value, `<outcome>|<measure>` columns."""
+    """Wide counts, one row per slice, day and slice value (`slice_order`: the slice's place in
+    `wanted.slices`), `<outcome>|<measure>` columns: every slice in one query."""
+    parts = [_one_slice(tables, dims, wanted.outcomes).mutate(slice_order=ibis.literal(i, "int64"))
+             for i, dims in enumerate(wanted.slices)]
+    return ibis.union(*parts).order_by(["slice_order", "day", "slice_value"])
+
+
+def _one_slice(tables: Mapping[str, ir.Table], dims: tuple[str, ...], outcomes: tuple[str, ...]) -> ir.Table:
     signals, candidates = tables["trace_signals"], tables["failure_candidates"]
     chosen = candidates.select(c_trace_id=candidates.trace_id, c_by_random=candidates.by_random,
                                c_inclusion=candidates.inclusion_probability)
     joined = signals.left_join(chosen, signals.trace_id == chosen.c_trace_id)
     rows = joined.select(
-        *[signals[c] for c in _columns(wanted)], any_signal=signals.signal_count > 0,
+        *[signals[c] for c in _columns(dims, outcomes)], any_signal=signals.signal_count > 0,
         by_random=chosen.c_by_random.fill_null(False), selected=chosen.c_trace_id.notnull(),
         weight=double(1.0) / chosen.c_inclusion)
-    values = [rows[d].cast("string").fill_null("(none)") for d in wanted.dims]
+    values = [rows[d].cast("string").fill_null("(none)") for d in dims]
     slice_value = ibis.literal("all") if not values else _joined(values)
     measures: dict[str, ir.Value] = {
         "population_n": rows.count(), "random_n": rows.count(where=rows.by_random),
         "selected_n": rows.count(where=rows.selected)}
-    for outcome in wanted.outcomes:
+    for outcome in outcomes:
         failed = rows[outcome]
         measures[f"{outcome}|population_failures"] = rows.count(where=failed)
         measures[f"{outcome}|random_failures"] = rows.count(where=rows.by_random & failed)
         measures[f"{outcome}|ht_weighted_failures"] = rows.weight.sum(where=rows.selected & failed).fill_null(
             double(0.0))
         measures[f"{outcome}|selected_failures"] = rows.count(where=rows.selected & failed)
-    counts = rows.group_by([rows.day, slice_value.name("slice_value")]).aggregate(**measures)
-    return counts.order_by(["day", "slice_value"])
+    return rows.group_by([rows.day, slice_value.name("slice_value")]).aggregate(**measures)
 
 
-def _columns(wanted: SliceCounts) -> list[str]:
-    return list(dict.fromkeys(["day", *wanted.dims, *(o for o in wanted.outcomes if o != "any_signal"),
-                               "signal_count"]))
+def _columns(dims: tuple[str, ...], outcomes: tuple[str, ...]) -> list[str]:
+    return list(dict.fromkeys(["day", *dims, *(o for o in outcomes if o != "any_signal"), "signal_count"]))
 
 
 def _joined(values: Sequence[ir.StringValue]) -> ir.StringValue:

@@ -56,8 +56,10 @@ def estimate_rates(con: duckdb.DuckDBPyConnection,
                    engine: Engine | None = None) -> pd.DataFrame:
     """Long table: one row per day, slice value and outcome, with the three estimates; the
     counts on `engine` (default: DuckDB on `con`; rag_loop.engines.estimates)."""
-    engine = engine or DuckDBEngine()
-    frames = [_slice_estimates(con, dims, outcomes, engine) for dims in slices]
+    wanted = SliceCounts(tuple(tuple(dims) for dims in slices), tuple(outcomes))
+    wide = (engine or DuckDBEngine()).frame(con, INPUTS, slice_counts_expression, wanted)
+    frames = [_slice_estimates(wide[wide["slice_order"] == i].drop(columns="slice_order"), dims)
+              for i, dims in enumerate(wanted.slices)]
     result = pd.concat(frames, ignore_index=True)
     low, high = wilson_interval(result["random_failures"], result["random_n"], confidence)
     result.insert(result.columns.get_loc("random_rate") + 1, "random_ci_low", low)
@@ -65,9 +67,7 @@ def estimate_rates(con: duckdb.DuckDBPyConnection,
     return result
 
 
-def _slice_estimates(con: duckdb.DuckDBPyConnection, dims: tuple[str, ...],
-                     outcomes: Sequence[str], engine: Engine) -> pd.DataFrame:
-    wide = engine.frame(con, INPUTS, slice_counts_expression, SliceCounts(tuple(dims), tuple(outcomes)))
+def _slice_estimates(wide: pd.DataFrame, dims: tuple[str, ...]) -> pd.DataFrame:
     shared = ["day", "slice_value", "population_n", "random_n", "selected_n"]
     long = wide.melt(id_vars=shared, var_name="measure")
     long[["outcome", "measure"]] = long["measure"].str.split("|", expand=True)
