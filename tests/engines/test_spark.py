@@ -13,12 +13,12 @@ from dagster_duckdb import DuckDBResource
 
 from assets.ingestion import trace_lake
 from assets.resources import RagLoopPaths, SparkEngineResource
-from assets.selection import failure_candidates, trace_signals
+from assets.selection import failure_candidates, quality_estimates, trace_signals
 from rag_loop.engines.engine import SparkEngine
 from rag_loop.engines.functions import SPARK
 from rag_loop.engines.lake import export_lake
 from rag_loop.ingest import ingest_directory
-from rag_loop.selection.estimates import estimate_rates
+from rag_loop.selection.estimates import estimate_rates, parse_slices
 from rag_loop.selection.sampling import SamplingPolicy, select_candidates
 from rag_loop.selection.signals import SignalSettings, compute_signals
 from rag_loop.store.tables import create_tables
@@ -90,7 +90,8 @@ def test_the_stages_on_spark_are_duckdbs_on_the_demo_world(spark, demo_run, tmp_
 
 def test_the_spark_engine_resource_runs_the_ported_assets_on_otlp_traffic_and_a_rerun_changes_nothing(
         spark, tmp_path):
-    """trace_lake → trace_signals → failure_candidates in a Dagster run on the Spark resource."""
+    """trace_lake → trace_signals → failure_candidates → quality_estimates in a Dagster run on the
+    Spark resource; the rerun of the two stages leaves the same rows and the same lake files."""
     database = tmp_path / "otlp.duckdb"
     with duckdb.connect(str(database)) as con:
         create_tables(con)
@@ -98,12 +99,19 @@ def test_the_spark_engine_resource_runs_the_ported_assets_on_otlp_traffic_and_a_
         compute_signals(con, SignalSettings())
         select_candidates(con, SamplingPolicy())
         expected = {t: con.execute(f"SELECT * FROM {t}").df() for t in PORTED}
+        estimates = estimate_rates(con, parse_slices(["language"]))
     assert len(expected["trace_signals"]) == 132 and len(expected["failure_candidates"]) >= 3
     resources = {"duckdb": DuckDBResource(database=str(database)), "engine": SparkEngineResource(),
                  "paths": RagLoopPaths(lake_dir=str(tmp_path / "lake"))}
+    assert materialize([trace_lake, trace_signals, failure_candidates, quality_estimates], resources=resources,
+                       run_config={"ops": {"quality_estimates": {"config": {"slices": ["language"]}}}}).success
+    with duckdb.connect(str(database)) as con:
+        stored = con.execute("SELECT * FROM quality_estimates").df()
+    pd.testing.assert_frame_equal(stored, estimates, check_exact=False, rtol=0, atol=1e-12, check_names=False)
     files = None
     for _ in range(2):  # the second run: the same lake, computed again
-        assert materialize([trace_lake, trace_signals, failure_candidates], resources=resources).success
+        if files:
+            assert materialize([trace_signals, failure_candidates], resources=resources).success
         with duckdb.connect(str(database)) as con:
             for table, rows in expected.items():
                 assert_same_rows(con.execute(f"SELECT * FROM {table}").df(), rows, "trace_id")
