@@ -3,6 +3,7 @@ SLIs, each with an absolute-SLO check and a baseline check (WARN / ERROR from co
 
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 
 from dagster import (
     AssetExecutionContext,
@@ -19,7 +20,7 @@ from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
 from assets.daily import DAILY, DRIFT_CRON, check_specs, daily, day_checks, series_chart
-from assets.resources import DUCKDB_WRITER, EmbedderResource
+from assets.resources import DUCKDB_WRITER, EmbedderResource, EngineResource, RagLoopPaths
 from assets.selection import quality_estimates, trace_novelty, trace_signals
 from assets.stage import stage_asset
 from rag_loop.drift.checks import Limit
@@ -91,12 +92,13 @@ class QueryMixConfig(Config):
                    "share of queries of new intents, JS and PSI against the baseline window and "
                    "the top movers.")
 def query_mix(context: AssetExecutionContext, config: QueryMixConfig, duckdb: DuckDBResource,
-              embedder: EmbedderResource) -> MaterializeResult:
+              embedder: EmbedderResource, engine: EngineResource, paths: RagLoopPaths) -> MaterializeResult:
     settings = QueryMixSettings(config.baseline_days, config.intent_sample,
                                 _limit(config, "divergence"), _limit(config, "novel_share"))
     with duckdb.get_connection() as con:
         return day_checks(context, ["query_mix_divergence", "query_mix_novel_share"],
-                          lambda day: query_mix_day(con, day, embedder.router(), settings, context.log.info),
+                          lambda day: query_mix_day(con, day, embedder.router(), settings, context.log.info,
+                                                    engine.engine(Path(paths.lake_dir))),
                           "query_mix", _chart(con, "query_mix"))
 
 

@@ -21,6 +21,7 @@ from rag_loop.drift.figures import (
     retrieval_figures,
     stale_documents,
 )
+from rag_loop.engines.engine import Engine
 from rag_loop.intents.placement import assign_intents
 from rag_loop.logs import Log, quiet
 from rag_loop.store.tables import has_table, replace_day
@@ -36,7 +37,7 @@ class QueryMixSettings:
 
 
 def query_mix_day(con: duckdb.DuckDBPyConnection, day: date, router, settings: QueryMixSettings,
-                  log: Log = quiet) -> list[Verdict]:
+                  log: Log = quiet, engine: Engine | None = None) -> list[Verdict]:
     """Store the day's mix and divergences; verdicts: divergence (baseline) and the share of
     queries of intents new that day (SLO).
 
@@ -50,7 +51,7 @@ def query_mix_day(con: duckdb.DuckDBPyConnection, day: date, router, settings: Q
         replace_day(con, "traffic_intents", day, intents)
         intents = con.execute("SELECT trace_id, cluster_id FROM traffic_intents WHERE day BETWEEN "
                               "? - INTERVAL (?) DAY AND ?", [day, settings.baseline_days, day]).df()
-    counts = mix_counts(con, day, settings.baseline_days, intents)
+    counts = mix_counts(con, day, settings.baseline_days, intents, engine)
     replace_day(con, "query_mix_counts", day, counts[counts["day"] == day].drop(columns="day"))
     divergence = mix_divergence(counts, day)
     novel_share, judged = _novel_share(con, day)

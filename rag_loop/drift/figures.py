@@ -11,6 +11,9 @@ import numpy as np
 import pandas as pd
 
 from rag_loop.drift.stats import js_divergence, ks_test, psi, psi_continuous, top_movers
+from rag_loop.engines.drift import INPUTS as MIX_INPUTS
+from rag_loop.engines.drift import MixWindow, mix_counts_expression
+from rag_loop.engines.engine import DuckDBEngine, Engine
 from rag_loop.selection.signals import SLICE_COLUMNS
 
 LENGTH_BUCKETS = ((1, 3, "1-3 words"), (4, 7, "4-7 words"), (8, 15, "8-15 words"), (16, 10**6, "16+ words"))
@@ -118,27 +121,23 @@ def stale_documents(con: duckdb.DuckDBPyConnection, day: date) -> list[str]:
     return sorted(r[0] for r in rows)
 
 
-def length_bucket(words: int) -> str:
-    return next(label for low, high, label in LENGTH_BUCKETS if low <= words <= high)
-
-
 def mix_counts(con: duckdb.DuckDBPyConnection, day: date, window: int,
-               intents: pd.DataFrame | None = None) -> pd.DataFrame:
+               intents: pd.DataFrame | None = None, engine: Engine | None = None) -> pd.DataFrame:
     """Counts per day, dimension and value over the day and its baseline window: language,
-    query_type, tenant, length bucket, plus intent cluster (and "(unplaced)") when `intents`
-    (trace_id, cluster_id or None) is given for a sample of the traffic."""
+    query_type, tenant, length bucket (on `engine`: rag_loop.engines.drift), plus intent
+    cluster (and "(unplaced)") when `intents` (trace_id, cluster_id or None) is given for a
+    sample of the traffic."""
     start, _ = baseline_days(day, window)
-    traces = con.execute("""
-        SELECT s.day, s.trace_id, coalesce(s.language, '(none)') AS language,
-               coalesce(s.query_type, '(none)') AS query_type, coalesce(s.tenant, '(none)') AS tenant,
-               len(string_split(trim(t.original_query), ' ')) AS words
-        FROM trace_signals s JOIN raw_traces t USING (trace_id) WHERE s.day BETWEEN ? AND ?""",
-        [start, day]).df()
-    traces["length"] = traces["words"].map(length_bucket)
-    parts = [traces.groupby(["day", d]).size().rename("n").reset_index().rename(columns={d: "value"})
-             .assign(dimension=d) for d in ("language", "query_type", "tenant", "length")]
+    counts = (engine or DuckDBEngine()).frame(con, MIX_INPUTS, mix_counts_expression,
+                                              MixWindow(start, day, LENGTH_BUCKETS))
+    parts = [counts]
     if intents is not None and len(intents):
-        sampled = traces.merge(intents, on="trace_id")
+        con.register("rag_loop_intents", intents)
+        try:
+            sampled = con.execute("SELECT s.day, i.cluster_id FROM trace_signals s JOIN rag_loop_intents i "
+                                  "USING (trace_id) WHERE s.day BETWEEN ? AND ?", [start, day]).df()
+        finally:
+            con.unregister("rag_loop_intents")
         sampled["value"] = sampled["cluster_id"].fillna("(unplaced)")
         parts.append(sampled.groupby(["day", "value"]).size().rename("n").reset_index()
                      .assign(dimension="intent"))

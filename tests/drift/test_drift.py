@@ -107,14 +107,16 @@ def test_schedule_requests_yesterdays_partition():
     assert request.partition_key == "2026-11-14" and request.run_key == "drift-2026-11-14"
 
 
-def test_drift_assets_materialize_a_partition_with_their_checks(drift_days):
+def test_drift_assets_materialize_a_partition_with_their_checks(drift_days, tmp_path):
     from dagster import materialize
     from dagster_duckdb import DuckDBResource
 
     from assets.drift import DRIFT_ASSETS
+    from assets.resources import DuckDBEngineResource, RagLoopPaths
     _, _, database = drift_days
     result = materialize(DRIFT_ASSETS, partition_key="2026-11-11", resources={
-        "duckdb": DuckDBResource(database=str(database)), "embedder": fake_embedder()})
+        "duckdb": DuckDBResource(database=str(database)), "embedder": fake_embedder(),
+        "engine": DuckDBEngineResource(), "paths": RagLoopPaths(lake_dir=str(tmp_path / "lake"))})
     assert result.success  # drift checks warn and alert; they do not block
     failed = {c.check_name: c.severity.value for c in result.get_asset_check_evaluations() if not c.passed}
     assert failed["freshness_within_slo"] == "ERROR" and failed["stale_retrieval_rate"] == "ERROR"

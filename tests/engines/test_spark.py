@@ -4,6 +4,8 @@ lake) as on DuckDB (over the database) — exactly, but for floats within 1e-12,
 same column types — on the demo world and on what real instrumentations write
 (tests/fixtures/otlp/); and a Spark rerun changes nothing, in the table or in the lake."""
 
+from datetime import date
+
 import duckdb
 import numpy as np
 import pandas as pd
@@ -14,6 +16,7 @@ from dagster_duckdb import DuckDBResource
 from assets.ingestion import trace_lake
 from assets.resources import RagLoopPaths, SparkEngineResource
 from assets.selection import failure_candidates, quality_estimates, trace_signals
+from rag_loop.drift.figures import mix_counts
 from rag_loop.engines.engine import SparkEngine
 from rag_loop.engines.functions import SPARK
 from rag_loop.engines.lake import export_lake
@@ -86,6 +89,10 @@ def test_the_stages_on_spark_are_duckdbs_on_the_demo_world(spark, demo_run, tmp_
     on_spark = estimate_rates(con, slices, engine=SparkEngine(spark, tmp_path / "lake"))
     assert len(on_duckdb) > 500 and on_duckdb.random_n.sum() > 0
     pd.testing.assert_frame_equal(on_spark, on_duckdb, check_exact=False, rtol=0, atol=1e-12)
+    mix_on_duckdb = mix_counts(con, date(2026, 11, 12), 7)
+    mix_on_spark = mix_counts(con, date(2026, 11, 12), 7, engine=SparkEngine(spark, tmp_path / "lake"))
+    assert len(mix_on_duckdb) > 100 and set(mix_on_duckdb.dimension) == {"language", "query_type", "tenant", "length"}
+    pd.testing.assert_frame_equal(mix_on_spark, mix_on_duckdb)
 
 
 def test_the_spark_engine_resource_runs_the_ported_assets_on_otlp_traffic_and_a_rerun_changes_nothing(
