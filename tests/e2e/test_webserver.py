@@ -69,7 +69,7 @@ class Dagster:
             status = self.run(run_id)["status"]
             if status in FINISHED:
                 return status
-            time.sleep(1)
+            time.sleep(0.25)
         raise TimeoutError(f"run {run_id} still running after {timeout} s")
 
     def events(self, run_id: str) -> list[dict]:
@@ -109,7 +109,7 @@ def dagster_dev(tmp_path_factory):
             except OSError:
                 if time.time() > deadline or process.poll() is not None:
                     raise RuntimeError((root / "dagster-dev.log").read_text()[-3000:]) from None
-                time.sleep(1)
+                time.sleep(0.25)
         yield Dagster(url), root
     finally:
         os.killpg(process.pid, signal.SIGTERM)
@@ -149,7 +149,8 @@ def session(dagster_dev, demo_run):
     shutil.copytree(Path(demo_run[2].curation_dir) / "queue", root / "curation" / "queue")
     curate(next((root / "curation" / "queue").glob("*.jsonl")), root / "curation" / "labels", 1)
     workspace = Workspace(root / "curation", root / "reports", root / "goldens")
-    ana = Curator(create_app(workspace, release=WebserverRelease(server.url, wait_seconds=300)), "ana")
+    release = WebserverRelease(server.url, wait_seconds=300, poll_seconds=0.25)
+    ana = Curator(create_app(workspace, release=release), "ana")
     run_ids = [server.launch("rag_loop_job", LOOP), server.launch("ingest_job"), server.launch("label_job")]
     while server.run(run_ids[0])["status"] not in ("STARTED", *FINISHED):
         time.sleep(0.2)
