@@ -3,7 +3,6 @@ SLIs, each with an absolute-SLO check and a baseline check (WARN / ERROR from co
 
 from collections.abc import Callable
 from datetime import timedelta
-from pathlib import Path
 
 from dagster import (
     AssetExecutionContext,
@@ -98,7 +97,7 @@ def query_mix(context: AssetExecutionContext, config: QueryMixConfig, duckdb: Du
     with duckdb.get_connection() as con:
         return day_checks(context, ["query_mix_divergence", "query_mix_novel_share"],
                           lambda day: query_mix_day(con, day, embedder.router(), settings, context.log.info,
-                                                    engine.engine(Path(paths.lake_dir))),
+                                                    engine.engine(paths.lake)),
                           "query_mix", _chart(con, "query_mix"))
 
 

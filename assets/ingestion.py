@@ -116,13 +116,12 @@ def raw_traces(context: AssetExecutionContext, config: IngestConfig, duckdb: Duc
                    "per table and UTC day (each day replaced whole), and documents; what the Spark "
                    "engine reads, and what notebooks read instead of the database.")
 def trace_lake(duckdb: DuckDBResource, paths: RagLoopPaths) -> MaterializeResult:
-    lake = Path(paths.lake_dir)
     with duckdb.get_connection() as con:
-        report = export_lake(con, lake)
-    days = lake_days(lake, "raw_traces")
+        report = export_lake(con, paths.lake)
+    days = lake_days(paths.lake, "raw_traces")
     return MaterializeResult(metadata={
         **report, "days": len(days), "first_day": str(days[0]) if days else "none",
-        "last_day": str(days[-1]) if days else "none", "lake": MetadataValue.path(str(lake))})
+        "last_day": str(days[-1]) if days else "none", "lake": MetadataValue.path(paths.lake_dir)})
 
 
 def _otlp_figures(report: IngestReport) -> dict[str, int]:

@@ -44,6 +44,10 @@ class RagLoopPaths(ConfigurableResource):
     lake_dir: str = Field(str(DEFAULT_HOME / "lake"), description="The trace lake: trace tables as Parquet "
                                                                   "per UTC day (a local path).")
 
+    @property
+    def lake(self) -> Path:
+        return Path(self.lake_dir)
+
     def workspace(self, path: str = "/") -> MetadataValue:
         """A link into the curator workspace (it serves the queue, eval comparisons and reports)."""
         return MetadataValue.url(self.workspace_url.rstrip("/") + path)

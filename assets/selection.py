@@ -1,6 +1,5 @@
 """Stage 2: bad signals on every trace, sampling streams, and honest quality estimates."""
 
-from pathlib import Path
 
 from dagster import (
     AssetExecutionContext,
@@ -41,7 +40,7 @@ class SignalConfig(Config):
 def trace_signals(config: SignalConfig, duckdb: DuckDBResource, engine: EngineResource,
                   paths: RagLoopPaths) -> MaterializeResult:
     with duckdb.get_connection() as con:
-        traces = compute_signals(con, SignalSettings(**config.model_dump()), engine.engine(Path(paths.lake_dir)))
+        traces = compute_signals(con, SignalSettings(**config.model_dump()), engine.engine(paths.lake))
         counts = signal_counts(con)
         coverage = signal_coverage(con)
         documents = con.execute("SELECT count(*) FROM documents").fetchall()[0][0]
@@ -129,7 +128,7 @@ def failure_candidates(config: SamplingConfig, duckdb: DuckDBResource, engine: E
                        paths: RagLoopPaths) -> MaterializeResult:
     policy = config.policy()
     with duckdb.get_connection() as con:
-        select_candidates(con, policy, engine.engine(Path(paths.lake_dir)))
+        select_candidates(con, policy, engine.engine(paths.lake))
         summary = selection_summary(con, policy)
         selected_signals = con.sql(
             "SELECT s AS signal, count(*) AS selected FROM "
@@ -161,7 +160,7 @@ def quality_estimates(config: EstimateConfig, duckdb: DuckDBResource, engine: En
                       paths: RagLoopPaths) -> MaterializeResult:
     with duckdb.get_connection() as con:
         estimates = estimate_rates(con, parse_slices(config.slices), confidence=config.confidence,
-                                   engine=engine.engine(Path(paths.lake_dir)))
+                                   engine=engine.engine(paths.lake))
         replace_table(con, "quality_estimates", estimates)
     pooled = pooled_rates(estimates)
     overall = estimates[(estimates["slice"] == "all") & (estimates["outcome"] == "any_signal")]

@@ -46,10 +46,23 @@ def _replace(con: duckdb.DuckDBPyConnection, query: str, target: Path, parameter
     target.parent.mkdir(parents=True, exist_ok=True)
     staged = target.with_name(f".{uuid.uuid4().hex}.tmp")  # hidden: neither engine reads it
     try:
-        con.execute(f"COPY ({query}) TO '{staged}' (FORMAT parquet)", parameters or [])
+        con.execute(f"COPY ({query}) TO {_quoted(staged)} (FORMAT parquet)", parameters or [])
         os.replace(staged, target)
     finally:
         staged.unlink(missing_ok=True)
+
+
+def _quoted(path: Path) -> str:
+    return "'" + str(path).replace("'", "''") + "'"
+
+
+def _fingerprints(path: Path) -> dict:
+    """The stored day fingerprints; none (every day rewritten) if the file is missing or unreadable."""
+    try:
+        stored = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return stored if isinstance(stored, dict) else {}
 
 
 def export_lake(con: duckdb.DuckDBPyConnection, lake: Path, days: Iterable[date] | None = None) -> dict[str, int]:
@@ -61,7 +74,7 @@ def export_lake(con: duckdb.DuckDBPyConnection, lake: Path, days: Iterable[date]
     current = {str(day): [count, str(newest)] for day, count, newest in con.execute(
         "SELECT day, count(*), max(ingested_at) FROM trace_days GROUP BY day ORDER BY day").fetchall()}
     stored_path = lake / FINGERPRINTS
-    stored = json.loads(stored_path.read_text()) if stored_path.exists() else {}
+    stored = _fingerprints(stored_path)
     wanted = set(map(str, days)) & set(current) if days is not None else set(current)
     changed = sorted(d for d in wanted if stored.get(d) != current[d]
                      or any(not day_file(lake, t, date.fromisoformat(d)).exists() for t in DAY_OF))
@@ -86,6 +99,6 @@ def read_lake(con: duckdb.DuckDBPyConnection, lake: Path, table: str) -> duckdb.
     if table in WHOLE:
         return con.read_parquet(str(lake / table / PART))
     if not lake_days(lake, table):
-        return con.sql(f"SELECT *, NULL::DATE AS day FROM read_parquet('{lake / table / SCHEMA}')")
-    return con.sql(f"SELECT * FROM read_parquet('{lake / table}/day=*/{PART}', hive_partitioning = true, "
+        return con.sql(f"SELECT *, NULL::DATE AS day FROM read_parquet({_quoted(lake / table / SCHEMA)})")
+    return con.sql(f"SELECT * FROM read_parquet({_quoted(lake / table / f'day=*/{PART}')}, hive_partitioning = true, "
                    "hive_types = {'day': DATE})")

@@ -95,3 +95,12 @@ def test_an_export_that_fails_half_way_leaves_whole_days_and_is_redone(tmp_path,
     assert not list(lake.rglob(".*.tmp"))
     assert export_lake(con, lake)["days_written"] == 2  # the fingerprints were not saved: all redone
     assert _same_rows(con, lake, "raw_traces")
+
+
+def test_an_unreadable_fingerprint_file_rewrites_every_day_and_a_quote_in_the_path_is_no_sql(tmp_path):
+    con = _world(tmp_path / "db.duckdb", [(0, 1, True, "a"), (86_400_000_000, 1, False, "b")])
+    lake = tmp_path / "o'brien" / "lake"
+    assert export_lake(con, lake)["days_written"] == 2
+    (lake / "_days.json").write_text("{not json")
+    assert export_lake(con, lake) == {"days_written": 2, "days_unchanged": 0}
+    assert _same_rows(con, lake, "raw_traces") and _same_rows(con, lake, "trace_chunks")
