@@ -94,10 +94,10 @@ def query_mix(context: AssetExecutionContext, config: QueryMixConfig, duckdb: Du
               embedder: EmbedderResource, engine: EngineResource, paths: RagLoopPaths) -> MaterializeResult:
     settings = QueryMixSettings(config.baseline_days, config.intent_sample,
                                 _limit(config, "divergence"), _limit(config, "novel_share"))
+    on = engine.engine(paths.lake)
     with duckdb.get_connection() as con:
         return day_checks(context, ["query_mix_divergence", "query_mix_novel_share"],
-                          lambda day: query_mix_day(con, day, embedder.router(), settings, context.log.info,
-                                                    engine.engine(paths.lake)),
+                          lambda day: query_mix_day(con, day, embedder.router(), settings, context.log.info, on),
                           "query_mix", _chart(con, "query_mix"))
 
 
@@ -126,15 +126,16 @@ class FreshnessConfig(Config):
        description="Per day: freshness lag (indexed_at − source_updated_at) of the versions "
                    "published, p50/p95/max, share within the SLO, documents still stale at the end "
                    "of the day, and the stale retrieval rate per slice (incl. index_version).")
-def freshness_lag(context: AssetExecutionContext, config: FreshnessConfig,
-                  duckdb: DuckDBResource) -> MaterializeResult:
+def freshness_lag(context: AssetExecutionContext, config: FreshnessConfig, duckdb: DuckDBResource,
+                  engine: EngineResource, paths: RagLoopPaths) -> MaterializeResult:
     settings = FreshnessSettings(config.baseline_days, config.slo_minutes,
                                  Limit(config.slo_share, config.slo_share, False, 1),
                                  _limit(config, "stale_rate"), _limit(config, "stale_increase"))
+    on = engine.engine(paths.lake)
     with duckdb.get_connection() as con:
         return day_checks(context, ["freshness_within_slo", "stale_retrieval_rate",
                                     "stale_retrieval_vs_baseline"],
-                          lambda day: freshness_day(con, day, settings), "freshness_lag",
+                          lambda day: freshness_day(con, day, settings, on), "freshness_lag",
                           _chart(con, "freshness_lag"))
 
 
@@ -156,13 +157,14 @@ class RetrievalConfig(Config):
        description="Per day and slice (incl. index_version): p10/p50/p90 of top-1 retrieval and "
                    "rerank scores, empty retrieval rate, source diversity, top-k overlap of "
                    "repeated queries, KS and PSI against the baseline window.")
-def retrieval_scores(context: AssetExecutionContext, config: RetrievalConfig,
-                     duckdb: DuckDBResource) -> MaterializeResult:
+def retrieval_scores(context: AssetExecutionContext, config: RetrievalConfig, duckdb: DuckDBResource,
+                     engine: EngineResource, paths: RagLoopPaths) -> MaterializeResult:
     settings = RetrievalSettings(config.baseline_days, _limit(config, "empty_rate"),
                                  _limit(config, "ks"), config.ks_max_pvalue)
+    on = engine.engine(paths.lake)
     with duckdb.get_connection() as con:
         return day_checks(context, ["retrieval_empty_rate", "retrieval_score_shift"],
-                          lambda day: retrieval_day(con, day, settings), "retrieval_scores",
+                          lambda day: retrieval_day(con, day, settings, on), "retrieval_scores",
                           _chart(con, "retrieval_scores"))
 
 

@@ -91,10 +91,11 @@ class FreshnessSettings:
     stale_increase: Limit = Limit(warn=0.01, error=0.03, min_sample=30)  # points vs baseline
 
 
-def freshness_day(con: duckdb.DuckDBPyConnection, day: date, settings: FreshnessSettings) -> list[Verdict]:
+def freshness_day(con: duckdb.DuckDBPyConnection, day: date, settings: FreshnessSettings,
+                  engine: Engine | None = None) -> list[Verdict]:
     """Store lags of the versions published on the day, stale documents and stale retrieval
     rates per slice; verdicts: share within the SLO window, stale retrieval (SLO, baseline)."""
-    versions, stale = freshness_figures(con, day, settings.baseline_days, settings.slo_minutes)
+    versions, stale = freshness_figures(con, day, settings.baseline_days, settings.slo_minutes, engine)
     replace_day(con, "freshness_lag", day, versions)
     lags = versions["lag_minutes"]
     documents = stale_documents(con, day)
@@ -131,10 +132,11 @@ class RetrievalSettings:
     ks_max_pvalue: float = 0.01  # a shift must also be significant
 
 
-def retrieval_day(con: duckdb.DuckDBPyConnection, day: date, settings: RetrievalSettings) -> list[Verdict]:
+def retrieval_day(con: duckdb.DuckDBPyConnection, day: date, settings: RetrievalSettings,
+                  engine: Engine | None = None) -> list[Verdict]:
     """Store the day's retrieval figures per slice; verdicts: empty retrieval rate (SLO),
     top-1 rerank score distribution shift (KS + PSI against the baseline)."""
-    figures = retrieval_figures(con, day, settings.baseline_days)
+    figures = retrieval_figures(con, day, settings.baseline_days, engine)
     replace_day(con, "retrieval_scores", day, figures)
     row = figures[figures["slice"] == "all"].iloc[0] if len(figures) else None
     if row is None:

@@ -27,7 +27,7 @@ class MixWindow:
 
 
 @ibis.udf.scalar.builtin(name="trim")
-def _trim_spaces(text: str) -> str: ...  # spaces only, on both engines (Ibis's strip takes all whitespace)
+def trim_spaces(text: str) -> str: ...  # spaces only, on both engines (Ibis's strip takes all whitespace)
 
 
 def mix_counts_expression(tables: Mapping[str, ir.Table], window: MixWindow, fn: Functions) -> ir.Table:
@@ -36,7 +36,7 @@ def mix_counts_expression(tables: Mapping[str, ir.Table], window: MixWindow, fn:
     queries = traces.select(q_trace_id=traces.trace_id, query=traces.original_query)
     joined = signals.filter(signals.day.between(window.start, window.day)).join(
         queries, signals.trace_id == queries.q_trace_id)
-    words = _trim_spaces(joined.query).split(" ").length()
+    words = trim_spaces(joined.query).split(" ").length()
     length = ibis.cases(*[((words >= low) & (words <= high), label) for low, high, label in window.buckets])
     rows = joined.select(day=joined.day, language=joined.language.fill_null("(none)"),
                          query_type=joined.query_type.fill_null("(none)"), tenant=joined.tenant.fill_null("(none)"),

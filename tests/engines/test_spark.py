@@ -16,6 +16,7 @@ from dagster_duckdb import DuckDBResource
 from assets.ingestion import trace_lake
 from assets.resources import RagLoopPaths, SparkEngineResource
 from assets.selection import failure_candidates, quality_estimates, trace_signals
+from rag_loop.drift.days import FreshnessSettings, RetrievalSettings, freshness_day, retrieval_day
 from rag_loop.drift.figures import mix_counts
 from rag_loop.engines.engine import SparkEngine
 from rag_loop.engines.functions import SPARK
@@ -93,6 +94,24 @@ def test_the_stages_on_spark_are_duckdbs_on_the_demo_world(spark, demo_run, tmp_
     mix_on_spark = mix_counts(con, date(2026, 11, 12), 7, engine=SparkEngine(spark, tmp_path / "lake"))
     assert len(mix_on_duckdb) > 100 and set(mix_on_duckdb.dimension) == {"language", "query_type", "tenant", "length"}
     pd.testing.assert_frame_equal(mix_on_spark, mix_on_duckdb)
+    _the_drift_days_are_duckdbs(spark, con, tmp_path / "lake")
+
+
+def _the_drift_days_are_duckdbs(spark, con: duckdb.DuckDBPyConnection, lake) -> None:
+    """The planted index rebuild (11-09: the rerank score shift) and stale password policy
+    (11-11: stale retrieval) give the same figures and verdicts on Spark."""
+    for run, table, day, planted in ((retrieval_day, "retrieval_scores", date(2026, 11, 9), "retrieval_score_shift"),
+                                     (freshness_day, "stale_retrieval", date(2026, 11, 11), "stale_retrieval_rate")):
+        settings = RetrievalSettings() if run is retrieval_day else FreshnessSettings()
+        on_duckdb = run(con, day, settings)
+        expected = con.execute(f"SELECT * FROM {table} WHERE day = ?", [day]).df()
+        on_spark = run(con, day, settings, SparkEngine(spark, lake))
+        pd.testing.assert_frame_equal(con.execute(f"SELECT * FROM {table} WHERE day = ?", [day]).df(), expected,
+                                      check_exact=False, rtol=0, atol=1e-12)
+        assert [(v.name, v.fired, v.severity, v.n) for v in on_spark] == [
+            (v.name, v.fired, v.severity, v.n) for v in on_duckdb]
+        assert [v.value for v in on_spark] == pytest.approx([v.value for v in on_duckdb], abs=1e-12)
+        assert {v.name: v.severity for v in on_spark if v.fired}[planted] == "ERROR"
 
 
 def test_the_spark_engine_resource_runs_the_ported_assets_on_otlp_traffic_and_a_rerun_changes_nothing(

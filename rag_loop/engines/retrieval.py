@@ -1,0 +1,184 @@
+"""Retrieval and freshness drift figures that grow with traffic, one Ibis expression each for
+DuckDB and Spark (rag_loop.drift.figures turns them into the day's figures):
+
+- per slice value of a day: quantiles of the top-1 retrieval and rerank scores, the empty
+  retrieval rate, source diversity, top-k overlap with the baseline for repeated queries, and
+  the KS statistic and PSI of the top-1 rerank score against the baseline window — computed
+  where the rows are, so only one row per slice value leaves the engine;
+- per slice value: the day's and the baseline's stale retrieval rate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import date
+
+import ibis
+import ibis.expr.types as ir
+
+from rag_loop.engines.drift import trim_spaces
+from rag_loop.engines.functions import Functions, double
+from rag_loop.engines.signals import SLICE_COLUMNS
+
+RETRIEVAL_INPUTS = ("trace_signals", "raw_traces", "trace_chunks")
+STALE_INPUTS = ("trace_signals",)
+DIMENSIONS = ("all", *SLICE_COLUMNS)
+DECILES = tuple(i / 10 for i in range(11))
+EDGE_TOLERANCE = 1e-9  # relative: a score this close to a decile is on it
+PSI_FLOOR = 1e-4  # rag_loop.drift.stats.psi's: a share never counts as less than this
+
+
+@dataclass(frozen=True)
+class DriftWindow:
+    """The day and its baseline window [start, end] (the days before it)."""
+
+    start: date
+    end: date
+    day: date
+
+
+def retrieval_expression(tables: Mapping[str, ir.Table], window: DriftWindow, fn: Functions) -> ir.Table:
+    """One row per dimension (`slice_order`: its place in DIMENSIONS) and value seen on the day
+    ('all' for the whole traffic, even on a day without traces): the day's and the baseline's
+    figures, with `ks_d` (the largest distance between the two empirical distributions of the
+    top-1 rerank score, over `rerank_n` and `baseline_rerank_n` scores) and `rerank_psi` (PSI
+    over the baseline's decile bins)."""
+    rows = by_slice(_window_rows(tables, window, fn), "is_today", "is_baseline", "top_retrieval_score",
+                    "top_rerank_score", "empty_retrieval", "documents", "overlap")
+    figures = _figures(rows)
+    figures = figures.filter((figures.slice == "all") | (figures.n > 0))
+    distance, psi = _ks_distance(rows), _psi(rows, figures)
+    joined = (figures.left_join(distance, (figures.slice_order == distance.k_order)
+                                & (figures.slice_value == distance.k_value))
+              .left_join(psi, (figures.slice_order == psi.p_order) & (figures.slice_value == psi.p_value)))
+    result = joined.drop("k_order", "k_value", "p_order", "p_value", "q_low", "q_high", *_edges())
+    return result.order_by(["slice_order", "slice_value"])
+
+
+def by_slice(rows: ir.Table, *columns: str) -> ir.Table:
+    """`columns` of `rows` once per dimension of DIMENSIONS: `slice_order` (its place there),
+    `slice` and `slice_value` ("(none)" for a missing value) — one pass over the rows for
+    every slice, where a union would read them once per slice."""
+    slices = ibis.array([ibis.struct({"order": ibis.literal(order, "int64"), "slice": ibis.literal(dimension),
+                                      "value": ibis.literal("all") if dimension == "all"
+                                      else rows[dimension].fill_null("(none)")})
+                         for order, dimension in enumerate(DIMENSIONS)])
+    exploded = rows.select(*columns, rag_loop_slice=slices).unnest("rag_loop_slice")
+    one = exploded.rag_loop_slice
+    return exploded.select(*columns, slice_order=one["order"], slice=one["slice"], slice_value=one["value"])
+
+
+def _window_rows(tables: Mapping[str, ir.Table], window: DriftWindow, fn: Functions) -> ir.Table:
+    """The window's traces: slices, scores, documents used, and for the day's traces the top-k
+    overlap with the latest retrieval of the same query in the baseline window."""
+    signals, traces, chunks = tables["trace_signals"], tables["raw_traces"], tables["trace_chunks"]
+    in_window = signals.filter(signals.day.between(window.start, window.day))
+    queries = traces.select(q_trace_id=traces.trace_id, query=trim_spaces(traces.original_query).lower(),
+                            asked_at=traces["timestamp"])
+    used = chunks.group_by(k_trace_id=chunks.trace_id).aggregate(
+        documents=chunks.doc_id.nunique(), chunk_ids=fn.distinct(chunks.chunk_id.collect()))
+    rows = (in_window.join(queries, in_window.trace_id == queries.q_trace_id)
+            .left_join(used, in_window.trace_id == used.k_trace_id)
+            .select("trace_id", "day", *SLICE_COLUMNS, "top_retrieval_score", "top_rerank_score",
+                    "empty_retrieval", "query", "asked_at", "documents", "chunk_ids"))
+    latest = ibis.row_number().over(group_by=rows.query, order_by=[ibis.desc(rows.asked_at),
+                                                                   ibis.desc(rows.trace_id)])
+    earlier = rows.filter((rows.day <= window.end) & rows.chunk_ids.notnull()).mutate(latest=latest)
+    earlier = earlier.filter(earlier.latest == 0).select(e_query=earlier.query, e_chunk_ids=earlier.chunk_ids)
+    joined = rows.left_join(earlier, (rows.query == earlier.e_query) & (rows.day == window.day))
+    shared = ibis.ifelse(joined.chunk_ids.isnull(), 0, joined.chunk_ids.intersect(joined.e_chunk_ids).length())
+    both = joined.chunk_ids.length().fill_null(0) + joined.e_chunk_ids.length() - shared
+    return joined.mutate(
+        is_today=joined.day == window.day, is_baseline=joined.day <= window.end,
+        overlap=ibis.ifelse(joined.e_query.notnull(), shared.cast("float64") / ibis.greatest(both, 1), ibis.null()))
+
+
+def _figures(part: ir.Table) -> ir.Table:
+    """Per slice value: counts, quantiles, rates, and the baseline's rerank deciles (the PSI bins)."""
+    today, base = part.is_today, part.is_baseline
+    retrieval = part.top_retrieval_score.quantile([0.1, 0.5, 0.9], where=today)
+    rerank = part.top_rerank_score.quantile([0.1, 0.5, 0.9], where=today)
+    deciles = part.top_rerank_score.quantile(list(DECILES), where=base)
+    figures = part.group_by(["slice_order", "slice", "slice_value"]).aggregate(
+        n=part.count(where=today), baseline_n=part.count(where=base),
+        retrieval=retrieval, rerank=rerank, deciles=deciles,
+        empty_rate=part.empty_retrieval.cast("float64").mean(where=today),
+        baseline_empty_rate=part.empty_retrieval.cast("float64").mean(where=base),
+        source_diversity=part.documents.fill_null(0).cast("float64").mean(where=today),
+        topk_overlap=part.overlap.mean(where=today))
+    return figures.select(
+        "slice", "slice_value", "slice_order", "n", "baseline_n",
+        **{f"retrieval_p{p}": figures.retrieval[i] for i, p in enumerate((10, 50, 90))},
+        **{f"rerank_p{p}": figures.rerank[i] for i, p in enumerate((10, 50, 90))},
+        baseline_rerank_p50=figures.deciles[5], empty_rate=figures.empty_rate,
+        baseline_empty_rate=figures.baseline_empty_rate, source_diversity=figures.source_diversity,
+        topk_overlap=figures.topk_overlap, q_low=figures.deciles[0], q_high=figures.deciles[10],
+        **{edge: figures.deciles[i] for i, edge in enumerate(_edges(), start=1)})
+
+
+def _edges() -> tuple[str, ...]:
+    return tuple(f"q{i}" for i in range(1, len(DECILES) - 1))
+
+
+def _ks_distance(part: ir.Table) -> ir.Table:
+    """Per slice value: max |F_day(x) − F_baseline(x)| over the distinct rerank scores x (the
+    two-sample KS statistic), NULL without scores on either side."""
+    scored = part.filter(part.top_rerank_score.notnull())
+    levels = scored.group_by(["slice_order", "slice_value", scored.top_rerank_score.name("score")]).aggregate(
+        now=scored.count(where=scored.is_today), before=scored.count(where=scored.is_baseline))
+    running = ibis.window(group_by=[levels.slice_order, levels.slice_value], order_by=levels.score, rows=(None, 0))
+    whole = ibis.window(group_by=[levels.slice_order, levels.slice_value])
+    cdf = levels.mutate(
+        now_cdf=levels.now.sum().over(running).cast("float64") / levels.now.sum().over(whole).nullif(0),
+        before_cdf=levels.before.sum().over(running).cast("float64") / levels.before.sum().over(whole).nullif(0))
+    return cdf.group_by(k_order=cdf.slice_order, k_value=cdf.slice_value).aggregate(
+        ks_d=(cdf.now_cdf - cdf.before_cdf).abs().max(), rerank_n=cdf.now.sum(), baseline_rerank_n=cdf.before.sum())
+
+
+def _psi(part: ir.Table, figures: ir.Table) -> ir.Table:
+    """Per slice value: PSI of the day's top-1 rerank scores against the baseline's over the
+    baseline's decile bins (as rag_loop.drift.stats.psi: shares floored at PSI_FLOOR; NULL when
+    the baseline has one value only or either side has no score). A bin's index is the number of
+    inner edges at or below the score; edges equal to the lowest or highest decile are not edges
+    (as numpy's histogram over the unique deciles, with the outer two made infinite)."""
+    edges = figures.select("slice_order", "slice_value", "q_low", "q_high", *_edges())
+    edges = edges.filter(_above(edges.q_high, edges.q_low))
+    scored = part.filter(part.top_rerank_score.notnull())
+    with_edges = scored.join(edges, ["slice_order", "slice_value"])
+    score, low, high = with_edges.top_rerank_score, with_edges.q_low, with_edges.q_high
+    bin_index = sum((_above(with_edges[e], low) & _above(high, with_edges[e]) & ~_above(with_edges[e], score))
+                    .cast("int64") for e in _edges())
+    bins = with_edges.group_by(["slice_order", "slice_value", bin_index.name("bin")]).aggregate(
+        now=with_edges.count(where=with_edges.is_today), before=with_edges.count(where=with_edges.is_baseline))
+    whole = ibis.window(group_by=[bins.slice_order, bins.slice_value])
+    share_now, share_before = (_floored_share(count, count.sum().over(whole)) for count in (bins.now, bins.before))
+    terms = bins.mutate(term=(share_now - share_before) * (share_now / share_before).ln())
+    return terms.group_by(p_order=terms.slice_order, p_value=terms.slice_value).aggregate(
+        rerank_psi=terms.term.sum())
+
+
+def _above(value: ir.FloatingValue, edge: ir.FloatingValue) -> ir.BooleanValue:
+    """value > edge by more than the last bits: DuckDB, Spark and numpy interpolate quantiles
+    differently in the last bit, and a score tied with a decile must fall in the same bin on
+    every engine."""
+    return value > edge + double(EDGE_TOLERANCE) * ibis.greatest(edge.abs(), double(1.0))
+
+
+def _floored_share(count: ir.IntegerValue, total: ir.IntegerValue) -> ir.FloatingValue:
+    """count / total, at least PSI_FLOOR; NULL when total is 0 (GREATEST skips NULLs on both engines)."""
+    return ibis.ifelse(total > 0, ibis.greatest(count.cast("float64") / total.nullif(0), double(PSI_FLOOR)),
+                       ibis.null("float64"))
+
+
+def stale_expression(tables: Mapping[str, ir.Table], window: DriftWindow, fn: Functions) -> ir.Table:
+    """Per dimension and value seen on the day: the day's and the baseline's traces and stale
+    retrieval rates."""
+    signals = tables["trace_signals"]
+    window_rows = signals.filter(signals.day.between(window.start, window.day))
+    rows = by_slice(window_rows.mutate(is_today=window_rows.day == window.day,
+                                       stale=window_rows.stale_source.cast("float64")), "is_today", "stale")
+    counts = rows.group_by(["slice", "slice_value"]).aggregate(
+        n=rows.count(where=rows.is_today), stale_rate=rows.stale.mean(where=rows.is_today),
+        baseline_n=rows.count(where=~rows.is_today), baseline_stale_rate=rows.stale.mean(where=~rows.is_today))
+    return counts.filter(counts.n > 0).order_by(["slice", "slice_value"])
