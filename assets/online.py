@@ -14,7 +14,7 @@ from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
 from assets.daily import check_specs, daily, day_checks, series_chart
-from assets.resources import EmbedderResource, GEvalCriterion, JudgeResource, config_entry
+from assets.resources import EmbedderResource, EngineResource, GEvalCriterion, JudgeResource, RagLoopPaths, config_entry
 from assets.selection import failure_candidates
 from assets.stage import stage_asset
 from rag_loop.evaluation.settings import OFFLINE_THRESHOLDS
@@ -141,11 +141,11 @@ _CHART_SQL = """PIVOT (SELECT day, metric || ' (' || estimator || ')' AS series,
                          "(n, Wilson), the Horvitz-Thompson estimate over every stream, and the "
                          "targeted streams' rates labelled as diagnostics; evaluation cost apart "
                          "from application cost.")
-def online_quality(context: AssetExecutionContext, config: OnlineQualityConfig,
-                   duckdb: DuckDBResource) -> MaterializeResult:
-    settings = config.settings()
+def online_quality(context: AssetExecutionContext, config: OnlineQualityConfig, duckdb: DuckDBResource,
+                   engine: EngineResource, paths: RagLoopPaths) -> MaterializeResult:
+    settings, on = config.settings(), engine.engine(paths.lake)
     with duckdb.get_connection() as con:
         return day_checks(context, ["online_slo", "online_eval_budget"],
-                          lambda day: online_quality_day(con, day, settings), "online_quality",
+                          lambda day: online_quality_day(con, day, settings, on), "online_quality",
                           lambda: series_chart(con, _CHART_SQL, None, "online_quality per day"))
 

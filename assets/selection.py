@@ -76,14 +76,14 @@ class NoveltyConfig(Config):
     rate: float = Field(_NOVELTY_DEFAULTS.rate, description="Novelty stream rate of a novel query.")
 
 
-@asset(group_name="selection", deps=["raw_traces"],
+@asset(group_name="selection", deps=["raw_traces", "trace_lake"],
        description="Per day and sampled query: is it of an intent the trailing window did not "
                    "have (clustered with it; earlier days only)? The novelty stream's input.")
 def trace_novelty(context: AssetExecutionContext, config: NoveltyConfig, duckdb: DuckDBResource,
-                  embedder: EmbedderResource) -> MaterializeResult:
+                  embedder: EmbedderResource, engine: EngineResource, paths: RagLoopPaths) -> MaterializeResult:
     with duckdb.get_connection() as con:
         report = detect_novelty(con, embedder.router(), NoveltySettings(**config.model_dump()),
-                                 log=context.log.info)
+                                 log=context.log.info, engine=engine.engine(paths.lake))
         preview = con.sql("SELECT n.day, n.language, n.cluster_size, t.original_query FROM "
                           "trace_novelty n JOIN raw_traces t USING (trace_id) WHERE n.novel "
                           "ORDER BY n.day DESC, n.cluster_size DESC, n.trace_id LIMIT 15").df()

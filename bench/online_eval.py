@@ -127,7 +127,7 @@ def estimator_check(con: duckdb.DuckDBPyConnection, verdicts: pd.DataFrame, seed
                                "FROM failure_candidates").df()
         sample = verdicts.merge(selected, on="trace_id")
         for (day, metric), group in sample.groupby(["day", "metric"]):
-            table = quality_table(group, group.iloc[:0], settings).set_index("estimator")
+            table = quality_table(group, None, settings).set_index("estimator")
             naive = float(group["passed"].mean())
             for estimator in ("random", "horvitz_thompson"):
                 row = table.loc[estimator]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import date
 
 import ibis
 import ibis.expr.types as ir
@@ -66,3 +67,31 @@ def _joined(values: Sequence[ir.StringValue]) -> ir.StringValue:
     for value in values[1:]:
         text = text.concat(SEPARATOR, value)
     return text
+
+
+@dataclass(frozen=True)
+class DaySlices:
+    """One day and the slices (each its columns; none: the whole population) counted on it."""
+
+    day: date
+    slices: tuple[tuple[str, ...], ...]
+
+
+def population_expression(tables: Mapping[str, ir.Table], wanted: DaySlices, fn: Functions) -> ir.Table:
+    """The day's traces per slice (" × ".join of its columns, or "all") and slice value."""
+    signals = tables["trace_signals"]
+    rows = signals.filter(signals.day == wanted.day)
+    parts = []
+    for dims in wanted.slices:
+        values = [rows[d].cast("string").fill_null("(none)") for d in dims]
+        value = ibis.literal("all") if not values else _joined(values)
+        parts.append(rows.group_by(value.name("slice_value")).aggregate(population_n=rows.count())
+                     .mutate(slice=ibis.literal(SEPARATOR.join(dims) if dims else "all")))
+    return ibis.union(*parts).select("slice", "slice_value", "population_n")
+
+
+def app_cost_expression(tables: Mapping[str, ir.Table], day: date, fn: Functions) -> ir.Table:
+    """The application's requests and cost on a UTC day."""
+    traces = tables["raw_traces"]
+    today = traces.filter(fn.utc_day(traces["timestamp"]) == day)
+    return today.aggregate(requests=today.count(), app_cost_usd=today.cost_usd.sum().fill_null(double(0.0)))

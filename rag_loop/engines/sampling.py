@@ -83,3 +83,16 @@ def candidates_expression(tables: Mapping[str, ir.Table], policy, fn: Functions)
         signals=chosen.signals, signal_count=chosen.signal_count,
         sampling_policy=ibis.literal(policy.fingerprint()))
     return rows.order_by(["day", "priority", "trace_id"])
+
+
+def novelty_sample_expression(tables: Mapping[str, ir.Table], per_group: int, fn: Functions) -> ir.Table:
+    """`trace_novelty`'s sample of the traffic: per UTC day and language ("und" when unknown)
+    the `per_group` traces first by md5 of their id — deterministic, and the same traces
+    whatever else arrived that day."""
+    traces = tables["raw_traces"]
+    rows = traces.select("trace_id", "original_query", language=traces.language.fill_null("und"),
+                         day=fn.utc_day(traces["timestamp"]), digest=fn.md5(traces.trace_id))
+    position = ibis.row_number().over(group_by=[rows.day, rows.language], order_by=rows.digest)
+    sampled = rows.mutate(position=position)
+    sampled = sampled.filter(sampled.position < per_group)
+    return sampled.order_by(["day", "language", "trace_id"]).select("trace_id", "language", "original_query", "day")

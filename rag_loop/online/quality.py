@@ -24,6 +24,8 @@ import pandas as pd
 from scipy.stats import norm
 
 from rag_loop.drift.checks import Verdict
+from rag_loop.engines.engine import DuckDBEngine, Engine
+from rag_loop.engines.estimates import SEPARATOR, DaySlices, app_cost_expression, population_expression
 from rag_loop.selection.estimates import DEFAULT_SLICES, wilson_interval
 from rag_loop.selection.sampling import DIAGNOSTIC_STREAMS
 from rag_loop.selection.signals import SLICE_COLUMNS
@@ -136,26 +138,24 @@ def score_interval(ratio: float, pi: np.ndarray, y: np.ndarray, confidence: floa
     return float(min(inside.min(), ratio)), float(max(inside.max(), ratio))
 
 
-def quality_table(judged: pd.DataFrame, population: pd.DataFrame,
+def quality_table(judged: pd.DataFrame, population: pd.DataFrame | None,
                   settings: OnlineQualitySettings) -> pd.DataFrame:
-    """Estimator rows per slice value × metric of `judged` (one day or one window)."""
+    """Estimator rows per slice value × metric of `judged` (one day or one window);
+    `population` (slice, slice_value, population_n) gives each row its traffic, else 0."""
+    counts = {} if population is None else {
+        (slice_, value): int(n) for slice_, value, n in population[["slice", "slice_value", "population_n"]].itertuples(
+            index=False)}
     rows = []
     for dims in settings.slices:
-        name = " × ".join(dims) if dims else "all"
+        name = SEPARATOR.join(dims) if dims else "all"
         values = _slice_values(judged, dims)
-        counts = _slice_values(population, dims).value_counts() if len(population) else pd.Series(dtype=int)
         for (value, metric), group in judged.groupby([values, judged["metric"]], sort=True):
             for row in estimate(group, settings.confidence):
                 rows.append({"slice": name, "slice_value": value, "metric": metric, **row,
-                             "population_n": int(counts.get(value, 0))})
+                             "population_n": counts.get((name, value), 0)})
     columns = ["slice", "slice_value", "metric", "estimator", "kind", "n", "passes", "pass_rate",
                "ci_low", "ci_high", "mean_score", "population_n"]
     return pd.DataFrame(rows, columns=columns)
-
-
-def population(con: duckdb.DuckDBPyConnection, first: date, last: date) -> pd.DataFrame:
-    return con.execute(f"SELECT {', '.join(SLICE_COLUMNS)} FROM trace_signals "
-                       "WHERE day BETWEEN ? AND ?", [first, last]).df()
 
 
 def slo_verdict(con: duckdb.DuckDBPyConnection, day: date, version: str,
@@ -169,7 +169,7 @@ def slo_verdict(con: duckdb.DuckDBPyConnection, day: date, version: str,
     judged = judged[judged["metric"].isin(list(settings.slo_targets))]
     if judged.empty:
         return Verdict("online_slo", None, 0, note=f"no judged trace in {window}")
-    table = quality_table(judged, judged.iloc[:0], settings)
+    table = quality_table(judged, None, settings)
     table = table[table["estimator"] == settings.slo_estimator]
     table = table.assign(target=table["metric"].map(settings.slo_targets))
     counted = table[table["n"] >= settings.min_sample]
@@ -194,21 +194,22 @@ def slo_verdict(con: duckdb.DuckDBPyConnection, day: date, version: str,
                    f"{worst['target']:g} (n={int(worst['n'])})", details)
 
 
-def cost_row(con: duckdb.DuckDBPyConnection, day: date, version: str) -> pd.DataFrame:
-    """The day's application cost and evaluation cost, apart (seed §07)."""
+def cost_row(con: duckdb.DuckDBPyConnection, day: date, version: str, engine: Engine) -> pd.DataFrame:
+    """The day's application cost (its traffic, counted on `engine`) and evaluation cost, apart (seed §07)."""
     con.execute(ONLINE_DDL)
+    requests, app_cost = engine.frame(con, ("raw_traces",), app_cost_expression, day).iloc[0]
     return con.execute("""
-        WITH app AS (SELECT count(*) AS requests, coalesce(sum(cost_usd), 0) AS app_cost_usd
-                     FROM raw_traces WHERE CAST(timezone('UTC', "timestamp") AS DATE) = $day),
-             judged AS (SELECT count(DISTINCT trace_id) FILTER (status = 'judged') AS judged_requests,
+        WITH judged AS (SELECT count(DISTINCT trace_id) FILTER (status = 'judged') AS judged_requests,
                                coalesce(sum(cost_usd), 0) AS eval_cost_usd
-                        FROM trace_judgments WHERE day = $day AND judge_version = $version)
+                        FROM trace_judgments WHERE day = $day AND judge_version = $version),
+             app AS (SELECT $requests::BIGINT AS requests, $app_cost::DOUBLE AS app_cost_usd)
         SELECT requests, app_cost_usd, app_cost_usd / nullif(requests, 0) AS app_cost_per_request,
                judged_requests, eval_cost_usd,
                eval_cost_usd / nullif(judged_requests, 0) AS eval_cost_per_judged,
                eval_cost_usd / nullif(requests, 0) AS eval_cost_per_request,
                eval_cost_usd / nullif(app_cost_usd, 0) AS eval_to_app_ratio
-        FROM app, judged""", {"day": day, "version": version}).df()
+        FROM app, judged""", {"day": day, "version": version, "requests": int(requests),
+                              "app_cost": float(app_cost)}).df()
 
 
 def budget_verdict(cost: pd.DataFrame, budget: float | None) -> Verdict:
@@ -224,16 +225,21 @@ def budget_verdict(cost: pd.DataFrame, budget: float | None) -> Verdict:
     return Verdict("online_eval_budget", spent, judged, note="within budget", details=details)
 
 
-def online_quality_day(con: duckdb.DuckDBPyConnection, day: date,
-                       settings: OnlineQualitySettings) -> list[Verdict]:
+def online_quality_day(con: duckdb.DuckDBPyConnection, day: date, settings: OnlineQualitySettings,
+                       engine: Engine | None = None) -> list[Verdict]:
     """Store the day's estimates (`online_quality`) and costs (`online_cost`), replacing that
-    day's rows; verdicts: the SLO over the window ending on the day, and the day's budget."""
+    day's rows; verdicts: the SLO over the window ending on the day, and the day's budget.
+    The day's traffic is counted on `engine` (rag_loop.engines.estimates); the judged traces,
+    bounded by the judging budget, are read here."""
+    engine = engine or DuckDBEngine()
     version = current_judge_version(con, settings.judge_version)
     if version is None:
         return [Verdict("online_slo", None, 0, note="nothing judged yet: run trace_judgments"),
                 Verdict("online_eval_budget", None, 0, note="nothing judged yet")]
-    table = quality_table(judged_traces(con, day, day, version), population(con, day, day), settings)
+    traffic = engine.frame(con, ("trace_signals",), population_expression,
+                           DaySlices(day, tuple(tuple(s) for s in settings.slices)))
+    table = quality_table(judged_traces(con, day, day, version), traffic, settings)
     replace_day(con, "online_quality", day, table.assign(judge_version=version))
-    cost = cost_row(con, day, version)
+    cost = cost_row(con, day, version, engine)
     replace_day(con, "online_cost", day, cost)
     return [slo_verdict(con, day, version, settings), budget_verdict(cost, settings.daily_budget_usd)]

@@ -22,6 +22,8 @@ import duckdb
 import numpy as np
 import pandas as pd
 
+from rag_loop.engines.engine import DuckDBEngine, Engine
+from rag_loop.engines.sampling import novelty_sample_expression
 from rag_loop.logs import Log, quiet
 from rag_loop.store.ddl import NOVELTY_DDL
 from rag_loop.vectors.clustering import NOISE, ClusterSettings, cluster_vectors
@@ -53,17 +55,6 @@ class NoveltySettings:
     def fingerprint(self) -> str:
         """Short hash of the settings, stored with each judgement."""
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
-
-
-def _sampled_traffic(con: duckdb.DuckDBPyConnection, sample: int) -> pd.DataFrame:
-    return con.execute("""
-        SELECT trace_id, language, original_query, day FROM (
-            SELECT trace_id, coalesce(language, 'und') AS language, original_query,
-                   CAST(timezone('UTC', "timestamp") AS DATE) AS day,
-                   row_number() OVER (PARTITION BY day, coalesce(language, 'und')
-                                      ORDER BY md5(trace_id)) AS position
-            FROM raw_traces)
-        WHERE position <= ? ORDER BY day, language, trace_id""", [sample]).df()
 
 
 def new_intent_members(days: np.ndarray, vectors: np.ndarray, day: object,
@@ -106,14 +97,17 @@ class NoveltyReport:
 
 
 def detect_novelty(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
-                   settings: NoveltySettings, log: Log = quiet) -> NoveltyReport:
+                   settings: NoveltySettings, log: Log = quiet, engine: Engine | None = None) -> NoveltyReport:
     """Bring `trace_novelty` up to date: every sampled query of a day with enough history,
     `novel` when it falls in a new intent (then `rate` is the stream rate and `cluster_size`
-    the new cluster's size, else 0). Days whose sample is unchanged keep their judgement."""
+    the new cluster's size, else 0). Days whose sample is unchanged keep their judgement.
+    The sample is drawn on `engine` (rag_loop.engines.sampling); the embedding and clustering
+    of those few thousand queries a day run here."""
     con.execute(NOVELTY_DDL)
     fingerprint = settings.fingerprint()
     stored = _stored_samples(con, fingerprint)
-    traffic = _sampled_traffic(con, settings.daily_sample)
+    traffic = (engine or DuckDBEngine()).frame(con, ("raw_traces",), novelty_sample_expression,
+                                               settings.daily_sample)
     traffic["day"] = pd.to_datetime(traffic["day"])
     window = np.timedelta64(settings.window_days, "D")
     rows, judged, skipped, changed = [], set(), set(), []

@@ -18,10 +18,12 @@ from assets.resources import RagLoopPaths, SparkEngineResource
 from assets.selection import failure_candidates, quality_estimates, trace_signals
 from rag_loop.drift.days import FreshnessSettings, RetrievalSettings, freshness_day, retrieval_day
 from rag_loop.drift.figures import mix_counts
-from rag_loop.engines.engine import SparkEngine
+from rag_loop.engines.engine import DuckDBEngine, SparkEngine
 from rag_loop.engines.functions import SPARK
 from rag_loop.engines.lake import export_lake
+from rag_loop.engines.sampling import novelty_sample_expression
 from rag_loop.ingest import ingest_directory
+from rag_loop.online.quality import OnlineQualitySettings, online_quality_day
 from rag_loop.selection.estimates import estimate_rates, parse_slices
 from rag_loop.selection.sampling import SamplingPolicy, select_candidates
 from rag_loop.selection.signals import SignalSettings, compute_signals
@@ -95,6 +97,26 @@ def test_the_stages_on_spark_are_duckdbs_on_the_demo_world(spark, demo_run, tmp_
     assert len(mix_on_duckdb) > 100 and set(mix_on_duckdb.dimension) == {"language", "query_type", "tenant", "length"}
     pd.testing.assert_frame_equal(mix_on_spark, mix_on_duckdb)
     _the_drift_days_are_duckdbs(spark, con, tmp_path / "lake")
+    _online_quality_is_duckdbs(spark, con, tmp_path / "lake")
+    sample = [engine.frame(con, ("raw_traces",), novelty_sample_expression, 40)
+              for engine in (DuckDBEngine(), SparkEngine(spark, tmp_path / "lake"))]
+    assert len(sample[0]) == 14 * 2 * 40  # days × languages × 40
+    pd.testing.assert_frame_equal(sample[1], sample[0])
+
+
+def _online_quality_is_duckdbs(spark, con: duckdb.DuckDBPyConnection, lake) -> None:
+    """The day's traffic per slice and its application cost, counted on Spark, give the same
+    online_quality and online_cost rows."""
+    day, settings = date(2026, 11, 12), OnlineQualitySettings(slo_targets={"Faithfulness": 0.9})
+    tables = []
+    for engine in (None, SparkEngine(spark, lake)):
+        online_quality_day(con, day, settings, engine)
+        tables.append([con.execute(f"SELECT * FROM {t} WHERE day = ? ORDER BY ALL", [day]).df()
+                       for t in ("online_quality", "online_cost")])
+    on_duckdb, on_spark = tables
+    assert on_duckdb[0].population_n.sum() > 1000 and on_duckdb[1].requests.iloc[0] > 300
+    for got, expected in zip(on_spark, on_duckdb):
+        pd.testing.assert_frame_equal(got, expected, check_exact=False, rtol=0, atol=1e-12)
 
 
 def _the_drift_days_are_duckdbs(spark, con: duckdb.DuckDBPyConnection, lake) -> None:

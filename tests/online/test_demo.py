@@ -85,11 +85,13 @@ def test_online_quality_materializes_a_partition_with_its_checks(demo_run, tmp_p
     from dagster_duckdb import DuckDBResource
 
     from assets.online import online_quality
+    from assets.resources import DuckDBEngineResource, RagLoopPaths
     copy = tmp_path / "rag.duckdb"
     demo_copy(demo_run, tmp_path).close()
     (tmp_path / "copy.duckdb").rename(copy)
     result = materialize([online_quality], partition_key="2026-11-12", resources={
-        "duckdb": DuckDBResource(database=str(copy)), "embedder": fake_embedder()})
+        "duckdb": DuckDBResource(database=str(copy)), "embedder": fake_embedder(),
+        "engine": DuckDBEngineResource(), "paths": RagLoopPaths(lake_dir=str(tmp_path / "lake"))})
     assert result.success
     checks = {c.check_name for c in result.get_asset_check_evaluations()}
     assert checks == {"online_slo", "online_eval_budget"}

@@ -35,7 +35,7 @@ def judged_population(seed: int, n: int = 20000, fail_rate: float = 0.2, p_rando
 
 def test_random_and_horvitz_thompson_hold_the_truth_where_the_diagnostic_stream_does_not():
     sample, truth = judged_population(1)
-    table = quality_table(sample, sample.iloc[:0], OnlineQualitySettings(slices=((),)))
+    table = quality_table(sample, None, OnlineQualitySettings(slices=((),)))
     rows = table.set_index("estimator")
     for estimator in ("random", "horvitz_thompson"):
         row = rows.loc[estimator]
@@ -49,7 +49,7 @@ def test_random_and_horvitz_thompson_hold_the_truth_where_the_diagnostic_stream_
 def test_slices_split_the_estimates_and_a_metric_without_threshold_reports_its_mean():
     sample, _ = judged_population(2, n=4000)
     monitoring = sample.assign(metric="Contextual Relevancy", passed=None)
-    table = quality_table(pd.concat([sample, monitoring]), sample.iloc[:0],
+    table = quality_table(pd.concat([sample, monitoring]), None,
                           OnlineQualitySettings(slices=((), ("language",))))
     assert set(table["slice_value"]) == {"all", "en", "vi"}
     relevancy = table[table["metric"] == "Contextual Relevancy"]
