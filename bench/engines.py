@@ -38,13 +38,23 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import pandas as pd
 from selection import build_database
 
+from rag_loop.drift.days import FreshnessSettings, QueryMixSettings, RetrievalSettings
+from rag_loop.drift.figures import freshness_figures, mix_counts, retrieval_figures
+from rag_loop.engines.engine import DuckDBEngine
+from rag_loop.engines.estimates import DaySlices, population_expression
 from rag_loop.engines.lake import export_lake
+from rag_loop.engines.sampling import novelty_sample_expression
+from rag_loop.online.quality import OnlineQualitySettings
+from rag_loop.selection.estimates import DEFAULT_SLICES, estimate_rates
+from rag_loop.selection.novelty import NoveltySettings
 from rag_loop.selection.sampling import SamplingPolicy, select_candidates
 from rag_loop.selection.signals import SignalSettings, compute_signals, signal_counts
 
@@ -67,10 +77,66 @@ class Stage:
         return self.function(con, self.settings(), engine=engine)
 
 
+def _newest_day(con: duckdb.DuckDBPyConnection) -> date:
+    return con.execute("SELECT max(day) FROM trace_signals").fetchall()[0][0]
+
+
+def _keep(con: duckdb.DuckDBPyConnection, table: str, frame: pd.DataFrame) -> int:
+    """A stage whose result is a frame: kept as a table, so every stage is counted alike."""
+    con.register("bench_frame", frame)
+    try:
+        con.execute(f'CREATE OR REPLACE TABLE "{table}" AS SELECT * FROM bench_frame')
+    finally:
+        con.unregister("bench_frame")
+    return len(frame)
+
+
+def quality_estimates(con: duckdb.DuckDBPyConnection, slices, engine=None) -> int:
+    """quality_estimates over the whole table (every day, the default slices)."""
+    return _keep(con, "quality_estimates", estimate_rates(con, slices, engine=engine))
+
+
+def query_mix(con: duckdb.DuckDBPyConnection, settings: QueryMixSettings, engine=None) -> int:
+    """query_mix's counts for the newest day and its baseline window (no intent clusters)."""
+    return _keep(con, "query_mix_counts", mix_counts(con, _newest_day(con), settings.baseline_days, None, engine))
+
+
+def retrieval_scores(con: duckdb.DuckDBPyConnection, settings: RetrievalSettings, engine=None) -> int:
+    """retrieval_scores for the newest day against its baseline window."""
+    return _keep(con, "retrieval_scores", retrieval_figures(con, _newest_day(con), settings.baseline_days, engine))
+
+
+def stale_retrieval(con: duckdb.DuckDBPyConnection, settings: FreshnessSettings, engine=None) -> int:
+    """freshness_lag's stale retrieval rates for the newest day against its baseline window."""
+    day = _newest_day(con)
+    return _keep(con, "stale_retrieval", freshness_figures(con, day, settings.baseline_days,
+                                                            settings.slo_minutes, engine)[1])
+
+
+def novelty_sample(con: duckdb.DuckDBPyConnection, settings: NoveltySettings, engine=None) -> int:
+    """trace_novelty's sample of the traffic (the clustering after it is bounded by the sample)."""
+    return _keep(con, "novelty_sample", (engine or DuckDBEngine()).frame(
+        con, ("raw_traces",), novelty_sample_expression, settings.daily_sample))
+
+
+def online_traffic(con: duckdb.DuckDBPyConnection, settings: OnlineQualitySettings, engine=None) -> int:
+    """online_quality's traffic per slice on the newest day (the judged traces are bounded by
+    the judging budget)."""
+    wanted = DaySlices(_newest_day(con), tuple(tuple(s) for s in settings.slices))
+    return _keep(con, "online_traffic", (engine or DuckDBEngine()).frame(
+        con, ("trace_signals",), population_expression, wanted))
+
+
 # in dependency order: each reads what the ones before it wrote
 STAGES = (
     Stage("trace_signals", compute_signals, SignalSettings),
     Stage("failure_candidates", select_candidates, SamplingPolicy),
+    Stage("quality_estimates", quality_estimates, lambda: DEFAULT_SLICES),
+    Stage("query_mix_counts", query_mix, QueryMixSettings),
+    Stage("retrieval_scores", retrieval_scores, RetrievalSettings),
+    Stage("stale_retrieval", stale_retrieval, FreshnessSettings),
+    Stage("novelty_sample", novelty_sample, NoveltySettings),
+    Stage("online_traffic", online_traffic, OnlineQualitySettings),
 )
 
 

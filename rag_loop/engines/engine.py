@@ -9,7 +9,8 @@ import os
 import shutil
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -21,7 +22,7 @@ import ibis.expr.types as ir
 import pandas as pd
 
 from rag_loop.engines.functions import DUCKDB, SPARK, Functions
-from rag_loop.engines.lake import PART, SCHEMA, day_file, lake_days, read_lake
+from rag_loop.engines.lake import PART, SCHEMA, day_file, lake_days, lake_query
 
 # Spark settings every session needs: instants in UTC (the day of a trace), Parquet timestamps
 # that DuckDB reads as instants, no UI; ANSI mode stays on (a bad cast fails instead of
@@ -45,9 +46,20 @@ class Engine(ABC):
     functions: Functions
 
     def run(self, con: duckdb.DuckDBPyConnection, name: str, inputs: Sequence[str], build: Build,
-            settings: Any) -> int:
-        """Stage `name`: `build(tables, settings, functions)` on the inputs, stored as table `name`."""
-        return self.materialize(con, name, build(self.inputs(con, inputs), settings, self.functions))
+            settings: Any, days: Collection[date] | None = None) -> int:
+        """Stage `name`: `build(tables, settings, functions)` on the inputs, stored as table `name`;
+        with `days`, only its rows of those days, which replace theirs (the stage's `build` reads
+        what those days need). Returns the rows stored (of `days`, when given)."""
+        expression = build(self.inputs(con, inputs), settings, self.functions)
+        if days is None:
+            return self.materialize(con, name, expression)
+        return self.replace_days(con, name, expression.filter(expression.day.isin(sorted(days))), days)
+
+    @abstractmethod
+    def replace_days(self, con: duckdb.DuckDBPyConnection, name: str, expression: ir.Table,
+                     days: Collection[date]) -> int:
+        """Store the expression's rows (all of `days`) in place of those days' rows of table
+        `name`, in one transaction; returns the rows of those days."""
 
     @abstractmethod
     def frame(self, con: duckdb.DuckDBPyConnection, inputs: Sequence[str], build: Build, settings: Any) -> pd.DataFrame:
@@ -69,8 +81,27 @@ class DuckDBEngine(Engine):
     _compiled: dict[Hashable, str] = {}  # SQL per stage, settings and input schemas: Ibis compiles in ~50 ms
 
     def run(self, con: duckdb.DuckDBPyConnection, name: str, inputs: Sequence[str], build: Build,
-            settings: Any) -> int:
-        return self._create(con, name, self._sql(con, name, inputs, build, settings))
+            settings: Any, days: Collection[date] | None = None) -> int:
+        sql = self._sql(con, name, inputs, build, settings)
+        return self._create(con, name, sql) if days is None else self._replace_days(con, name, sql, days)
+
+    def replace_days(self, con: duckdb.DuckDBPyConnection, name: str, expression: ir.Table,
+                     days: Collection[date]) -> int:
+        return self._replace_days(con, name, ibis.to_sql(expression, dialect="duckdb"), days)
+
+    def _replace_days(self, con: duckdb.DuckDBPyConnection, name: str, sql: str, days: Collection[date]) -> int:
+        self._lambdas(con)
+        wanted = f"SELECT * FROM ({sql}) WHERE day IN (SELECT unnest($days::DATE[]))"
+        con.execute("BEGIN")
+        try:
+            con.execute(f'CREATE TABLE IF NOT EXISTS "{name}" AS SELECT * FROM ({sql}) WHERE false')
+            con.execute(f'DELETE FROM "{name}" WHERE day IN (SELECT unnest($days::DATE[]))', {"days": sorted(days)})
+            con.execute(f'INSERT INTO "{name}" BY NAME {wanted}', {"days": sorted(days)})
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        return _rows_of_days(con, name, days)
 
     def frame(self, con: duckdb.DuckDBPyConnection, inputs: Sequence[str], build: Build, settings: Any) -> pd.DataFrame:
         self._lambdas(con)
@@ -149,35 +180,72 @@ class SparkEngine(Engine):
         return self.session.createDataFrame(con.table(name).arrow().read_all())
 
     def materialize(self, con: duckdb.DuckDBPyConnection, name: str, expression: ir.Table) -> int:
+        written = self._write_days(name, expression)
+        for day in lake_days(self.lake, name):  # days the input no longer has
+            if day not in written:
+                day_file(self.lake, name, day).unlink()
+        columns = ", ".join(f'"{c}"' for c in expression.columns)
+        with _empty(con, expression) as empty:  # no rows: the table still gets its columns
+            rows = lake_query(self.lake, name) if written else f"SELECT * FROM {empty}"
+            con.execute(f'CREATE OR REPLACE TABLE "{name}" AS SELECT {columns} FROM ({rows})')
+        return con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]
+
+    def replace_days(self, con: duckdb.DuckDBPyConnection, name: str, expression: ir.Table,
+                     days: Collection[date]) -> int:
+        written = self._write_days(name, expression)
+        for day in set(days) - written:  # a day without rows any more
+            day_file(self.lake, name, day).unlink(missing_ok=True)
+        columns = ", ".join(f'"{c}"' for c in expression.columns)
+        with _empty(con, expression) as empty:
+            con.execute("BEGIN")
+            try:
+                con.execute(f'CREATE TABLE IF NOT EXISTS "{name}" AS SELECT * FROM {empty}')
+                con.execute(f'DELETE FROM "{name}" WHERE day IN (SELECT unnest($days::DATE[]))',
+                            {"days": sorted(days)})
+                if written:
+                    rows = lake_query(self.lake, name, sorted(written))
+                    con.execute(f'INSERT INTO "{name}" BY NAME SELECT {columns} FROM ({rows})')
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+        return _rows_of_days(con, name, days)
+
+    def _write_days(self, name: str, expression: ir.Table) -> set[date]:
+        """The expression's rows as the lake's day files of `name`, written by the executors to a
+        hidden staging folder, one file per day, each moved in place whole; returns the days."""
         frame = _as_declared(self.session.sql(str(self.backend.compile(expression))), expression.schema())
         staging = self.lake / f".staging-{uuid.uuid4().hex}"
+        written = set()
         try:
             frame.repartition("day").write.partitionBy("day").parquet(str(staging))
-            written = set()
             for folder in staging.glob("day=*"):
-                day = folder.name.removeprefix("day=")
+                day = date.fromisoformat(folder.name.removeprefix("day="))
                 files = sorted(folder.glob("*.parquet"))
                 if len(files) != 1:
                     raise RuntimeError(f"Spark wrote {len(files)} files for {name} day {day}, expected 1")
-                target = day_file(self.lake, name, date.fromisoformat(day))
+                target = day_file(self.lake, name, day)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(files[0], target)
                 written.add(day)
-            for day in lake_days(self.lake, name):  # days the input no longer has
-                if day.isoformat() not in written:
-                    day_file(self.lake, name, day).unlink()
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        if lake_days(self.lake, name):
-            rows, columns = read_lake(con, self.lake, name), ", ".join(f'"{c}"' for c in expression.columns)
-        else:  # no rows: the table still gets its columns
-            rows, columns = con.from_arrow(_instants_in_utc(expression.schema().to_pyarrow()).empty_table()), "*"
-        rows.create_view("rag_loop_rows", replace=True)
-        try:
-            con.execute(f'CREATE OR REPLACE TABLE "{name}" AS SELECT {columns} FROM rag_loop_rows')
-        finally:
-            con.execute("DROP VIEW IF EXISTS rag_loop_rows")
-        return con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]
+        return written
+
+
+@contextmanager
+def _empty(con: duckdb.DuckDBPyConnection, expression: ir.Table) -> Iterator[str]:
+    """The name of an empty table with the expression's columns (instants in UTC), for this block."""
+    con.register("rag_loop_empty", _instants_in_utc(expression.schema().to_pyarrow()).empty_table())
+    try:
+        yield "rag_loop_empty"
+    finally:
+        con.unregister("rag_loop_empty")
+
+
+def _rows_of_days(con: duckdb.DuckDBPyConnection, name: str, days: Collection[date]) -> int:
+    return con.execute(f'SELECT count(*) FROM "{name}" WHERE day IN (SELECT unnest($days::DATE[]))',
+                       {"days": sorted(days)}).fetchall()[0][0]
 
 
 def _as_declared(frame, schema):

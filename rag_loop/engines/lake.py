@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import date
 from pathlib import Path
 
@@ -96,9 +96,16 @@ def export_lake(con: duckdb.DuckDBPyConnection, lake: Path, days: Iterable[date]
 
 def read_lake(con: duckdb.DuckDBPyConnection, lake: Path, table: str) -> duckdb.DuckDBPyRelation:
     """A table of the lake as a DuckDB relation (day-partitioned tables carry `day`)."""
+    return con.sql(lake_query(lake, table))
+
+
+def lake_query(lake: Path, table: str, days: Sequence[date] | None = None) -> str:
+    """DuckDB SQL reading a table of the lake, or only those days of a day-partitioned one
+    (each must have its file)."""
     if table in WHOLE:
-        return con.read_parquet(str(lake / table / PART))
-    if not lake_days(lake, table):
-        return con.sql(f"SELECT *, NULL::DATE AS day FROM read_parquet({_quoted(lake / table / SCHEMA)})")
-    return con.sql(f"SELECT * FROM read_parquet({_quoted(lake / table / f'day=*/{PART}')}, hive_partitioning = true, "
-                   "hive_types = {'day': DATE})")
+        return f"SELECT * FROM read_parquet({_quoted(lake / table / PART)})"
+    if days is None and not lake_days(lake, table):
+        return f"SELECT *, NULL::DATE AS day FROM read_parquet({_quoted(lake / table / SCHEMA)})"
+    files = _quoted(lake / table / f"day=*/{PART}") if days is None else \
+        "[" + ", ".join(_quoted(day_file(lake, table, day)) for day in days) + "]"
+    return f"SELECT * FROM read_parquet({files}, hive_partitioning = true, hive_types = {{'day': DATE}})"

@@ -5,6 +5,9 @@ trace_novelty."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import date
+from typing import Any
 
 import ibis
 import ibis.expr.types as ir
@@ -83,6 +86,22 @@ def candidates_expression(tables: Mapping[str, ir.Table], policy, fn: Functions)
         signals=chosen.signals, signal_count=chosen.signal_count,
         sampling_policy=ibis.literal(policy.fingerprint()))
     return rows.order_by(["day", "priority", "trace_id"])
+
+
+@dataclass(frozen=True)
+class PolicyDays:
+    """failure_candidates for some days only: the sampling policy and the days drawn."""
+
+    policy: Any  # rag_loop.selection.sampling.SamplingPolicy
+    days: tuple[date, ...]
+
+
+def candidates_of_days_expression(tables: Mapping[str, ir.Table], wanted: PolicyDays, fn: Functions) -> ir.Table:
+    """candidates_expression on the traces of `wanted.days` (every draw, budget and thinning is
+    per trace or per day, so a day alone gives the rows it has in the whole table)."""
+    signals = tables["trace_signals"]
+    return candidates_expression({**tables, "trace_signals": signals.filter(signals.day.isin(list(wanted.days)))},
+                                 wanted.policy, fn)
 
 
 def novelty_sample_expression(tables: Mapping[str, ir.Table], per_group: int, fn: Functions) -> ir.Table:

@@ -5,6 +5,10 @@ trace_feedback and documents."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import date, timedelta
+from math import ceil
+from typing import Any
 
 import ibis
 import ibis.expr.types as ir
@@ -115,3 +119,26 @@ def signals_expression(tables: Mapping[str, ir.Table], settings, fn: Functions) 
         signals=ibis.array([ibis.ifelse(flags[name], name, ibis.null("string")) for name in SIGNALS])
         .filter(lambda name: name.notnull()))
     return rows.mutate(signal_count=rows.signals.length().cast("int64"))
+
+
+@dataclass(frozen=True)
+class SignalDays:
+    """trace_signals for some days only: the signal settings and the days computed."""
+
+    settings: Any  # rag_loop.selection.signals.SignalSettings
+    days: tuple[date, ...]
+
+    def read(self) -> tuple[date, ...]:
+        """The days of traffic those days need: each day and the days its rephrase window
+        reaches into (a session's next turn can be after midnight)."""
+        ahead = max(1, ceil(float(self.settings.rephrase_window_seconds) / 86400))
+        return tuple(sorted({d + timedelta(days=k) for d in self.days for k in range(ahead + 1)}))
+
+
+def signals_of_days_expression(tables: Mapping[str, ir.Table], wanted: SignalDays, fn: Functions) -> ir.Table:
+    """signals_expression over the traffic of `wanted.read()` only (the other inputs are joined
+    to it), the rows of `wanted.days`."""
+    traces = tables["raw_traces"]
+    read = traces.filter(fn.utc_day(traces["timestamp"]).isin(list(wanted.read())))
+    rows = signals_expression({**tables, "raw_traces": read}, wanted.settings, fn)
+    return rows.filter(rows.day.isin(list(wanted.days)))

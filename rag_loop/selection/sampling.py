@@ -16,13 +16,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, field
+from datetime import date
 
 import duckdb
 
 from rag_loop.engines.engine import DuckDBEngine, Engine
-from rag_loop.engines.sampling import DIAGNOSTIC_STREAMS, INPUTS, STREAMS, candidates_expression
+from rag_loop.engines.sampling import (
+    DIAGNOSTIC_STREAMS,
+    INPUTS,
+    STREAMS,
+    PolicyDays,
+    candidates_expression,
+    candidates_of_days_expression,
+)
 from rag_loop.schema import Priority
 from rag_loop.selection.signals import SIGNALS
 from rag_loop.store.ddl import NOVELTY_DDL
@@ -71,13 +79,19 @@ class SamplingPolicy:
         return int(self.daily_budget_usd / self.judge_cost_usd + 1e-9)
 
 
-def select_candidates(con: duckdb.DuckDBPyConnection, policy: SamplingPolicy, engine: Engine | None = None) -> int:
+def select_candidates(con: duckdb.DuckDBPyConnection, policy: SamplingPolicy, engine: Engine | None = None,
+                      days: Collection[date] | None = None) -> int:
     """(Re)build `failure_candidates` from `trace_signals` (and `trace_novelty`'s rates, if any)
     on `engine` (default: DuckDB on `con`; rag_loop.engines.sampling holds the one definition);
-    returns the number selected."""
+    with `days`, only those days' selection, which replaces theirs. Returns the number selected
+    (on `days`, when given)."""
     if not has_table(con, NOVELTY_TABLE):
         con.execute(NOVELTY_DDL)  # no novelty judged yet: its stream draws nothing
-    return (engine or DuckDBEngine()).run(con, "failure_candidates", INPUTS, candidates_expression, policy)
+    engine = engine or DuckDBEngine()
+    if days is None:
+        return engine.run(con, "failure_candidates", INPUTS, candidates_expression, policy)
+    return engine.run(con, "failure_candidates", INPUTS, candidates_of_days_expression,
+                      PolicyDays(policy, tuple(sorted(days))), days)
 
 
 def selection_summary(con: duckdb.DuckDBPyConnection, policy: SamplingPolicy) -> dict[str, object]:

@@ -15,12 +15,21 @@ input was there.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
+from datetime import date
 
 import duckdb
 
 from rag_loop.engines.engine import DuckDBEngine, Engine
-from rag_loop.engines.signals import INPUTS, SIGNALS, SLICE_COLUMNS, signals_expression
+from rag_loop.engines.signals import (
+    INPUTS,
+    SIGNALS,
+    SLICE_COLUMNS,
+    SignalDays,
+    signals_expression,
+    signals_of_days_expression,
+)
 
 __all__ = ["SIGNALS", "SLICE_COLUMNS", "SignalSettings", "compute_signals", "signal_counts", "signal_coverage"]
 
@@ -36,17 +45,25 @@ class SignalSettings:
     latency_budget_ms: float = 8000.0
 
 
-def compute_signals(con: duckdb.DuckDBPyConnection, settings: SignalSettings, engine: Engine | None = None) -> int:
+def compute_signals(con: duckdb.DuckDBPyConnection, settings: SignalSettings, engine: Engine | None = None,
+                    days: Collection[date] | None = None) -> int:
     """(Re)build `trace_signals` from raw_traces, trace_chunks, trace_feedback and documents, on
-    `engine` (default: DuckDB on `con`; rag_loop.engines.signals holds the one definition).
+    `engine` (default: DuckDB on `con`; rag_loop.engines.signals holds the one definition);
+    with `days`, only those UTC days' rows are computed (from their traffic and the next day's)
+    and replace theirs — the same rows as the whole table has. New traffic on a day changes
+    the day before it too (its last turns' rephrases): recompute both.
 
     Stale source: a chunk in the context (selected, or all chunks when selection is unknown)
     whose document version was superseded by a newer version published at or before the
     request time, whether or not the index had caught up. Immediate rephrase is flagged on
     the trace that was rephrased: the next turn of its session starts within the window and
-    is a near-paraphrase. Returns the number of traces.
+    is a near-paraphrase. Returns the number of traces (of `days`, when given).
     """
-    return (engine or DuckDBEngine()).run(con, "trace_signals", INPUTS, signals_expression, settings)
+    engine = engine or DuckDBEngine()
+    if days is None:
+        return engine.run(con, "trace_signals", INPUTS, signals_expression, settings)
+    return engine.run(con, "trace_signals", INPUTS, signals_of_days_expression,
+                      SignalDays(settings, tuple(sorted(days))), days)
 
 
 def signal_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:

@@ -20,7 +20,7 @@ from rag_loop.drift.days import FreshnessSettings, RetrievalSettings, freshness_
 from rag_loop.drift.figures import mix_counts
 from rag_loop.engines.engine import DuckDBEngine, SparkEngine
 from rag_loop.engines.functions import SPARK
-from rag_loop.engines.lake import export_lake
+from rag_loop.engines.lake import day_file, export_lake
 from rag_loop.engines.sampling import novelty_sample_expression
 from rag_loop.ingest import ingest_directory
 from rag_loop.online.quality import OnlineQualitySettings, online_quality_day
@@ -87,6 +87,13 @@ def test_the_stages_on_spark_are_duckdbs_on_the_demo_world(spark, demo_run, tmp_
     for stage, (on_spark, on_duckdb) in both.items():
         assert_same_rows(on_spark, on_duckdb, "trace_id")
         assert con.execute(f"DESCRIBE {stage}").fetchall() == schemas[stage], stage  # the same types
+    engine, days = SparkEngine(spark, tmp_path / "lake"), [date(2026, 11, 9), date(2026, 11, 10)]
+    files = {d: day_file(tmp_path / "lake", "trace_signals", d).stat().st_mtime_ns for d in days}
+    assert compute_signals(con, SignalSettings(), engine, days=days) == (signals.day.dt.date.isin(days)).sum()
+    select_candidates(con, _demo_policy(), engine, days=days[:1])  # those days again: the same rows
+    for stage, (_, on_duckdb) in both.items():
+        assert_same_rows(con.execute(f"SELECT * FROM {stage}").df(), on_duckdb, "trace_id")
+    assert all(day_file(tmp_path / "lake", "trace_signals", d).stat().st_mtime_ns > files[d] for d in days)
     slices = (("language",), ("query_type", "language"))
     on_duckdb = estimate_rates(con, slices)
     on_spark = estimate_rates(con, slices, engine=SparkEngine(spark, tmp_path / "lake"))
