@@ -216,7 +216,7 @@ class DuckDBEngineResource(EngineResource):
     """In the run's process, on the DuckDB database (the default)."""
 
     def engine(self, lake: Path) -> Engine:
-        return DuckDBEngine()
+        return DuckDBEngine(lake)
 
 
 class SparkEngineResource(EngineResource):

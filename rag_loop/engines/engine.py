@@ -22,7 +22,7 @@ import ibis.expr.types as ir
 import pandas as pd
 
 from rag_loop.engines.functions import DUCKDB, SPARK, Functions
-from rag_loop.engines.lake import PART, SCHEMA, day_file, lake_days, lake_query
+from rag_loop.engines.lake import LAKE_TABLES, PART, SCHEMA, day_file, lake_days, lake_query
 
 # Spark settings every session needs: instants in UTC (the day of a trace), Parquet timestamps
 # that DuckDB reads as instants, no UI; ANSI mode stays on (a bad cast fails instead of
@@ -75,10 +75,15 @@ class Engine(ABC):
 
 
 class DuckDBEngine(Engine):
-    """The stages on the control database itself, in the run's process."""
+    """The stages on the control database itself, in the run's process. Given the trace lake,
+    a stage it stores removes that stage's lake copy (an earlier Spark run's), which the Spark
+    engine would otherwise read instead of the database's newer table."""
 
     functions = DUCKDB
     _compiled: dict[Hashable, str] = {}  # SQL per stage, settings and input schemas: Ibis compiles in ~50 ms
+
+    def __init__(self, lake: Path | None = None):
+        self.lake = lake
 
     def run(self, con: duckdb.DuckDBPyConnection, name: str, inputs: Sequence[str], build: Build,
             settings: Any, days: Collection[date] | None = None) -> int:
@@ -90,6 +95,7 @@ class DuckDBEngine(Engine):
         return self._replace_days(con, name, ibis.to_sql(expression, dialect="duckdb"), days)
 
     def _replace_days(self, con: duckdb.DuckDBPyConnection, name: str, sql: str, days: Collection[date]) -> int:
+        self._forget_lake_copy(name)
         self._lambdas(con)
         wanted = f"SELECT * FROM ({sql}) WHERE day IN (SELECT unnest($days::DATE[]))"
         con.execute("BEGIN")
@@ -128,7 +134,12 @@ class DuckDBEngine(Engine):
     def _lambdas(con: duckdb.DuckDBPyConnection) -> None:
         con.execute("SET lambda_syntax = 'ENABLE_SINGLE_ARROW'")  # Ibis 12 writes x -> f(x)
 
+    def _forget_lake_copy(self, name: str) -> None:
+        if self.lake is not None and name not in LAKE_TABLES and (self.lake / name).is_dir():
+            shutil.rmtree(self.lake / name)
+
     def _create(self, con: duckdb.DuckDBPyConnection, name: str, sql: str) -> int:
+        self._forget_lake_copy(name)
         self._lambdas(con)
         con.execute(f'CREATE OR REPLACE TABLE "{name}" AS {sql}')
         return con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]

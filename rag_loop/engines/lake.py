@@ -27,6 +27,7 @@ DAY_OF = {
     "trace_feedback": "SELECT f.*, d.day FROM trace_feedback f JOIN trace_days d USING (trace_id)",
 }
 WHOLE = ("documents",)  # small tables, one file each
+LAKE_TABLES = (*DAY_OF, *WHOLE)  # what trace_lake exports; the Spark engine adds its stages' tables
 PART = "part-0.parquet"
 SCHEMA = "_schema.parquet"  # no rows, the table's columns: what a reader gets while no day exists
 FINGERPRINTS = "_days.json"

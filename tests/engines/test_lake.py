@@ -1,5 +1,6 @@
 """The trace lake: every row of the trace tables lands in its UTC day's file, an unchanged day
-is not rewritten, and a failed export leaves each day whole (old or new) and is redone."""
+is not rewritten, a failed export leaves each day whole (old or new) and is redone, and a stage
+stored on DuckDB retires its Spark copy."""
 
 from datetime import UTC, date, datetime, timedelta
 
@@ -9,7 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rag_loop.engines import lake as lake_module
+from rag_loop.engines.engine import DuckDBEngine
 from rag_loop.engines.lake import DAY_OF, day_file, export_lake, lake_days, read_lake
+from rag_loop.selection.signals import SignalSettings, compute_signals
 from rag_loop.store.tables import create_tables
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
@@ -104,3 +107,17 @@ def test_an_unreadable_fingerprint_file_rewrites_every_day_and_a_quote_in_the_pa
     (lake / "_days.json").write_text("{not json")
     assert export_lake(con, lake) == {"days_written": 2, "days_unchanged": 0}
     assert _same_rows(con, lake, "raw_traces") and _same_rows(con, lake, "trace_chunks")
+
+
+def test_a_stage_stored_on_duckdb_removes_its_older_spark_copy_from_the_lake(tmp_path):
+    """Else a later Spark run would read the lake's older rows instead of the database's."""
+    with _world(tmp_path / "w.duckdb", [(0, 2, True, "leave days")]) as con:
+        lake = tmp_path / "lake"
+        export_lake(con, lake)
+        older = day_file(lake, "trace_signals", date(2026, 11, 1))  # as the Spark engine writes it
+        older.parent.mkdir(parents=True)
+        older.write_bytes(b"an earlier run's rows")
+        compute_signals(con, SignalSettings(), DuckDBEngine(lake))
+        assert not (lake / "trace_signals").exists()
+        assert lake_days(lake, "raw_traces") == [date(2026, 11, 1)]  # the lake's own tables stay
+        assert con.execute("SELECT count(*) FROM trace_signals").fetchall() == [(1,)]
