@@ -23,7 +23,7 @@ from dagster import (
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
-from assets.resources import DUCKDB_WRITER, RagLoopPaths
+from assets.resources import DUCKDB_WRITER, EngineResource, RagLoopPaths
 from assets.sensors import request_for_input
 from assets.stage import stage_asset
 from rag_loop.engines.lake import export_lake, lake_days
@@ -34,7 +34,6 @@ from rag_loop.ingest.pipeline import (
     QUARANTINE_ERROR_RATE,
     QUARANTINE_WARN_RATE,
     IngestReport,
-    ingest_directory,
     trace_files,
     trace_table_summary,
 )
@@ -83,14 +82,14 @@ class IngestConfig(Config):
            "otlp_traces": "What became of each OTLP trace id: ingested, duplicate, quarantined, "
                           "not_a_request, waiting"})
 def raw_traces(context: AssetExecutionContext, config: IngestConfig, duckdb: DuckDBResource,
-               paths: RagLoopPaths) -> MaterializeResult:
+               paths: RagLoopPaths, engine: EngineResource) -> MaterializeResult:
     if not paths.traces_dir:
         raise Failure(description="no trace folder: set RAG_LOOP_TRACES_DIR (or the paths "
                                   "resource's traces_dir in the run config)")
     with duckdb.get_connection() as con:
-        report = ingest_directory(con, Path(paths.traces_dir), config.max_record_bytes,
-                                  log=context.log.info,
-                                  grace=timedelta(minutes=config.otlp_grace_minutes))
+        report = engine.engine(paths.lake).ingest(
+            con, Path(paths.traces_dir), max_record_bytes=config.max_record_bytes, log=context.log.info,
+            grace=timedelta(minutes=config.otlp_grace_minutes))
         summary = trace_table_summary(con)
         preview = con.sql('SELECT trace_id, "timestamp", language, tenant, original_query, '
                           'status FROM raw_traces ORDER BY "timestamp" DESC LIMIT 10').df()

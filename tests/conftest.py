@@ -9,6 +9,20 @@ from filelock import FileLock
 from rag_loop.store.tables import create_tables
 from tests.helpers import DEMO, RecordedRun, demo_config, fake_embedder, metadata_of
 
+SPARK_MODULES = "tests/engines/test_spark"
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """A module per worker (`--dist loadfile`), but the Spark modules together: one worker
+    starts one JVM, not one per module on both cores."""
+    from xdist.scheduler import LoadFileScheduling
+
+    class SparkModulesTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = super()._split_scope(nodeid)
+            return SPARK_MODULES if module.startswith(SPARK_MODULES) else module
+    return SparkModulesTogether(config, log)
+
 os.environ.setdefault("DEEPEVAL_TELEMETRY_OPT_OUT", "1")
 os.environ.setdefault("DEEPEVAL_DISABLE_DOTENV", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

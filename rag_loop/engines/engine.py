@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Hashable, Iterator, Mapping, Sequence
@@ -23,6 +24,7 @@ import pandas as pd
 
 from rag_loop.engines.functions import DUCKDB, SPARK, Functions
 from rag_loop.engines.lake import LAKE_TABLES, PART, SCHEMA, day_file, lake_days, lake_query
+from rag_loop.ingest.pipeline import IngestReport, ingest_directory
 
 # Spark settings every session needs: instants in UTC (the day of a trace), Parquet timestamps
 # that DuckDB reads as instants, no UI; ANSI mode stays on (a bad cast fails instead of
@@ -66,6 +68,11 @@ class Engine(ABC):
         """A small result (an aggregate) of `build(tables, settings, functions)`, in memory."""
 
     @abstractmethod
+    def ingest(self, con: duckdb.DuckDBPyConnection, directory: Path, **options: Any) -> IngestReport:
+        """Ingest the new trace files of `directory` into the database (the options of
+        rag_loop.ingest.pipeline.ingest_directory): the same rows and report on either engine."""
+
+    @abstractmethod
     def inputs(self, con: duckdb.DuckDBPyConnection, names: Sequence[str]) -> dict[str, ir.Table]:
         """The stage's input tables."""
 
@@ -93,6 +100,9 @@ class DuckDBEngine(Engine):
     def replace_days(self, con: duckdb.DuckDBPyConnection, name: str, expression: ir.Table,
                      days: Collection[date]) -> int:
         return self._replace_days(con, name, ibis.to_sql(expression, dialect="duckdb"), days)
+
+    def ingest(self, con: duckdb.DuckDBPyConnection, directory: Path, **options: Any) -> IngestReport:
+        return ingest_directory(con, directory, **options)
 
     def _replace_days(self, con: duckdb.DuckDBPyConnection, name: str, sql: str, days: Collection[date]) -> int:
         self._forget_lake_copy(name)
@@ -157,6 +167,12 @@ class SparkEngine(Engine):
 
     def __post_init__(self) -> None:
         self.backend = ibis.pyspark.connect(self.session)
+
+    def ingest(self, con: duckdb.DuckDBPyConnection, directory: Path, **options: Any) -> IngestReport:
+        """Native files parsed by Spark tasks, staged in the lake's hidden `.ingest` folder
+        (rag_loop.engines.ingest); OTLP files as on DuckDB."""
+        from rag_loop.engines.ingest import ingest_directory_on_spark
+        return ingest_directory_on_spark(self.session, con, directory, self.lake / ".ingest", **options)
 
     def inputs(self, con: duckdb.DuckDBPyConnection, names: Sequence[str]) -> dict[str, ir.Table]:
         """Each table from the lake where it is there, else from the control database (the small
@@ -277,7 +293,8 @@ def _instants_in_utc(schema):
 
 def spark_session(master: str = "local[2]", settings: Mapping[str, str] | None = None, app_name: str = "rag-loop"):
     """A Spark session for rag-loop: `local[N]`, a cluster master URL, or Spark Connect
-    (`sc://host:15002`); pyspark is imported here only."""
+    (`sc://host:15002`); pyspark is imported here only. On a cluster the executors' Python
+    (PYSPARK_PYTHON) must have rag-loop installed."""
     from pyspark.sql import SparkSession
     builder = SparkSession.builder.appName(app_name)
     if master.startswith("sc://"):
@@ -285,7 +302,10 @@ def spark_session(master: str = "local[2]", settings: Mapping[str, str] | None =
         wanted = {**SPARK_SETTINGS, **(settings or {})}
     else:
         builder = builder.master(master)
-        wanted = {**SPARK_SETTINGS, **(LOCAL_SETTINGS if master.startswith("local") else {}), **(settings or {})}
+        local = master.startswith("local")
+        wanted = {**SPARK_SETTINGS, **(LOCAL_SETTINGS if local else {}), **(settings or {})}
+        if local:  # Python workers on this interpreter: ingestion's tasks import rag_loop
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     for key, value in wanted.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()

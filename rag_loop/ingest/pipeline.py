@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -151,6 +151,17 @@ def ingest_directory(con: duckdb.DuckDBPyConnection, directory: Path,
     Large OTLP files and many ready traces are parsed and assembled by `workers` processes
     (default: one per core; 1: all in this process).
     """
+    return run_ingestion(
+        con, lambda pool: _ingest_directory(con, directory, max_record_bytes, log, batch_bytes, pool),
+        max_record_bytes, log, memory_limit, grace, now, workers)
+
+
+def run_ingestion(con: duckdb.DuckDBPyConnection, read_files: Callable[[LazyPool], IngestReport],
+                  max_record_bytes: int, log: Log, memory_limit: str | None, grace: timedelta,
+                  now: datetime | None, workers: int | None) -> IngestReport:
+    """`read_files(pool)` (which stores the new files) with ingestion's tables and settings, then
+    the assembly of the OTLP traces that are ready, in one transaction; an open transaction is
+    rolled back on any failure. Both engines run their files through here."""
     settings = {"preserve_insertion_order": "true"}  # read_json's row ids are line numbers
     if memory_limit:
         settings["memory_limit"] = f"'{memory_limit}'"
@@ -158,7 +169,9 @@ def ingest_directory(con: duckdb.DuckDBPyConnection, directory: Path,
     pool = LazyPool(workers)
     with _settings(con, settings):
         try:
-            report = _ingest_directory(con, directory, max_record_bytes, log, batch_bytes, pool)
+            create_tables(con)
+            con.execute("SET TimeZone = 'UTC'")  # timestamps without an offset are UTC
+            report = read_files(pool)
             con.execute("BEGIN")
             report.assembly = assemble_ready(con, now_ns, grace, max_record_bytes,
                                              ASSEMBLY_BATCH_TRACES, pool=pool.get)
@@ -188,11 +201,34 @@ def _settings(con: duckdb.DuckDBPyConnection, settings: dict[str, str]) -> Itera
 
 def _ingest_directory(con: duckdb.DuckDBPyConnection, directory: Path, max_record_bytes: int,
                       log: Log, batch_bytes: int, pool: LazyPool) -> IngestReport:
-    create_tables(con)
-    con.execute("SET TimeZone = 'UTC'")  # timestamps without an offset are UTC
+    report = IngestReport()
+    for entry in listed_files(con, directory, report):
+        if isinstance(entry, NewFile):
+            entry = store_file(con, entry, max_record_bytes, batch_bytes, pool, log)
+        report.files.append(entry)
+    return report
+
+
+@dataclass(frozen=True)
+class NewFile:
+    """A trace file not ingested yet (or changed since), as it was when looked at."""
+
+    order: int  # its place in the listing (path order)
+    path: Path
+    relative: str  # its name as stored (`display_name`)
+    size: int
+    mtime_ns: int
+
+
+def listed_files(con: duckdb.DuckDBPyConnection, directory: Path,
+                 report: IngestReport) -> Iterator[FileReport | NewFile]:
+    """The trace files of `directory` in path order: a skipped FileReport for each one ingested
+    before (same name, size and mtime), a NewFile for the others. What is not a trace file, or
+    is gone since the listing, goes to `report.ignored`. Lazy: each file is looked at just
+    before the caller reads it."""
     files, ignored = trace_files(directory)
-    report = IngestReport(ignored=ignored)
-    for path in files:
+    report.ignored.extend(ignored)
+    for order, path in enumerate(files):
         relative = display_name(path, directory)
         try:
             stat = path.stat()
@@ -203,27 +239,47 @@ def _ingest_directory(con: duckdb.DuckDBPyConnection, directory: Path, max_recor
             "SELECT format FROM ingested_files WHERE path = ? AND size = ? AND mtime_ns = ?",
             [relative, stat.st_size, stat.st_mtime_ns]).fetchall()
         if seen:
-            report.files.append(FileReport(relative, seen[0][0], BatchCounts(), skipped=True))
-            continue
-        try:
-            file_report = _ingest_file(con, path, relative, max_record_bytes, batch_bytes, pool)
-        except DATABASE_FAILURES:
-            raise
-        except Exception as error:  # noqa: BLE001 - one bad file must not block the others
-            _rollback(con)
-            file_report = _unreadable_file(con, relative, "unknown", error, [])
-        if file_report.reader != "retry":  # a file that could not be opened is tried again
-            con.execute(
-                "INSERT INTO ingested_files VALUES (?, ?, ?, ?, ?, ?, ?, ?, now())",
-                [relative, stat.st_size, stat.st_mtime_ns, file_report.format,
-                 file_report.counts.ingested + file_report.counts.duplicates
-                 + file_report.counts.quarantined, file_report.counts.ingested,
-                 file_report.counts.duplicates, file_report.counts.quarantined])
-        con.execute("COMMIT")
-        report.files.append(file_report)
-        log(f"{relative}: {file_report.format} by {file_report.reader}, {file_report.counts}"
-            + "".join(f"; {why}" for why in file_report.fallbacks))
-    return report
+            yield FileReport(relative, seen[0][0], BatchCounts(), skipped=True)
+        else:
+            yield NewFile(order, path, relative, stat.st_size, stat.st_mtime_ns)
+
+
+def store_file(con: duckdb.DuckDBPyConnection, file: NewFile, max_record_bytes: int,
+               batch_bytes: int, pool: LazyPool, log: Log = quiet) -> FileReport:
+    """Read one file and commit it together with its `ingested_files` row."""
+    file_report = read_file(con, file.path, file.relative, max_record_bytes, batch_bytes, pool)
+    mark_ingested(con, [(file, file_report)])
+    con.execute("COMMIT")
+    log_file(log, file_report)
+    return file_report
+
+
+def read_file(con: duckdb.DuckDBPyConnection, path: Path, relative: str,
+              max_record_bytes: int, batch_bytes: int, pool: LazyPool) -> FileReport:
+    """Store one file inside a transaction that the caller commits; a file that cannot be
+    read at all is quarantined whole. The database itself failing raises."""
+    try:
+        return _ingest_file(con, path, relative, max_record_bytes, batch_bytes, pool)
+    except DATABASE_FAILURES:
+        raise
+    except Exception as error:  # noqa: BLE001 - one bad file must not block the others
+        _rollback(con)
+        return _unreadable_file(con, relative, "unknown", error, [])
+
+
+def mark_ingested(con: duckdb.DuckDBPyConnection, stored: list[tuple[NewFile, FileReport]]) -> None:
+    """The `ingested_files` rows of files read, but for those to try again (see `_unreadable_file`)."""
+    rows = [[file.relative, file.size, file.mtime_ns, report.format,
+             report.counts.ingested + report.counts.duplicates + report.counts.quarantined,
+             report.counts.ingested, report.counts.duplicates, report.counts.quarantined]
+            for file, report in stored if report.reader != "retry"]
+    if rows:
+        con.executemany("INSERT INTO ingested_files VALUES (?, ?, ?, ?, ?, ?, ?, ?, now())", rows)
+
+
+def log_file(log: Log, report: FileReport) -> None:
+    log(f"{report.path}: {report.format} by {report.reader}, {report.counts}"
+        + "".join(f"; {why}" for why in report.fallbacks))
 
 
 def _ingest_file(con: duckdb.DuckDBPyConnection, path: Path, relative: str,

@@ -4,6 +4,7 @@ lake) as on DuckDB (over the database) — exactly, but for floats within 1e-12,
 same column types — on the demo world and on what real instrumentations write
 (tests/fixtures/otlp/); and a Spark rerun changes nothing, in the table or in the lake."""
 
+import shutil
 from datetime import date
 
 import duckdb
@@ -13,7 +14,7 @@ import pytest
 from dagster import materialize
 from dagster_duckdb import DuckDBResource
 
-from assets.ingestion import trace_lake
+from assets.ingestion import raw_traces, trace_lake
 from assets.resources import RagLoopPaths, SparkEngineResource
 from assets.selection import failure_candidates, quality_estimates, trace_signals
 from rag_loop.drift.days import FreshnessSettings, RetrievalSettings, freshness_day, retrieval_day
@@ -27,10 +28,9 @@ from rag_loop.online.quality import OnlineQualitySettings, online_quality_day
 from rag_loop.selection.estimates import estimate_rates, parse_slices
 from rag_loop.selection.sampling import SamplingPolicy, select_candidates
 from rag_loop.selection.signals import SignalSettings, compute_signals
-from rag_loop.store.tables import create_tables
 from tests.engines.conftest import needs_spark
 from tests.engines.test_functions import _expression, _frame, _on_duckdb
-from tests.helpers import PROJECT, demo_config, demo_copy
+from tests.helpers import DEMO, PROJECT, demo_config, demo_copy
 
 pytestmark = [needs_spark, pytest.mark.slow]
 OTLP = PROJECT / "tests" / "fixtures" / "otlp" / "traces"
@@ -145,20 +145,24 @@ def _the_drift_days_are_duckdbs(spark, con: duckdb.DuckDBPyConnection, lake) -> 
 
 def test_the_spark_engine_resource_runs_the_ported_assets_on_otlp_traffic_and_a_rerun_changes_nothing(
         spark, tmp_path):
-    """trace_lake → trace_signals → failure_candidates → quality_estimates in a Dagster run on the
-    Spark resource; the rerun of the two stages leaves the same rows and the same lake files."""
-    database = tmp_path / "otlp.duckdb"
-    with duckdb.connect(str(database)) as con:
-        create_tables(con)
-        ingest_directory(con, OTLP)
+    """raw_traces → trace_lake → trace_signals → failure_candidates → quality_estimates in a
+    Dagster run on the Spark resource, over the OTLP fixtures and a native file (parsed by a
+    Spark task), equal DuckDB's; the rerun of two stages leaves the same rows and lake files."""
+    traces = tmp_path / "traces"
+    shutil.copytree(OTLP, traces)
+    shutil.copy(DEMO / "traces" / "native" / "2026-11-01.jsonl.gz", traces)
+    with duckdb.connect(str(tmp_path / "expected.duckdb")) as con:
+        ingest_directory(con, traces)
         compute_signals(con, SignalSettings())
         select_candidates(con, SamplingPolicy())
         expected = {t: con.execute(f"SELECT * FROM {t}").df() for t in PORTED}
         estimates = estimate_rates(con, parse_slices(["language"]))
-    assert len(expected["trace_signals"]) == 132 and len(expected["failure_candidates"]) >= 3
+    assert len(expected["trace_signals"]) == 132 + 299 and len(expected["failure_candidates"]) >= 10
+    database = tmp_path / "on-spark.duckdb"
     resources = {"duckdb": DuckDBResource(database=str(database)), "engine": SparkEngineResource(),
-                 "paths": RagLoopPaths(lake_dir=str(tmp_path / "lake"))}
-    assert materialize([trace_lake, trace_signals, failure_candidates, quality_estimates], resources=resources,
+                 "paths": RagLoopPaths(lake_dir=str(tmp_path / "lake"), traces_dir=str(traces), knowledge_dir="")}
+    assert materialize([raw_traces, trace_lake, trace_signals, failure_candidates, quality_estimates],
+                       resources=resources,
                        run_config={"ops": {"quality_estimates": {"config": {"slices": ["language"]}}}}).success
     with duckdb.connect(str(database)) as con:
         stored = con.execute("SELECT * FROM quality_estimates").df()

@@ -9,12 +9,12 @@ from assets.ingestion import (
     raw_traces,
     raw_traces_quarantine_rate,
 )
-from assets.resources import RagLoopPaths
+from assets.resources import DuckDBEngineResource, RagLoopPaths
 from tests.helpers import DEMO, trace_line
 
 
 def _resources(tmp_path, traces_dir):
-    return {"duckdb": DuckDBResource(database=str(tmp_path / "rag.duckdb")),
+    return {"duckdb": DuckDBResource(database=str(tmp_path / "rag.duckdb")), "engine": DuckDBEngineResource(),
             "paths": RagLoopPaths(traces_dir=str(traces_dir), knowledge_dir=str(DEMO / "kb"))}
 
 

@@ -1,0 +1,219 @@
+"""Ingestion with the parsing on Spark leaves the database, and reports, exactly as
+`ingest_directory` does (every ingestion table as a set of rows, but for the wall-clock columns;
+every file's report): on the demo folder, run again, and after a file changed; on hostile
+folders; with files that cannot be read whole. A failure while storing leaves the database as
+it was, and a task that crashes its worker gives up only its own file."""
+
+import gzip
+import os
+import shutil
+import sys
+from datetime import UTC, datetime
+
+import duckdb
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import rag_loop.engines.ingest as spark_ingest
+import rag_loop.ingest.pipeline as pipeline
+from rag_loop.engines.ingest import ingest_directory_on_spark
+from rag_loop.ingest import IngestReport, ingest_directory
+from tests.engines.conftest import needs_spark
+from tests.helpers import DEMO, trace_line
+
+pytestmark = needs_spark
+NOW = datetime(2026, 12, 1, tzinfo=UTC)  # OTLP assembly's clock, the same on both
+WALL_CLOCK = {"raw_traces": "ingested_at", "trace_chunks": None, "trace_spans": None,
+              "trace_feedback": None, "quarantine": "quarantined_at", "trace_duplicates": "seen_at",
+              "ingested_files": "ingested_at", "otlp_spans": "received_at", "otlp_traces": "assembled_at"}
+
+
+@pytest.fixture(scope="module")
+def session(spark):
+    assert spark.sparkContext.pythonExec == sys.executable  # the tasks import rag_loop and DuckDB
+    return spark
+
+
+def tables(con) -> dict[str, list[tuple]]:
+    """Every ingestion table's rows, sorted, without the wall-clock columns."""
+    return {table: con.execute(f"SELECT * {f'EXCLUDE ({clock})' if clock else ''} FROM {table} "
+                               "ORDER BY ALL").fetchall() for table, clock in WALL_CLOCK.items()}
+
+
+def on_both(session, cons, directory, staging) -> tuple[IngestReport, IngestReport]:
+    """Ingest `directory` into cons[0] by `ingest_directory`, into cons[1] on Spark, and check
+    that both give the same tables and the same report."""
+    sequential = ingest_directory(cons[0], directory, now=NOW)
+    on_spark = ingest_directory_on_spark(session, cons[1], directory, staging, now=NOW)
+    assert tables(cons[1]) == tables(cons[0])
+    assert on_spark.files == sequential.files
+    assert (on_spark.ignored, on_spark.assembly) == (sequential.ignored, sequential.assembly)
+    assert not staging.exists() or not any(staging.iterdir())
+    return sequential, on_spark
+
+
+DEMO_FILES = ("native/2026-11-01.jsonl.gz", "native/2026-11-14.jsonl.gz", "native/redelivery.jsonl.gz",
+              "malformed/bad-records.jsonl", "otlp/2026-11-01.otlp.jsonl.gz")  # redelivered across files
+
+
+def test_the_demo_folder_a_rerun_and_a_changed_file_give_the_same_tables(session, tmp_path):
+    directory = tmp_path / "traces"
+    for name in DEMO_FILES:
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(DEMO / "traces" / name, directory / name)
+    with duckdb.connect() as sequential, duckdb.connect() as on_spark:
+        cons = (sequential, on_spark)
+        first, _ = on_both(session, cons, directory, tmp_path / "staging")
+        by_path = {f.path: f for f in first.files}
+        assert by_path["native/redelivery.jsonl.gz"].counts.duplicates > 0  # across files
+        assert {f.format for f in first.files} == {"native", "otlp"}
+        stored = tables(on_spark)
+        again, _ = on_both(session, cons, directory, tmp_path / "staging")
+        assert all(f.skipped for f in again.files) and tables(on_spark) == stored
+
+        changed = directory / "native" / "2026-11-14.jsonl.gz"
+        own = gzip.decompress(changed.read_bytes()).splitlines()
+        other = gzip.decompress((directory / "native" / "2026-11-01.jsonl.gz").read_bytes()).splitlines()
+        appended = [other[0], own[0], trace_line("new-one").encode(), b"{oops", own[2]]
+        changed.write_bytes(gzip.compress(b"\n".join(own + appended) + b"\n"))
+        _, last = on_both(session, cons, directory, tmp_path / "staging")
+        read = [f for f in last.files if not f.skipped]
+        assert [f.path for f in read] == ["native/2026-11-14.jsonl.gz"]
+        assert (read[0].counts.ingested, read[0].counts.quarantined) == (1, 1)
+        assert on_spark.execute("SELECT count(*) FROM trace_duplicates WHERE source_file = ?",
+                                [read[0].path]).fetchall() == [(3,)]  # the lines appended
+
+
+names = st.binary(min_size=1, max_size=8).filter(
+    lambda b: b"/" not in b and b"\0" not in b and b not in (b".", b".."))
+lines = st.one_of(st.sampled_from(["blank", "garbage", "deep", "cr"]),
+                  st.tuples(st.just("good"), st.sampled_from(["t0", "t1", "t2"])),  # shared ids
+                  st.binary(max_size=20))
+LINES = {"blank": b"\n", "garbage": b"{oops\n", "deep": b"[" * 3000 + b"\n", "cr": b'{"a": 1}\r\n'}
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(files=st.dictionaries(names, st.lists(lines, max_size=5), min_size=1, max_size=3),
+       corrupt_gzip=st.booleans())
+def test_hostile_folders_give_the_same_tables(session, tmp_path_factory, files, corrupt_gzip):
+    directory = tmp_path_factory.mktemp("d")
+    for name, content in files.items():
+        body = b"".join(trace_line(kind[1]).encode() + b"\n" if isinstance(kind, tuple)
+                        else kind + b"\n" if isinstance(kind, bytes) else LINES[kind]
+                        for kind in content)
+        with open(os.path.join(os.fsencode(directory), name + b".jsonl"), "wb") as handle:
+            handle.write(body)
+    if corrupt_gzip:
+        (directory / "corrupt.jsonl.gz").write_bytes(b"\x1f\x8b" + b"not gzip at all")
+    with duckdb.connect() as sequential, duckdb.connect() as on_spark:
+        on_both(session, (sequential, on_spark), directory, tmp_path_factory.mktemp("staging"))
+
+
+def small_folder(directory, *names: str) -> None:
+    """Files of two traces each, one of them the same in every file."""
+    directory.mkdir(exist_ok=True)
+    for name in names:
+        (directory / f"{name}.jsonl").write_text(f"{trace_line(name)}\n{trace_line('shared')}\n")
+
+
+def test_a_failure_while_storing_leaves_the_database_as_it_was(session, tmp_path, monkeypatch):
+    directory, staging = tmp_path / "traces", tmp_path / "staging"
+    small_folder(directory, "a")
+    with duckdb.connect() as sequential, duckdb.connect() as on_spark:
+        for con in (sequential, on_spark):
+            ingest_directory(con, directory, now=NOW)
+        before = tables(on_spark)
+        small_folder(directory, "b", "c")
+        # changed: its stored copy of "shared" (line 2) is now on line 1 too, before it
+        (directory / "a.jsonl").write_text("".join(f"{trace_line(t)}\n" for t in ("shared", "shared", "a2")))
+        # first in path order, stored after the native files: the same tables all the same
+        shutil.copy(DEMO / "traces" / "otlp" / "2026-11-01.otlp.jsonl.gz", directory / "0.otlp.jsonl.gz")
+
+        def failing(*args):
+            raise RuntimeError("the disk is full")
+        monkeypatch.setattr(spark_ingest, "mark_ingested", failing)  # after the rows are inserted
+        with pytest.raises(RuntimeError, match="disk is full"):
+            ingest_directory_on_spark(session, on_spark, directory, staging, now=NOW)
+        assert tables(on_spark) == before
+        assert not any(staging.iterdir())
+        monkeypatch.undo()
+        # the run redone whole; the driver cannot tell the formats this time (as if each file
+        # changed since it looked): the OTLP file's task finds it out, and it takes the OTLP path
+        monkeypatch.setattr(spark_ingest, "_format", lambda path: None)
+        on_both(session, (sequential, on_spark), directory, staging)
+
+
+def test_files_that_cannot_be_read_whole_are_set_aside_as_on_the_duckdb_path(session, tmp_path, monkeypatch):
+    directory = tmp_path / "traces"
+    small_folder(directory, "a", "crash", "locked")
+
+    def broken(module) -> dict:
+        """The pipeline module's functions, but for a reader crash on crash.jsonl and no
+        permission to open locked.jsonl (root ignores chmod 000)."""
+        load, detect = module._load, module.detect_format
+
+        def crashing(con, fmt, reader, path, *args):
+            if path.name == "crash.jsonl":
+                raise RecursionError("maximum recursion depth exceeded")
+            return load(con, fmt, reader, path, *args)
+
+        def no_permission(path, *args):
+            if path.name == "locked.jsonl":
+                raise PermissionError(13, "Permission denied", str(path))
+            return detect(path, *args)
+        return {"_load": crashing, "detect_format": no_permission}
+
+    for name, function in broken(pipeline).items():  # on the DuckDB path
+        monkeypatch.setattr(pipeline, name, function)
+    real = spark_ingest.task_function
+
+    def with_broken_readers(task_settings):  # in the tasks: their own process
+        task = real(task_settings)
+
+        def run(batches):  # pickled by value, with `broken`
+            import rag_loop.ingest.pipeline as tasks_pipeline
+            kept = {name: getattr(tasks_pipeline, name) for name in ("_load", "detect_format")}
+            for name, function in broken(tasks_pipeline).items():
+                setattr(tasks_pipeline, name, function)
+            try:
+                yield from task(batches)
+            finally:  # the worker process runs later tasks too
+                for name, function in kept.items():
+                    setattr(tasks_pipeline, name, function)
+        return run
+    monkeypatch.setattr(spark_ingest, "task_function", with_broken_readers)
+    with duckdb.connect() as sequential, duckdb.connect() as on_spark:
+        _, report = on_both(session, (sequential, on_spark), directory, tmp_path / "staging")
+    assert [(f.path, f.reader) for f in report.files] == [
+        ("a.jsonl", "read_json"), ("crash.jsonl", "none"), ("locked.jsonl", "retry")]
+
+
+def test_a_task_that_crashes_its_worker_gives_up_only_its_own_file(session, tmp_path, monkeypatch):
+    directory, staging = tmp_path / "traces", tmp_path / "staging"
+    small_folder(directory, "a", "b", "c")
+    real = spark_ingest.task_function
+
+    def crashing(task_settings):
+        task = real(task_settings)
+
+        def run(batches):  # pickled by value, with `real`'s task
+            for batch in batches:
+                if batch.column("relative")[0].as_py() == "b.jsonl":
+                    os._exit(3)
+                yield from task(iter([batch]))
+        return run
+    monkeypatch.setattr(spark_ingest, "task_function", crashing)
+    with duckdb.connect() as on_spark:
+        report = ingest_directory_on_spark(session, on_spark, directory, staging, now=NOW)
+        assert [(f.path, f.reader) for f in report.files] == [
+            ("a.jsonl", "read_json"), ("b.jsonl", "retry"), ("c.jsonl", "read_json")]
+        assert on_spark.execute("SELECT trace_id, source_file FROM raw_traces ORDER BY ALL").fetchall() == [
+            ("a", "a.jsonl"), ("c", "c.jsonl"), ("shared", "a.jsonl")]
+        (file, line, reason), = on_spark.execute("SELECT source_file, line_no, reason FROM quarantine").fetchall()
+        assert (file, line) == ("b.jsonl", 0)
+        assert reason.startswith("unreadable_file: Py4JJavaError(\"org.apache.spark.SparkException: "
+                                 "Python worker exited unexpectedly (crashed)")
+        assert on_spark.execute("SELECT path FROM ingested_files ORDER BY ALL").fetchall() == [
+            ("a.jsonl",), ("c.jsonl",)]  # b is read again next time
+        assert not any(staging.iterdir())
