@@ -117,7 +117,7 @@ def assert_figures_equal(got: pd.DataFrame, expected: pd.DataFrame) -> None:
     pd.testing.assert_frame_equal(got, expected, check_dtype=False, check_exact=False, rtol=1e-9, atol=1e-12)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(TRACE, max_size=40))
 def test_the_retrieval_figures_equal_the_pandas_reference(traces):
     with duckdb.connect() as con:

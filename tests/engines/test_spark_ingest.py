@@ -93,7 +93,7 @@ lines = st.one_of(st.sampled_from(["blank", "garbage", "deep", "cr"]),
 LINES = {"blank": b"\n", "garbage": b"{oops\n", "deep": b"[" * 3000 + b"\n", "cr": b'{"a": 1}\r\n'}
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(files=st.dictionaries(names, st.lists(lines, max_size=5), min_size=1, max_size=3),
        corrupt_gzip=st.booleans())
 def test_hostile_folders_give_the_same_tables(session, tmp_path_factory, files, corrupt_gzip):
