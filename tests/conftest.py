@@ -1,6 +1,7 @@
 import os
 import pickle
 import shutil
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -63,27 +64,34 @@ def _build_demo_run(root) -> None:
     (root / "metadata.pickle").write_bytes(pickle.dumps(recorded))
 
 
+def _built_once(tmp_path_factory, worker_id, name: str, build) -> Path:
+    """`build(folder)` once per test session, by the first worker that needs it (the others
+    wait): the folder, shared by every worker, to copy from."""
+    shared = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        shared = shared.parent  # the session's folder, above every worker's
+    built = shared / f"{name}_built"
+    with FileLock(str(shared / f"{name}.lock")):
+        if not (built / "done").exists():
+            build(built)
+            (built / "done").touch()
+    return built
+
+
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory, worker_id):
     """The whole loop materialized once per test session on the demo data (the first worker to
     need it builds it, the others wait), and copied for each worker: (run, database, paths)."""
-    shared = tmp_path_factory.getbasetemp()
-    if worker_id != "master":
-        shared = shared.parent  # the session's folder, above every worker's
-    built = shared / "demo_run_built"
-    with FileLock(str(shared / "demo_run.lock")):
-        if not (built / "metadata.pickle").exists():
-            _build_demo_run(built)
+    built = _built_once(tmp_path_factory, worker_id, "demo_run", _build_demo_run)
     root = tmp_path_factory.mktemp("demo_run")
     shutil.copytree(built, root, dirs_exist_ok=True)
     run = RecordedRun(pickle.loads((root / "metadata.pickle").read_bytes()))
     return run, root / "rag.duckdb", _demo_paths(root)
 
 
-@pytest.fixture(scope="session")
-def drift_days(demo_run, tmp_path_factory):
-    """Every drift check's verdicts for the 14 demo days, computed day by day in order on a
-    copy of the loop's database: ({day: {check: severity}}, days stored per table, database)."""
+def _build_drift_days(root, database) -> None:
+    """Every drift check's verdicts for the 14 demo days, day by day in order, on a copy of the
+    loop's database in `root`: `fired.pickle` ({day: {check: severity}}, days stored per table)."""
     from datetime import date, timedelta
 
     from rag_loop.drift.days import (
@@ -96,12 +104,11 @@ def drift_days(demo_run, tmp_path_factory):
         query_mix_day,
         retrieval_day,
     )
-    _, database, _ = demo_run
-    copy = tmp_path_factory.mktemp("drift") / "rag.duckdb"
-    shutil.copy(database, copy)
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copy(database, root / "rag.duckdb")
     router = fake_embedder().router()
     fired: dict[str, dict[str, str]] = {}
-    with duckdb.connect(str(copy)) as con:
+    with duckdb.connect(str(root / "rag.duckdb")) as con:
         for offset in range(14):
             day = date(2026, 11, 1) + timedelta(days=offset)
             verdicts = (query_mix_day(con, day, router, QueryMixSettings())
@@ -111,6 +118,19 @@ def drift_days(demo_run, tmp_path_factory):
             fired[day.strftime("%m-%d")] = {v.name: v.severity for v in verdicts if v.fired}
         tables = {t: con.execute(f"SELECT count(DISTINCT day) FROM {t}").fetchall()[0][0]
                   for t in ("query_mix", "freshness_daily", "retrieval_scores", "quality_slis")}
+    (root / "fired.pickle").write_bytes(pickle.dumps((fired, tables)))
+
+
+@pytest.fixture(scope="session")
+def drift_days(demo_run, tmp_path_factory, worker_id):
+    """Every drift check's verdicts for the 14 demo days, computed day by day in order on a
+    copy of the loop's database (once per test session, copied for each worker):
+    ({day: {check: severity}}, days stored per table, database)."""
+    _, database, _ = demo_run
+    built = _built_once(tmp_path_factory, worker_id, "drift_days", lambda root: _build_drift_days(root, database))
+    copy = tmp_path_factory.mktemp("drift") / "rag.duckdb"
+    shutil.copy(built / "rag.duckdb", copy)
+    fired, tables = pickle.loads((built / "fired.pickle").read_bytes())
     return fired, tables, copy
 
 
