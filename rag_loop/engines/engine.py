@@ -23,8 +23,9 @@ import ibis.expr.types as ir
 import pandas as pd
 
 from rag_loop.engines.functions import DUCKDB, SPARK, Functions
-from rag_loop.engines.lake import LAKE_TABLES, PART, SCHEMA, day_file, lake_days, lake_query
+from rag_loop.engines.lake import LAKE_TABLES, PART, SCHEMA, day_file, export_table, lake_days, lake_query
 from rag_loop.ingest.pipeline import IngestReport, ingest_directory
+from rag_loop.store.tables import has_table
 
 # Spark settings every session needs: instants in UTC (the day of a trace), Parquet timestamps
 # that DuckDB reads as instants, no UI; ANSI mode stays on (a bad cast fails instead of
@@ -219,6 +220,10 @@ class SparkEngine(Engine):
 
     def replace_days(self, con: duckdb.DuckDBPyConnection, name: str, expression: ir.Table,
                      days: Collection[date]) -> int:
+        """As `Engine.replace_days`; a table the database has but the lake does not (computed on
+        DuckDB) first gets its other days in the lake, so the lake's copy stays whole."""
+        if not (self.lake / name).is_dir() and has_table(con, name):
+            export_table(con, self.lake, name, skip=days)
         written = self._write_days(name, expression)
         for day in set(days) - written:  # a day without rows any more
             day_file(self.lake, name, day).unlink(missing_ok=True)

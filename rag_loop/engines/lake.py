@@ -43,6 +43,14 @@ def lake_days(lake: Path, table: str) -> list[date]:
                   for p in (lake / table).glob(f"day=*/{PART}"))
 
 
+def export_table(con: duckdb.DuckDBPyConnection, lake: Path, table: str, skip: Iterable[date] = ()) -> None:
+    """A day-partitioned table of the database (it has `day`) as the lake's day files, but for
+    the days in `skip`: what a stage computed on DuckDB gives the Spark engine to build on."""
+    days = [d for (d,) in con.execute(f'SELECT DISTINCT day FROM "{table}" WHERE day IS NOT NULL').fetchall()]
+    for day in sorted(set(days) - set(skip)):
+        _replace(con, f'SELECT * EXCLUDE (day) FROM "{table}" WHERE day = ?', day_file(lake, table, day), [day])
+
+
 def _replace(con: duckdb.DuckDBPyConnection, query: str, target: Path, parameters: list | None = None) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     staged = target.with_name(f".{uuid.uuid4().hex}.tmp")  # hidden: neither engine reads it

@@ -21,7 +21,7 @@ from rag_loop.drift.days import FreshnessSettings, RetrievalSettings, freshness_
 from rag_loop.drift.figures import mix_counts
 from rag_loop.engines.engine import DuckDBEngine, SparkEngine
 from rag_loop.engines.functions import SPARK
-from rag_loop.engines.lake import day_file, export_lake
+from rag_loop.engines.lake import day_file, export_lake, lake_days
 from rag_loop.engines.sampling import novelty_sample_expression
 from rag_loop.ingest import ingest_directory
 from rag_loop.online.quality import OnlineQualitySettings, online_quality_day
@@ -54,7 +54,8 @@ def _plain(value):
     """A cell as comparable Python: lists as lists, missing as None."""
     if isinstance(value, np.ndarray | list):
         return [_plain(v) for v in value]
-    return None if value is None or (isinstance(value, float) and np.isnan(value)) or value is pd.NaT else value
+    return None if value is None or (isinstance(value, float) and np.isnan(value)) or value is pd.NaT \
+        or value is pd.NA else value
 
 
 PORTED = ("trace_signals", "failure_candidates")
@@ -91,6 +92,12 @@ def test_the_stages_on_spark_are_duckdbs_on_the_demo_world(spark, demo_run, tmp_
     files = {d: day_file(tmp_path / "lake", "trace_signals", d).stat().st_mtime_ns for d in days}
     assert compute_signals(con, SignalSettings(), engine, days=days) == (signals.day.dt.date.isin(days)).sum()
     assert_same_rows(con.execute("SELECT * FROM trace_signals").df(), signals, "trace_id")  # those days again
+    compute_signals(con, SignalSettings(), DuckDBEngine(tmp_path / "lake"))  # on DuckDB: no lake copy
+    compute_signals(con, SignalSettings(), engine, days=days[:1])  # then one day on Spark: the lake's copy whole
+    assert lake_days(tmp_path / "lake", "trace_signals") == sorted(set(signals.day.dt.date))
+    from_lake = engine.frame(con, ("trace_signals",), lambda t, columns, _: t["trace_signals"].select(*columns),
+                             list(signals.columns))
+    assert_same_rows(from_lake, signals, "trace_id")
     assert all(day_file(tmp_path / "lake", "trace_signals", d).stat().st_mtime_ns > files[d] for d in days)
     slices = (("language",), ("query_type", "language"))
     on_duckdb = estimate_rates(con, slices)
