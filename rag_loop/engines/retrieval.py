@@ -70,28 +70,40 @@ def by_slice(rows: ir.Table, *columns: str) -> ir.Table:
 
 
 def _window_rows(tables: Mapping[str, ir.Table], window: DriftWindow, fn: Functions) -> ir.Table:
-    """The window's traces: slices, scores, documents used, and for the day's traces the top-k
-    overlap with the latest retrieval of the same query in the baseline window."""
+    """The window's traces: slices and scores; for the day's traces also the documents used
+    and the top-k overlap with the latest retrieval of the same query in the baseline window.
+    Chunk lists are gathered for those traces only (the day's, and one per repeated query),
+    not for the whole window."""
     signals, traces, chunks = tables["trace_signals"], tables["raw_traces"], tables["trace_chunks"]
     in_window = signals.filter(signals.day.between(window.start, window.day))
     queries = traces.select(q_trace_id=traces.trace_id, query=trim_spaces(traces.original_query).lower(),
                             asked_at=traces["timestamp"])
-    used = chunks.group_by(k_trace_id=chunks.trace_id).aggregate(
-        documents=chunks.doc_id.nunique(), chunk_ids=fn.distinct(chunks.chunk_id.collect()))
-    rows = (in_window.join(queries, in_window.trace_id == queries.q_trace_id)
-            .left_join(used, in_window.trace_id == used.k_trace_id)
-            .select("trace_id", "day", *SLICE_COLUMNS, "top_retrieval_score", "top_rerank_score",
-                    "empty_retrieval", "query", "asked_at", "documents", "chunk_ids"))
-    latest = ibis.row_number().over(group_by=rows.query, order_by=[ibis.desc(rows.asked_at),
-                                                                   ibis.desc(rows.trace_id)])
-    earlier = rows.filter((rows.day <= window.end) & rows.chunk_ids.notnull()).mutate(latest=latest)
-    earlier = earlier.filter(earlier.latest == 0).select(e_query=earlier.query, e_chunk_ids=earlier.chunk_ids)
-    joined = rows.left_join(earlier, (rows.query == earlier.e_query) & (rows.day == window.day))
+    rows = in_window.join(queries, in_window.trace_id == queries.q_trace_id).select(
+        "trace_id", "day", *SLICE_COLUMNS, "top_retrieval_score", "top_rerank_score", "empty_retrieval", "query",
+        "asked_at", is_today=in_window.day == window.day, is_baseline=in_window.day <= window.end)
+    named = chunks.filter(chunks.chunk_id.notnull())
+    before = rows.filter(rows.is_baseline & rows.trace_id.isin(named.trace_id))
+    latest = ibis.row_number().over(group_by=before.query, order_by=[ibis.desc(before.asked_at),
+                                                                     ibis.desc(before.trace_id)])
+    earlier = before.mutate(latest=latest)
+    earlier = earlier.filter(earlier.latest == 0).select(e_query=earlier.query, e_trace_id=earlier.trace_id)
+    today = rows.filter(rows.is_today)
+    wanted = chunks.filter(chunks.trace_id.isin(today.trace_id) | chunks.trace_id.isin(earlier.e_trace_id))
+    used = wanted.group_by(k_trace_id=wanted.trace_id).aggregate(
+        documents=wanted.doc_id.nunique(), chunk_ids=fn.distinct(wanted.chunk_id.collect()))
+    then = used.select(t_trace_id=used.k_trace_id, e_chunk_ids=used.chunk_ids)
+    joined = (today.left_join(used, today.trace_id == used.k_trace_id)
+              .left_join(earlier, today.query == earlier.e_query)
+              .left_join(then, earlier.e_trace_id == then.t_trace_id))
     shared = ibis.ifelse(joined.chunk_ids.isnull(), 0, joined.chunk_ids.intersect(joined.e_chunk_ids).length())
     both = joined.chunk_ids.length().fill_null(0) + joined.e_chunk_ids.length() - shared
-    return joined.mutate(
-        is_today=joined.day == window.day, is_baseline=joined.day <= window.end,
-        overlap=ibis.ifelse(joined.e_query.notnull(), shared.cast("float64") / ibis.greatest(both, 1), ibis.null()))
+    overlap = ibis.ifelse(joined.e_query.notnull(), shared.cast("float64") / ibis.greatest(both, 1), ibis.null())
+    columns = ["day", *SLICE_COLUMNS, "top_retrieval_score", "top_rerank_score", "empty_retrieval", "is_today",
+               "is_baseline"]
+    day_rows = joined.select(*columns, documents=joined.documents, overlap=overlap)
+    baseline_rows = rows.filter(~rows.is_today).select(*columns, documents=ibis.null("int64"),
+                                                       overlap=ibis.null("float64"))
+    return ibis.union(day_rows, baseline_rows)
 
 
 def _figures(part: ir.Table) -> ir.Table:
