@@ -3,6 +3,7 @@ curve, beside a bare DuckDB scan as the reference.
 
     python bench/engines.py [--traces 1000000] [--scaling 100000,1000000,3000000]
                             [--workdir bench/out/engines] [--skip-spark] [--spark-master local[2]]
+                            [--spark-memory 2g]
                             [--memory-limits default,1GB] [--keep]
 
 1. Engine comparison on a world of N traces (bench/selection.py's `build_database`: ~72,000
@@ -274,7 +275,7 @@ def compare(args: argparse.Namespace, stages: list[Stage]) -> dict:
     if not args.skip_spark:
         from rag_loop.engines.engine import SparkEngine, spark_session
         start = time.perf_counter()
-        session = spark_session(args.spark_master)
+        session = spark_session(args.spark_master, {"spark.driver.memory": args.spark_memory})
         session.sparkContext.setLogLevel("ERROR")
         engine = SparkEngine(session, lake)
         out["session"] = time.perf_counter() - start
@@ -434,6 +435,9 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=Path("bench/out/engines"))
     parser.add_argument("--skip-spark", action="store_true")
     parser.add_argument("--spark-master", default="local[2]")
+    parser.add_argument("--spark-memory", default="2g",
+                        help="spark.driver.memory (local mode: the executors' too; Spark's 1g default is "
+                             "too small for retrieval_scores' broadcast at 1M traces)")
     parser.add_argument("--memory-limits", default="default,1GB",
                         help="DuckDB memory_limit values for the scaling curve, comma-separated, one pass "
                              "each ('default': not set)")

@@ -88,7 +88,8 @@ def _window_rows(tables: Mapping[str, ir.Table], window: DriftWindow, fn: Functi
     earlier = before.mutate(latest=latest)
     earlier = earlier.filter(earlier.latest == 0).select(e_query=earlier.query, e_trace_id=earlier.trace_id)
     today = rows.filter(rows.is_today)
-    wanted = chunks.filter(chunks.trace_id.isin(today.trace_id) | chunks.trace_id.isin(earlier.e_trace_id))
+    ids = ibis.union(today.select(w_trace_id=today.trace_id), earlier.select(w_trace_id=earlier.e_trace_id))
+    wanted = chunks.filter(chunks.trace_id.isin(ids.w_trace_id))  # one semi join: an OR of two is a nested loop
     used = wanted.group_by(k_trace_id=wanted.trace_id).aggregate(
         documents=wanted.doc_id.nunique(), chunk_ids=fn.distinct(wanted.chunk_id.collect()))
     then = used.select(t_trace_id=used.k_trace_id, e_chunk_ids=used.chunk_ids)
