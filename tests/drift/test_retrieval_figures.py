@@ -117,7 +117,7 @@ def assert_figures_equal(got: pd.DataFrame, expected: pd.DataFrame) -> None:
     pd.testing.assert_frame_equal(got, expected, check_dtype=False, check_exact=False, rtol=1e-9, atol=1e-12)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(TRACE, max_size=40))
 def test_the_retrieval_figures_equal_the_pandas_reference(traces):
     with duckdb.connect() as con:
@@ -125,7 +125,7 @@ def test_the_retrieval_figures_equal_the_pandas_reference(traces):
         assert_figures_equal(retrieval_figures(con, DAY, WINDOW), _reference(con))
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(st.lists(TRACE, max_size=30))
 def test_the_stale_retrieval_rates_equal_counting_by_hand(traces):
     with duckdb.connect() as con:
@@ -157,7 +157,7 @@ def test_a_window_without_traces_still_has_its_all_row():
     assert figures.drop(columns=["slice", "slice_value", "n", "baseline_n"]).isna().all(axis=None)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(st.lists(st.sampled_from([0.1, 0.2, 0.3, 0.5]) | st.floats(0, 1), min_size=1, max_size=60),
        st.lists(st.sampled_from([0.1, 0.2, 0.3, 0.5]) | st.floats(0, 1), min_size=1, max_size=60))
 def test_ks_from_the_largest_distance_is_scipys_ks_2samp(current, baseline):

@@ -28,7 +28,7 @@ def _tables(con: duckdb.DuckDBPyConnection) -> dict[str, pd.DataFrame]:
             for t in ("trace_signals", "failure_candidates")}
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(turns=st.lists(TURN, min_size=1, max_size=30), order=st.randoms(use_true_random=False))
 def test_day_by_day_equals_the_whole_table_and_a_rerun_of_a_day_changes_nothing(tmp_path_factory, turns, order):
     folder = tmp_path_factory.mktemp("traces")
