@@ -116,9 +116,11 @@ def cluster_vectors(vectors: np.ndarray, settings: ClusterSettings = ClusterSett
 
 def compile_once() -> None:
     """Compile fast_hdbscan's Numba code into its on-disk cache (about 30 s, once per
-    install: `make install` runs it), so no run pays for it."""
+    install: `make install` runs it), so no run pays for it: both cluster selections (the
+    intents' leaf, trace_novelty's eom) compile functions of their own."""
     points = np.random.default_rng(0).normal(size=(200, MAX_PCA_DIMS))
-    hdbscan_labels(points, ClusterSettings())
+    for method in ("leaf", "eom"):
+        hdbscan_labels(points, ClusterSettings(selection_method=method))
 
 
 def hdbscan_labels(points: np.ndarray, settings: ClusterSettings) -> np.ndarray:
