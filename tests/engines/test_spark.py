@@ -87,17 +87,7 @@ def test_the_stages_on_spark_are_duckdbs_on_the_demo_world(spark, demo_run, tmp_
     for stage, (on_spark, on_duckdb) in both.items():
         assert_same_rows(on_spark, on_duckdb, "trace_id")
         assert con.execute(f"DESCRIBE {stage}").fetchall() == schemas[stage], stage  # the same types
-    engine, days = SparkEngine(spark, tmp_path / "lake"), [date(2026, 11, 9), date(2026, 11, 10)]
-    files = {d: day_file(tmp_path / "lake", "trace_signals", d).stat().st_mtime_ns for d in days}
-    assert compute_signals(con, SignalSettings(), engine, days=days) == (signals.day.dt.date.isin(days)).sum()
-    assert_same_rows(con.execute("SELECT * FROM trace_signals").df(), signals, "trace_id")  # those days again
-    compute_signals(con, SignalSettings(), DuckDBEngine(tmp_path / "lake"))  # on DuckDB: no lake copy
-    compute_signals(con, SignalSettings(), engine, days=days[:1])  # then one day on Spark: the lake's copy whole
-    assert lake_days(tmp_path / "lake", "trace_signals") == sorted(set(signals.day.dt.date))
-    from_lake = engine.frame(con, ("trace_signals",), lambda t, columns, _: t["trace_signals"].select(*columns),
-                             list(signals.columns))
-    assert_same_rows(from_lake, signals, "trace_id")
-    assert all(day_file(tmp_path / "lake", "trace_signals", d).stat().st_mtime_ns > files[d] for d in days)
+    _day_by_day_on_spark(spark, con, tmp_path / "lake", signals)
     slices = (("language",), ("query_type", "language"))
     on_duckdb = estimate_rates(con, slices)
     on_spark = estimate_rates(con, slices, engine=SparkEngine(spark, tmp_path / "lake"))
@@ -113,6 +103,22 @@ def test_the_stages_on_spark_are_duckdbs_on_the_demo_world(spark, demo_run, tmp_
               for engine in (DuckDBEngine(), SparkEngine(spark, tmp_path / "lake"))]
     assert len(sample[0]) == 14 * 2 * 40  # days × languages × 40
     pd.testing.assert_frame_equal(sample[1], sample[0])
+
+
+def _day_by_day_on_spark(spark, con: duckdb.DuckDBPyConnection, lake, signals: pd.DataFrame) -> None:
+    """Two days again on Spark: their lake files rewritten, the same rows. Then the table on
+    DuckDB (its lake copy retired) and one day on Spark: the lake's copy is whole again."""
+    engine, days = SparkEngine(spark, lake), [date(2026, 11, 9), date(2026, 11, 10)]
+    files = {d: day_file(lake, "trace_signals", d).stat().st_mtime_ns for d in days}
+    assert compute_signals(con, SignalSettings(), engine, days=days) == (signals.day.dt.date.isin(days)).sum()
+    assert all(day_file(lake, "trace_signals", d).stat().st_mtime_ns > files[d] for d in days)
+    assert_same_rows(con.execute("SELECT * FROM trace_signals").df(), signals, "trace_id")
+    compute_signals(con, SignalSettings(), DuckDBEngine(lake))
+    compute_signals(con, SignalSettings(), engine, days=days[:1])
+    assert lake_days(lake, "trace_signals") == sorted(set(signals.day.dt.date))
+    from_lake = engine.frame(con, ("trace_signals",), lambda t, columns, _: t["trace_signals"].select(*columns),
+                             list(signals.columns))
+    assert_same_rows(from_lake, signals, "trace_id")
 
 
 def _online_quality_is_duckdbs(spark, con: duckdb.DuckDBPyConnection, lake) -> None:
