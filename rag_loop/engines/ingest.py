@@ -40,6 +40,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rag_loop.engines.lake import quoted, write_parquet
 from rag_loop.ingest.lines import Rejected
 from rag_loop.ingest.otlp.assembly import DEFAULT_GRACE, TRACE_FORMAT
 from rag_loop.ingest.parallel import LazyPool
@@ -247,7 +248,7 @@ def _parse_file(settings: TaskSettings, order: int, relative: str, path: Path) -
             con.execute("COMMIT")
             if report.format != "otlp":  # the driver reads it again on the OTLP path
                 for table in STAGED_TABLES:
-                    _copy(con, f"SELECT *, {int(order)}::BIGINT AS file_order FROM {table}",
+                    write_parquet(con, f"SELECT *, {int(order)}::BIGINT AS file_order FROM {table}",
                           _staged_file(run, table, order))
         row = {"file_order": order, "format": report.format, "reader": report.reader,
                "fallbacks": report.fallbacks, "ingested": report.counts.ingested,
@@ -292,17 +293,6 @@ def _staged_file(run: Path, table: str, order: int) -> Path:
     return run / table / f"file-{order:08d}.parquet"  # zero-padded: read back in file order
 
 
-def _copy(con: duckdb.DuckDBPyConnection, query: str, target: Path) -> None:
-    """`query` as the Parquet file `target`, which appears whole or not at all."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    hidden = target.with_name(f".{uuid.uuid4().hex}.tmp")  # neither engine reads it
-    try:
-        con.execute(f"COPY ({query}) TO {_quoted(hidden)} (FORMAT parquet)")
-        os.replace(hidden, target)
-    finally:
-        hidden.unlink(missing_ok=True)
-
-
 def _write_row(row: dict, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     hidden = target.with_name(f".{uuid.uuid4().hex}.tmp")
@@ -322,21 +312,17 @@ def _discard_staged(run: Path, order: int) -> None:
         _staged_file(run, table, order).unlink(missing_ok=True)
 
 
-def _quoted(path: Path) -> str:
-    return "'" + str(path).replace("'", "''") + "'"
-
-
 # --- first copy wins, and into the control database ----------------------------------------
 
 
 def _store_staged(session: Any, con: duckdb.DuckDBPyConnection, run: Path) -> dict[int, int]:
     """Resolve the staged traces against the stored ones on Spark and insert what stays, inside
     the caller's transaction; returns each file's staged traces that lost (duplicates now)."""
-    _copy(con, "SELECT trace_id, source_file, source_line FROM raw_traces",
+    write_parquet(con, "SELECT trace_id, source_file, source_line FROM raw_traces",
           run / "stored" / "part-0.parquet")
     _resolve_on_spark(session, run)
     con.execute(f"CREATE OR REPLACE TEMP TABLE _resolved AS SELECT * FROM "
-                f"read_parquet({_quoted(run / 'resolved' / '*.parquet')})")
+                f"read_parquet({quoted(run / 'resolved' / '*.parquet')})")
     try:
         _insert_resolved(con, run)
         return dict(con.execute("""
@@ -363,7 +349,7 @@ def _insert_resolved(con: duckdb.DuckDBPyConnection, run: Path) -> None:
     """The staged rows that stay, stored as the DuckDB path stores them (wall-clock columns at
     this transaction's time)."""
     def staged(table: str) -> str:
-        return f"read_parquet({_quoted(run / table / 'file-*.parquet')})"
+        return f"read_parquet({quoted(run / table / 'file-*.parquet')})"
 
     def verdict(table: str, wanted: str, key: str) -> str:
         return (f"SEMI JOIN (SELECT * FROM _resolved WHERE staged_table = '{table}' "

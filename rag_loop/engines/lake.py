@@ -48,20 +48,23 @@ def export_table(con: duckdb.DuckDBPyConnection, lake: Path, table: str, skip: I
     the days in `skip`: what a stage computed on DuckDB gives the Spark engine to build on."""
     days = [d for (d,) in con.execute(f'SELECT DISTINCT day FROM "{table}" WHERE day IS NOT NULL').fetchall()]
     for day in sorted(set(days) - set(skip)):
-        _replace(con, f'SELECT * EXCLUDE (day) FROM "{table}" WHERE day = ?', day_file(lake, table, day), [day])
+        write_parquet(con, f'SELECT * EXCLUDE (day) FROM "{table}" WHERE day = ?', day_file(lake, table, day), [day])
 
 
-def _replace(con: duckdb.DuckDBPyConnection, query: str, target: Path, parameters: list | None = None) -> None:
+def write_parquet(con: duckdb.DuckDBPyConnection, query: str, target: Path, parameters: list | None = None) -> None:
+    """`query`'s rows as the Parquet file `target`, which readers see whole or not at all
+    (written hidden beside it, then renamed over it)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     staged = target.with_name(f".{uuid.uuid4().hex}.tmp")  # hidden: neither engine reads it
     try:
-        con.execute(f"COPY ({query}) TO {_quoted(staged)} (FORMAT parquet)", parameters or [])
+        con.execute(f"COPY ({query}) TO {quoted(staged)} (FORMAT parquet)", parameters or [])
         os.replace(staged, target)
     finally:
         staged.unlink(missing_ok=True)
 
 
-def _quoted(path: Path) -> str:
+def quoted(path: Path) -> str:
+    """A path as a SQL string literal."""
     return "'" + str(path).replace("'", "''") + "'"
 
 
@@ -89,12 +92,12 @@ def export_lake(con: duckdb.DuckDBPyConnection, lake: Path, days: Iterable[date]
                      or any(not day_file(lake, t, date.fromisoformat(d)).exists() for t in DAY_OF))
     for table, query in DAY_OF.items():
         for day in changed:
-            _replace(con, f"SELECT * EXCLUDE (day) FROM ({query}) WHERE day = $1",
+            write_parquet(con, f"SELECT * EXCLUDE (day) FROM ({query}) WHERE day = $1",
                      day_file(lake, table, date.fromisoformat(day)), [date.fromisoformat(day)])
     for table, query in DAY_OF.items():
-        _replace(con, f"SELECT * EXCLUDE (day) FROM ({query}) LIMIT 0", lake / table / SCHEMA)
+        write_parquet(con, f"SELECT * EXCLUDE (day) FROM ({query}) LIMIT 0", lake / table / SCHEMA)
     for table in WHOLE:
-        _replace(con, f"SELECT * FROM {table}", lake / table / PART)
+        write_parquet(con, f"SELECT * FROM {table}", lake / table / PART)
     stored.update({d: current[d] for d in changed})
     staged = stored_path.with_name(f".{FINGERPRINTS}.tmp")
     staged.write_text(json.dumps(stored, indent=1, sort_keys=True))
@@ -112,9 +115,9 @@ def lake_query(lake: Path, table: str, days: Sequence[date] | None = None) -> st
     """DuckDB SQL reading a table of the lake, or only those days of a day-partitioned one
     (each must have its file)."""
     if table in WHOLE:
-        return f"SELECT * FROM read_parquet({_quoted(lake / table / PART)})"
+        return f"SELECT * FROM read_parquet({quoted(lake / table / PART)})"
     if days is None and not lake_days(lake, table):
-        return f"SELECT *, NULL::DATE AS day FROM read_parquet({_quoted(lake / table / SCHEMA)})"
-    files = _quoted(lake / table / f"day=*/{PART}") if days is None else \
-        "[" + ", ".join(_quoted(day_file(lake, table, day)) for day in days) + "]"
+        return f"SELECT *, NULL::DATE AS day FROM read_parquet({quoted(lake / table / SCHEMA)})"
+    files = quoted(lake / table / f"day=*/{PART}") if days is None else \
+        "[" + ", ".join(quoted(day_file(lake, table, day)) for day in days) + "]"
     return f"SELECT * FROM read_parquet({files}, hive_partitioning = true, hive_types = {{'day': DATE}})"
