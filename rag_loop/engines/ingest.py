@@ -1,21 +1,21 @@
-"""Ingestion with the parsing on Spark: each new native trace file is read by one Spark task,
-and "first copy wins" across files is a Spark window; the control database gets exactly the
-rows, and the caller exactly the report, that `ingest_directory` would give.
+"""Ingestion with the parsing on Spark: each new trace file is read by one Spark task, "first
+copy wins" across files is a Spark window, and OTLP traces are assembled by Spark tasks; the
+control database gets exactly the rows, and the caller exactly the report, that
+`ingest_directory` would give.
 
 1. The driver lists the files and picks the new ones, as `ingest_directory` does.
-2. Each native file is read by a Spark task, one file per task, with the DuckDB path's own
+2. Each new file is read by a Spark task, one file per task, with the DuckDB path's own
    per-file reader (`read_file`) on an in-memory DuckDB; the task writes that file's tables as
-   `<staging>/<run>/<table>/file-<order>.parquet` and returns one small row (format, reader,
-   fallbacks, counts). Repeats inside a file are already resolved there.
-3. A Spark window over the staged traces and the ids already stored picks each trace id's first
-   copy: stored first, then by file order, then by line. A staged trace that loses is listed
-   as a duplicate unless the stored copy is the same record read again (same file and line);
-   so is a staged duplicate. Losers' chunks, spans and feedback are dropped.
+   `<staging>/<run>/<folder>/file-<order>.parquet` and returns one small row (format, reader,
+   fallbacks, counts). Repeats inside a file are already resolved there. A native file stages
+   its traces and their children; an OTLP file its spans (rag_loop.engines.spans).
+3. A Spark window over the staged copies and those already stored picks each trace id's (each
+   span's) first copy: rag_loop.engines.resolve. Losers' chunks, spans and feedback are dropped.
 4. DuckDB reads the staged and resolved Parquet into the control database with the files'
-   `ingested_files` rows, in one transaction for all native files: a failure leaves the
-   database unchanged, and the run is redone whole. The run's staging folder is removed.
-5. OTLP files keep the DuckDB path: staged span by span, one transaction per file, after the
-   native files, then the traces that are ready are assembled.
+   `ingested_files` rows, in one transaction for all files: a failure leaves the database
+   unchanged, and the run is redone whole. The run's staging folder is removed.
+5. The OTLP traces that are ready are assembled by Spark tasks grouped by trace id, and stored
+   as on the DuckDB path (`assemble_ready` with `spark_assembler`).
 
 The executors must see the trace folder and `staging` at the same paths as the driver (local
 mode, or a shared file system: give both as absolute paths), and run a Python that has
@@ -40,7 +40,9 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rag_loop.engines.lake import quoted, write_parquet
+from rag_loop.engines.lake import write_parquet
+from rag_loop.engines.resolve import resolve, staged, staged_file, verdict
+from rag_loop.engines.spans import SPAN_TABLES, spark_assembler, store_staged_spans
 from rag_loop.ingest.lines import Rejected
 from rag_loop.ingest.otlp.assembly import DEFAULT_GRACE, TRACE_FORMAT
 from rag_loop.ingest.parallel import LazyPool
@@ -51,51 +53,25 @@ from rag_loop.ingest.pipeline import (
     FileReport,
     IngestReport,
     NewFile,
-    detect_format,
     listed_files,
     log_file,
     mark_ingested,
     read_file,
     run_ingestion,
-    store_file,
 )
 from rag_loop.ingest.records import BatchCounts, quarantine_rejected
 from rag_loop.logs import Log, quiet
 from rag_loop.store.tables import create_tables
 
-# what a task stores of its file, each with the file's `file_order` added
-STAGED_TABLES = ("raw_traces", "trace_chunks", "trace_spans", "trace_feedback", "quarantine",
-                 "trace_duplicates")
+# what a task stages of its file (table: folder), each row with the file's `file_order` added
+STAGED_TABLES = {table: table for table in ("raw_traces", "trace_chunks", "trace_spans",
+                                            "trace_feedback", "quarantine", "trace_duplicates")}
 CHILD_TABLES = ("trace_chunks", "trace_spans", "trace_feedback")  # kept with their trace
 # a task's row: what became of its file; `failure` when the task could not read it at all
 TASK_ROW = pa.schema([("file_order", pa.int64()), ("format", pa.string()), ("reader", pa.string()),
                       ("fallbacks", pa.list_(pa.string())), ("ingested", pa.int64()),
                       ("duplicates", pa.int64()), ("quarantined", pa.int64()),
                       ("failure", pa.string())])
-
-# Every staged trace (table 'raw_traces') and staged duplicate ('trace_duplicates') with its
-# verdict: keep (the first copy: stored ones first, then by file order and line), duplicate, or
-# reread (a stored copy is this very line: dropped, as the DuckDB path does). One window over
-# each trace id's copies, stored and staged.
-RESOLVE_SQL = """
-    SELECT IF(tier = 1, 'raw_traces', 'trace_duplicates') AS staged_table, file_order, line_no,
-           trace_id, verdict
-    FROM (SELECT *,
-                 CASE WHEN tier = 1 AND row_number() OVER (PARTITION BY trace_id
-                                                           ORDER BY tier, file_order, line_no) = 1
-                      THEN 'keep'
-                      WHEN array_contains(collect_set(IF(tier = 0, struct(source_file, line_no), NULL))
-                                          OVER (PARTITION BY trace_id), struct(source_file, line_no))
-                      THEN 'reread'
-                      ELSE 'duplicate' END AS verdict
-          FROM (SELECT trace_id, 0 AS tier, CAST(NULL AS BIGINT) AS file_order, source_file,
-                       source_line AS line_no FROM {stored}
-                UNION ALL
-                SELECT trace_id, 1, file_order, source_file, source_line FROM {traces}
-                UNION ALL
-                SELECT trace_id, 2, file_order, source_file, line_no FROM {duplicates}))
-    WHERE tier > 0"""
-
 
 @dataclass(frozen=True)
 class TaskSettings:
@@ -130,53 +106,45 @@ def ingest_directory_on_spark(session: Any, con: duckdb.DuckDBPyConnection, dire
         report = IngestReport()
         listed = list(listed_files(con, directory, report))
         new = [entry for entry in listed if isinstance(entry, NewFile)]
-        is_otlp = {file.order: _format(file.path) == "otlp" for file in new}
-        settings = TaskSettings(max_record_bytes, batch_bytes, memory_limit)
-        stored, late = _store_native(session, con, [f for f in new if not is_otlp[f.order]],
-                                     staging, settings, log)
-        otlp = [f for f in new if is_otlp[f.order]]
-        for file in sorted(otlp + late, key=lambda f: f.order):
-            stored[file.order] = store_file(con, file, max_record_bytes, batch_bytes, pool, log)
+        stored = _store_on_spark(session, con, new, staging,
+                                 TaskSettings(max_record_bytes, batch_bytes, memory_limit), log)
         report.files = [stored[e.order] if isinstance(e, NewFile) else e for e in listed]
         return report
 
-    return run_ingestion(con, read_files, max_record_bytes, log, memory_limit, grace, now, workers)
+    return run_ingestion(con, read_files, max_record_bytes, log, memory_limit, grace, now, workers,
+                         assembler=spark_assembler(session, staging))
 
 
-def _format(path: Path) -> str | None:
-    """The file's format, or None when it cannot be told: the task then meets the same failure
-    and quarantines the file as the DuckDB path does."""
-    try:
-        return detect_format(path)
-    except Exception:  # noqa: BLE001 - decided by the file's task
-        return None
-
-
-def _store_native(session: Any, con: duckdb.DuckDBPyConnection, files: list[NewFile],
-                  staging: Path, settings: TaskSettings,
-                  log: Log) -> tuple[dict[int, FileReport], list[NewFile]]:
-    """Parse `files` on Spark and store them in one transaction: their reports by file order,
-    and the files a task found to be OTLP after all (changed since the driver looked)."""
+def _store_on_spark(session: Any, con: duckdb.DuckDBPyConnection, files: list[NewFile],
+                    staging: Path, settings: TaskSettings, log: Log) -> dict[int, FileReport]:
+    """Parse `files` on Spark and store them in one transaction; their reports by file order."""
     if not files:
-        return {}, []
+        return {}
     run = staging / uuid.uuid4().hex
     try:
         rows = _parse_on_spark(session, files, run, replace(settings, run=str(run)))
-        late = [f for f in files if rows[f.order]["format"] == "otlp"]
-        native = [f for f in files if f not in late]
+
+        def read(fmt: str) -> list[NewFile]:
+            return [f for f in files if (rows[f.order]["format"] == "otlp") == (fmt == "otlp")]
+
+        def any_read(of: list[NewFile]) -> bool:
+            return any(not rows[f.order]["failure"] for f in of)
+        native, otlp = read("native"), read("otlp")
         con.execute("BEGIN")
-        _forget_earlier_reads(con, [f.relative for f in native])
-        losers = _store_staged(session, con, run) if any(
-            not rows[f.order]["failure"] for f in native) else {}
+        _forget_earlier_reads(con, [f.relative for f in files])
+        losers = _store_staged(session, con, run) if any_read(native) else {}
+        changes = store_staged_spans(session, con, run) if any_read(otlp) else {}
         reports = {f.order: _file_report(f, rows[f.order], losers.get(f.order, 0)) for f in native}
-        _quarantine_failures(con, [(f, rows[f.order]) for f in native if rows[f.order]["failure"]])
-        mark_ingested(con, [(f, reports[f.order]) for f in native])
+        reports |= {f.order: _span_file_report(f, rows[f.order], *changes.get(f.order, (0, 0)))
+                    for f in otlp}
+        _quarantine_failures(con, [(f, rows[f.order]) for f in files if rows[f.order]["failure"]])
+        mark_ingested(con, [(f, reports[f.order]) for f in files])
         con.execute("COMMIT")
     finally:
         shutil.rmtree(run, ignore_errors=True)
-    for file in native:
+    for file in files:
         log_file(log, reports[file.order])
-    return reports, late
+    return reports
 
 
 # --- the tasks: one file each -------------------------------------------------------------
@@ -246,17 +214,16 @@ def _parse_file(settings: TaskSettings, order: int, relative: str, path: Path) -
             report = read_file(con, path, relative, settings.max_record_bytes,
                                settings.batch_bytes, LazyPool(1))
             con.execute("COMMIT")
-            if report.format != "otlp":  # the driver reads it again on the OTLP path
-                for table in STAGED_TABLES:
-                    write_parquet(con, f"SELECT *, {int(order)}::BIGINT AS file_order FROM {table}",
-                          _staged_file(run, table, order))
+            for table, folder in (SPAN_TABLES if report.format == "otlp" else STAGED_TABLES).items():
+                write_parquet(con, f"SELECT *, {int(order)}::BIGINT AS file_order FROM {table}",
+                              staged_file(run, folder, order))
         row = {"file_order": order, "format": report.format, "reader": report.reader,
                "fallbacks": report.fallbacks, "ingested": report.counts.ingested,
                "duplicates": report.counts.duplicates, "quarantined": report.counts.quarantined,
                "failure": None}
     except Exception as error:  # noqa: BLE001 - this file is given up for this run, not the others
         row = _failed_row(order, error)
-    _write_row(row, _staged_file(run, "reports", order))
+    _write_row(row, staged_file(run, "reports", order))
     return row
 
 
@@ -289,10 +256,6 @@ def _why(error: BaseException) -> str:
     return f"{type(error).__name__}({cause[:300]!r})"
 
 
-def _staged_file(run: Path, table: str, order: int) -> Path:
-    return run / table / f"file-{order:08d}.parquet"  # zero-padded: read back in file order
-
-
 def _write_row(row: dict, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     hidden = target.with_name(f".{uuid.uuid4().hex}.tmp")
@@ -308,8 +271,8 @@ def _finished_rows(run: Path) -> dict[int, dict]:
 
 def _discard_staged(run: Path, order: int) -> None:
     """What a crashed task of the file may have staged."""
-    for table in STAGED_TABLES:
-        _staged_file(run, table, order).unlink(missing_ok=True)
+    for folder in (*STAGED_TABLES.values(), *SPAN_TABLES.values()):
+        staged_file(run, folder, order).unlink(missing_ok=True)
 
 
 # --- first copy wins, and into the control database ----------------------------------------
@@ -318,59 +281,36 @@ def _discard_staged(run: Path, order: int) -> None:
 def _store_staged(session: Any, con: duckdb.DuckDBPyConnection, run: Path) -> dict[int, int]:
     """Resolve the staged traces against the stored ones on Spark and insert what stays, inside
     the caller's transaction; returns each file's staged traces that lost (duplicates now)."""
-    write_parquet(con, "SELECT trace_id, source_file, source_line FROM raw_traces",
-          run / "stored" / "part-0.parquet")
-    _resolve_on_spark(session, run)
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _resolved AS SELECT * FROM "
-                f"read_parquet({quoted(run / 'resolved' / '*.parquet')})")
+    resolve(session, con, run, "raw_traces", ("trace_id",), "raw_traces", "trace_duplicates",
+            "_resolved")
     try:
         _insert_resolved(con, run)
         return dict(con.execute("""
             SELECT file_order, count(*) FROM _resolved
-            WHERE staged_table = 'raw_traces' AND verdict <> 'keep' GROUP BY file_order""").fetchall())
+            WHERE tier = 1 AND verdict <> 'keep' GROUP BY file_order""").fetchall())
     finally:
         con.execute("DROP TABLE IF EXISTS _resolved")
-
-
-def _resolve_on_spark(session: Any, run: Path) -> None:
-    """Write every staged trace's and duplicate's verdict (RESOLVE_SQL) to `run/resolved`."""
-    def staged(folder: str, schema: str) -> Any:  # just these columns, as Spark reads them
-        return session.read.schema(schema).parquet(str(run / folder))
-
-    key = "trace_id string, source_file string, source_line long"
-    session.sql(RESOLVE_SQL, stored=staged("stored", key),
-                traces=staged("raw_traces", f"{key}, file_order long"),
-                duplicates=staged("trace_duplicates",
-                                  "trace_id string, source_file string, line_no long, file_order long"),
-                ).write.parquet(str(run / "resolved"))
 
 
 def _insert_resolved(con: duckdb.DuckDBPyConnection, run: Path) -> None:
     """The staged rows that stay, stored as the DuckDB path stores them (wall-clock columns at
     this transaction's time)."""
-    def staged(table: str) -> str:
-        return f"read_parquet({quoted(run / table / 'file-*.parquet')})"
-
-    def verdict(table: str, wanted: str, key: str) -> str:
-        return (f"SEMI JOIN (SELECT * FROM _resolved WHERE staged_table = '{table}' "
-                f"AND verdict = '{wanted}') USING ({key})")
-
-    kept = verdict("raw_traces", "keep", "file_order, trace_id")
+    kept = verdict("_resolved", 1, "keep", "file_order, trace_id")
     con.execute(f"""INSERT INTO raw_traces BY NAME SELECT * EXCLUDE (file_order)
-                    REPLACE (now() AS ingested_at) FROM {staged('raw_traces')} {kept}""")
+                    REPLACE (now() AS ingested_at) FROM {staged(run, 'raw_traces')} {kept}""")
     for table in CHILD_TABLES:
         con.execute(f"INSERT INTO {table} BY NAME SELECT * EXCLUDE (file_order) "
-                    f"FROM {staged(table)} {kept}")
+                    f"FROM {staged(run, table)} {kept}")
     con.execute(f"""INSERT INTO quarantine BY NAME SELECT * EXCLUDE (file_order)
-                    REPLACE (now() AS quarantined_at) FROM {staged('quarantine')}""")
+                    REPLACE (now() AS quarantined_at) FROM {staged(run, 'quarantine')}""")
     con.execute(f"""
         INSERT INTO trace_duplicates BY NAME
-        SELECT * EXCLUDE (file_order) REPLACE (now() AS seen_at) FROM {staged('trace_duplicates')}
-        {verdict('trace_duplicates', 'duplicate', 'file_order, line_no, trace_id')}
+        SELECT * EXCLUDE (file_order) REPLACE (now() AS seen_at) FROM {staged(run, 'trace_duplicates')}
+        {verdict('_resolved', 2, 'duplicate', 'file_order, line_no, trace_id')}
         UNION ALL BY NAME
         SELECT source_file, source_line AS line_no, trace_id, source_format AS format,
                now() AS seen_at, NULL::VARCHAR AS span_id
-        FROM {staged('raw_traces')} {verdict('raw_traces', 'duplicate', 'file_order, trace_id')}""")
+        FROM {staged(run, 'raw_traces')} {verdict('_resolved', 1, 'duplicate', 'file_order, trace_id')}""")
 
 
 def _forget_earlier_reads(con: duckdb.DuckDBPyConnection, relatives: list[str]) -> None:
@@ -383,7 +323,14 @@ def _forget_earlier_reads(con: duckdb.DuckDBPyConnection, relatives: list[str]) 
 def _file_report(file: NewFile, row: dict, lost: int) -> FileReport:
     """The file's report: its task's counts, with its traces that lost to an earlier copy
     counted as duplicates."""
-    counts = BatchCounts(row["ingested"] - lost, row["duplicates"] + lost, row["quarantined"])
+    return _span_file_report(file, row, lost, 0)
+
+
+def _span_file_report(file: NewFile, row: dict, lost: int, found: int) -> FileReport:
+    """The file's report: its task's counts, with `lost` of its first copies counted as
+    duplicates, and `found` of its repeats as ingested (read before, from the same line)."""
+    moved = lost - found
+    counts = BatchCounts(row["ingested"] - moved, row["duplicates"] + moved, row["quarantined"])
     return FileReport(file.relative, row["format"], counts, reader=row["reader"],
                       fallbacks=list(row["fallbacks"]))
 

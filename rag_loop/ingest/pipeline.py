@@ -22,7 +22,14 @@ import pyarrow as pa
 
 from rag_loop.ingest.lines import NeedsExactReader, Rejected, first_lines, iter_line_batches
 from rag_loop.ingest.native import read_native_file, read_native_lines, store_read_file
-from rag_loop.ingest.otlp.assembly import DEFAULT_GRACE, TRACE_FORMAT, AssemblyCounts, assemble_ready, stage_spans
+from rag_loop.ingest.otlp.assembly import (
+    DEFAULT_GRACE,
+    TRACE_FORMAT,
+    Assembler,
+    AssemblyCounts,
+    assemble_ready,
+    stage_spans,
+)
 from rag_loop.ingest.otlp.spans import read_spans
 from rag_loop.ingest.parallel import LazyPool
 from rag_loop.ingest.records import BatchCounts, load_batch, quarantine_rejected
@@ -158,10 +165,12 @@ def ingest_directory(con: duckdb.DuckDBPyConnection, directory: Path,
 
 def run_ingestion(con: duckdb.DuckDBPyConnection, read_files: Callable[[LazyPool], IngestReport],
                   max_record_bytes: int, log: Log, memory_limit: str | None, grace: timedelta,
-                  now: datetime | None, workers: int | None) -> IngestReport:
+                  now: datetime | None, workers: int | None,
+                  assembler: Assembler | None = None) -> IngestReport:
     """`read_files(pool)` (which stores the new files) with ingestion's tables and settings, then
-    the assembly of the OTLP traces that are ready, in one transaction; an open transaction is
-    rolled back on any failure. Both engines run their files through here."""
+    the assembly of the OTLP traces that are ready by `assembler` (default: in this process and
+    `pool`), in one transaction; an open transaction is rolled back on any failure. Both engines
+    run their files through here."""
     settings = {"preserve_insertion_order": "true"}  # read_json's row ids are line numbers
     if memory_limit:
         settings["memory_limit"] = f"'{memory_limit}'"
@@ -174,7 +183,7 @@ def run_ingestion(con: duckdb.DuckDBPyConnection, read_files: Callable[[LazyPool
             report = read_files(pool)
             con.execute("BEGIN")
             report.assembly = assemble_ready(con, now_ns, grace, max_record_bytes,
-                                             ASSEMBLY_BATCH_TRACES, pool=pool.get)
+                                             ASSEMBLY_BATCH_TRACES, pool=pool.get, assembler=assembler)
             con.execute("COMMIT")
         except BaseException:
             _rollback(con)  # the error is the statement's own, not a later one on an aborted transaction

@@ -21,9 +21,13 @@ from rag_loop.engines.ingest import ingest_directory_on_spark
 from rag_loop.ingest import IngestReport, ingest_directory
 from tests.engines.conftest import needs_spark
 from tests.helpers import DEMO, trace_line
+from tests.helpers.otlp import AFTER, request_spans
+from tests.helpers.otlp import line as otlp_line
+from tests.ingest.otlp.test_hostile import hostile_span
 
 pytestmark = needs_spark
 NOW = datetime(2026, 12, 1, tzinfo=UTC)  # OTLP assembly's clock, the same on both
+LATER = datetime(2026, 11, 11, 11, 1, tzinfo=UTC)  # the grace period after tests.helpers.otlp's spans
 WALL_CLOCK = {"raw_traces": "ingested_at", "trace_chunks": None, "trace_spans": None,
               "trace_feedback": None, "quarantine": "quarantined_at", "trace_duplicates": "seen_at",
               "ingested_files": "ingested_at", "otlp_spans": "received_at", "otlp_traces": "assembled_at"}
@@ -41,11 +45,11 @@ def tables(con) -> dict[str, list[tuple]]:
                                "ORDER BY ALL").fetchall() for table, clock in WALL_CLOCK.items()}
 
 
-def on_both(session, cons, directory, staging) -> tuple[IngestReport, IngestReport]:
+def on_both(session, cons, directory, staging, now=NOW) -> tuple[IngestReport, IngestReport]:
     """Ingest `directory` into cons[0] by `ingest_directory`, into cons[1] on Spark, and check
     that both give the same tables and the same report."""
-    sequential = ingest_directory(cons[0], directory, now=NOW)
-    on_spark = ingest_directory_on_spark(session, cons[1], directory, staging, now=NOW)
+    sequential = ingest_directory(cons[0], directory, now=now)
+    on_spark = ingest_directory_on_spark(session, cons[1], directory, staging, now=now)
     assert tables(cons[1]) == tables(cons[0])
     assert on_spark.files == sequential.files
     assert (on_spark.ignored, on_spark.assembly) == (sequential.ignored, sequential.assembly)
@@ -110,6 +114,45 @@ def test_hostile_folders_give_the_same_tables(session, tmp_path_factory, files, 
         on_both(session, (sequential, on_spark), directory, tmp_path_factory.mktemp("staging"))
 
 
+@st.composite
+def otlp_runs(draw):
+    """Two runs' OTLP files: request traces' spans spread over lines, files and runs (roots that
+    come later, late spans), some sent twice (an exporter's retry), among hostile spans and
+    garbage lines; a file of the second run is the first run's file grown, or a new one."""
+    lines: dict[tuple[int, int], list[list[dict] | str]] = {}
+    for trace in range(1, draw(st.integers(1, 5)) + 1):
+        for part in request_spans(trace):
+            for _ in range(draw(st.integers(1, 2))):
+                place = (draw(st.integers(0, 1)), draw(st.integers(0, 2)))
+                batch = lines.setdefault(place, [])
+                if batch and isinstance(batch[-1], list) and draw(st.booleans()):
+                    batch[-1].append(part)  # on the line before: an export batch
+                else:
+                    batch.append([part])
+    for place in list(lines) + [(draw(st.integers(0, 1)), draw(st.integers(0, 2)))]:
+        for _ in range(draw(st.integers(0, 2))):
+            hostile = draw(st.one_of(hostile_span(draw(st.integers(1, 5))).map(lambda s: [s]),
+                                     st.text(max_size=20).map(lambda t: t.replace("\n", " "))))
+            lines.setdefault(place, []).insert(draw(st.integers(0, len(lines[place]))), hostile)
+    text = {place: [otlp_line(item) if isinstance(item, list) else item for item in items]
+            for place, items in lines.items()}
+    return [{f"f{f}.otlp.jsonl": text.get((0, f), []) + (text.get((1, f), []) if run else [])
+             for f in range(3) if (0, f) in text or (run and (1, f) in text)} for run in (0, 1)]
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(runs=otlp_runs(), late=st.booleans())
+def test_otlp_files_over_two_runs_give_the_same_tables(session, tmp_path_factory, runs, late):
+    directory, staging = tmp_path_factory.mktemp("otlp"), tmp_path_factory.mktemp("staging")
+    with duckdb.connect() as sequential, duckdb.connect() as on_spark:
+        for run, files in enumerate(runs):
+            for name, content in files.items():
+                (directory / name).write_text("".join(text + "\n" for text in content))
+            # the second run may come after the grace period: traces without a root are assembled
+            on_both(session, (sequential, on_spark), directory, staging,
+                    now=LATER if run and late else AFTER)
+
+
 def small_folder(directory, *names: str) -> None:
     """Files of two traces each, one of them the same in every file."""
     directory.mkdir(exist_ok=True)
@@ -127,7 +170,7 @@ def test_a_failure_while_storing_leaves_the_database_as_it_was(session, tmp_path
         small_folder(directory, "b", "c")
         # changed: its stored copy of "shared" (line 2) is now on line 1 too, before it
         (directory / "a.jsonl").write_text("".join(f"{trace_line(t)}\n" for t in ("shared", "shared", "a2")))
-        # first in path order, stored after the native files: the same tables all the same
+        # its spans are stored in the same transaction as the native files
         shutil.copy(DEMO / "traces" / "otlp" / "2026-11-01.otlp.jsonl.gz", directory / "0.otlp.jsonl.gz")
 
         def failing(*args):
@@ -138,10 +181,7 @@ def test_a_failure_while_storing_leaves_the_database_as_it_was(session, tmp_path
         assert tables(on_spark) == before
         assert not any(staging.iterdir())
         monkeypatch.undo()
-        # the run redone whole; the driver cannot tell the formats this time (as if each file
-        # changed since it looked): the OTLP file's task finds it out, and it takes the OTLP path
-        monkeypatch.setattr(spark_ingest, "_format", lambda path: None)
-        on_both(session, (sequential, on_spark), directory, staging)
+        on_both(session, (sequential, on_spark), directory, staging)  # the run redone whole
 
 
 def test_files_that_cannot_be_read_whole_are_set_aside_as_on_the_duckdb_path(session, tmp_path, monkeypatch):

@@ -30,6 +30,13 @@ from rag_loop.ingest.records import BatchCounts, load_batch, quarantine_rejected
 
 DEFAULT_GRACE = timedelta(hours=1)
 TRACE_FORMAT = "otlp_trace"  # quarantine/duplicate rows of assembled traces (not of a file read)
+# the spans of the ready traces (temp table `_ready`), as `assemble_spans` reads them in SPAN_ORDER
+READY_SPANS_SQL = """
+    SELECT s.trace_id, r.has_root, r.spans, s.span_id, s.parent_span_id, s.name, s.start_ns, s.end_ns,
+           s.status_code, s.status_message, s.attributes, s.resource, s.events, s.source_file,
+           s.source_line
+    FROM otlp_spans s JOIN _ready r USING (trace_id)"""
+SPAN_ORDER = "s.trace_id, s.start_ns NULLS FIRST, s.span_id"
 
 
 @dataclass
@@ -93,10 +100,11 @@ def stage_spans(con: duckdb.DuckDBPyConnection, batch: SpanBatch, source_file: s
 
 def assemble_ready(con: duckdb.DuckDBPyConnection, now_ns: int, grace: timedelta = DEFAULT_GRACE,
                    max_record_bytes: int = 1 << 20, batch_traces: int = 20_000,
-                   pool: Callable[[], Executor | None] = lambda: None) -> AssemblyCounts:
+                   pool: Callable[[], Executor | None] = lambda: None,
+                   assembler: Assembler | None = None) -> AssemblyCounts:
     """Assemble every trace id that is ready and new (or has new spans), inside one transaction
-    the caller ends. Batches of `batch_traces` traces are assembled by `pool()` when there is
-    more than one batch."""
+    the caller ends. `assembler` turns the ready traces' spans into records (default
+    `assemble_here(pool)`); each batch it gives is stored before the next is asked for."""
     grace_ns = int(grace.total_seconds() * 1e9)
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _trace_stats AS
@@ -114,9 +122,7 @@ def assemble_ready(con: duckdb.DuckDBPyConnection, now_ns: int, grace: timedelta
         WHERE has_root OR coalesce(newest_ns, 0) + ? <= ?""", [grace_ns, now_ns])
     _forget_assembled(con)
     ready = con.execute("SELECT count(*) FROM _ready").fetchall()[0][0]
-    tables = ((table,) for table in _ready_span_tables(con, batch_traces))
-    for assembled in ordered_map(pool() if ready > batch_traces else None, assemble_spans, tables,
-                                 in_flight=2):
+    for assembled in (assembler or assemble_here(pool))(con, ready, batch_traces):
         _store_traces(con, assembled, max_record_bytes, counts)
     counts.reassembled = con.execute("""
         SELECT count(*) FROM _ready JOIN otlp_traces USING (trace_id)
@@ -143,6 +149,16 @@ def _forget_assembled(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("DELETE FROM otlp_traces WHERE trace_id IN (SELECT trace_id FROM _earlier)")
 
 
+def assemble_here(pool: Callable[[], Executor | None]) -> Assembler:
+    """The assembler that runs `assemble_spans` in this process, or in `pool()`'s processes
+    when there is more than one batch."""
+    def assemble(con: duckdb.DuckDBPyConnection, ready: int, batch_traces: int) -> Iterator[list[Assembled]]:
+        tables = ((table,) for table in _ready_span_tables(con, batch_traces))
+        yield from ordered_map(pool() if ready > batch_traces else None, assemble_spans, tables,
+                               in_flight=2)
+    return assemble
+
+
 def _ready_span_tables(con: duckdb.DuckDBPyConnection, batch_traces: int) -> Iterator[pa.Table]:
     """The ready traces' spans, `batch_traces` traces at a time, each batch fetched whole (the
     caller writes between batches)."""
@@ -151,13 +167,8 @@ def _ready_span_tables(con: duckdb.DuckDBPyConnection, batch_traces: int) -> Ite
                    FROM _ready""", [batch_traces])
     batches = con.execute("SELECT count(DISTINCT batch) FROM _ready_batches").fetchall()[0][0]
     for batch in range(batches):
-        yield con.sql("""
-            SELECT s.trace_id, r.has_root, r.spans, s.span_id, s.parent_span_id, s.name, s.start_ns,
-                   s.end_ns, s.status_code, s.status_message, s.attributes, s.resource, s.events,
-                   s.source_file, s.source_line
-            FROM otlp_spans s JOIN _ready r USING (trace_id)
-            JOIN _ready_batches b USING (trace_id) WHERE b.batch = ?
-            ORDER BY s.trace_id, s.start_ns NULLS FIRST, s.span_id""", params=[batch]).to_arrow_table()
+        yield con.sql(f"""{READY_SPANS_SQL} JOIN _ready_batches b USING (trace_id) WHERE b.batch = ?
+                          ORDER BY {SPAN_ORDER}""", params=[batch]).to_arrow_table()
     con.execute("DROP TABLE IF EXISTS _ready_batches")
 
 
@@ -217,6 +228,11 @@ class Assembled:
     def row(self) -> tuple:
         return (self.trace_id, self.state, self.complete, self.spans, self.reason,
                 self.source_file, self.source_line, self.record_span_id)
+
+
+# (con, ready traces, batch size) -> the ready traces' `Assembled`, in batches of about
+# `batch_traces` traces: how the spans in `_ready` become records (here, or on an engine)
+Assembler = Callable[[duckdb.DuckDBPyConnection, int, int], Iterator[list[Assembled]]]
 
 
 def _store_traces(con: duckdb.DuckDBPyConnection, done: list[Assembled], max_record_bytes: int,

@@ -1,0 +1,78 @@
+"""First copy wins across a Spark ingestion run's staged files, as one Spark window: the
+verdict of every staged record against the copies already stored and the other files' copies.
+
+A run's tasks stage each file's tables as `<run>/<folder>/file-<order>.parquet`, repeats inside
+a file already resolved: its first copies (tier 1) and its repeats (tier 2). A record's key
+(a trace id; a trace id and span id) keeps its first copy: stored ones first, then by file
+order, then by line. A staged copy that loses is a duplicate, unless a stored copy is this
+very line (same file and line: a file read again), which is dropped as the DuckDB path does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from rag_loop.engines.lake import quoted, write_parquet
+
+RESOLVE_SQL = """
+    SELECT tier, file_order, line_no, {key}, verdict
+    FROM (SELECT *,
+                 CASE WHEN tier = 1 AND row_number() OVER (PARTITION BY {key}
+                                                           ORDER BY tier, file_order, line_no) = 1
+                      THEN 'keep'
+                      WHEN array_contains(collect_set(IF(tier = 0, struct(source_file, line_no), NULL))
+                                          OVER (PARTITION BY {key}), struct(source_file, line_no))
+                      THEN 'reread'
+                      ELSE 'duplicate' END AS verdict
+          FROM (SELECT {key}, 0 AS tier, CAST(NULL AS BIGINT) AS file_order, source_file,
+                       source_line AS line_no FROM {{stored}}
+                UNION ALL
+                SELECT {key}, 1, file_order, source_file, source_line FROM {{firsts}}
+                UNION ALL
+                SELECT {key}, 2, file_order, source_file, line_no FROM {{repeats}}))
+    WHERE tier > 0"""
+
+
+def staged_file(run: Path, folder: str, order: int) -> Path:
+    return run / folder / f"file-{order:08d}.parquet"  # zero-padded: read back in file order
+
+
+def staged(run: Path, folder: str) -> str:
+    """The staged files of `folder` as a DuckDB table expression."""
+    return f"read_parquet({quoted(run / folder / 'file-*.parquet')})"
+
+
+def resolve(session: Any, con: duckdb.DuckDBPyConnection, run: Path, stored_table: str,
+            key: tuple[str, ...], firsts: str, repeats: str, table: str) -> None:
+    """Every staged copy's verdict, as the control database's temp table `table` (tier,
+    file_order, line_no, key..., verdict): the staged folders `firsts` (key, source_file,
+    source_line) and `repeats` (key, source_file, line_no) against `stored_table`'s copies of
+    the keys staged (only those: a key nobody staged has no verdict to give)."""
+    columns = ", ".join(key)
+    stored = run / f"{table}-stored"
+    write_parquet(con, f"""
+        SELECT {columns}, source_file, source_line FROM {stored_table}
+        SEMI JOIN (SELECT {columns} FROM {staged(run, firsts)}
+                   UNION SELECT {columns} FROM {staged(run, repeats)}) USING ({columns})""",
+                  stored / "part-0.parquet")
+
+    def read(path: Path, line: str, staged_copies: bool = True) -> Any:  # these columns, as Spark reads them
+        names = "".join(f"{column} string, " for column in key)
+        order = ", file_order long" if staged_copies else ""
+        return session.read.schema(f"{names}source_file string, {line} long{order}").parquet(str(path))
+
+    target = run / f"{table}-verdicts"
+    session.sql(RESOLVE_SQL.format(key=columns), stored=read(stored, "source_line", staged_copies=False),
+                firsts=read(run / firsts, "source_line"),
+                repeats=read(run / repeats, "line_no")).write.parquet(str(target))
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT * FROM "
+                f"read_parquet({quoted(target / '*.parquet')})")
+
+
+def verdict(table: str, tier: int, wanted: str, key: str) -> str:
+    """A join clause keeping the staged rows of `tier` whose verdict in `table` is `wanted`."""
+    return (f"SEMI JOIN (SELECT * FROM {table} WHERE tier = {tier} AND verdict = '{wanted}') "
+            f"USING ({key})")
