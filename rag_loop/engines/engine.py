@@ -170,8 +170,8 @@ class SparkEngine(Engine):
         self.backend = ibis.pyspark.connect(self.session)
 
     def ingest(self, con: duckdb.DuckDBPyConnection, directory: Path, **options: Any) -> IngestReport:
-        """Native files parsed by Spark tasks, staged in the lake's hidden `.ingest` folder
-        (rag_loop.engines.ingest); OTLP files as on DuckDB."""
+        """Files parsed, and OTLP traces assembled, by Spark tasks, staged in the lake's hidden
+        `.ingest` folder (rag_loop.engines.ingest)."""
         from rag_loop.engines.ingest import ingest_directory_on_spark
         return ingest_directory_on_spark(self.session, con, directory, self.lake / ".ingest", **options)
 
