@@ -12,11 +12,19 @@ from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
 from assets.resources import EmbedderResource, EngineResource, RagLoopPaths
+from assets.stage import changed_days
 from rag_loop.reporting import plots
 from rag_loop.selection.estimates import DEFAULT_SLICES, estimate_rates, parse_slices, pooled_rates
 from rag_loop.selection.novelty import NoveltySettings, detect_novelty
-from rag_loop.selection.sampling import SamplingPolicy, select_candidates, selection_summary
-from rag_loop.selection.signals import SIGNALS, SignalSettings, compute_signals, signal_counts, signal_coverage
+from rag_loop.selection.sampling import SamplingPolicy, candidate_inputs, select_candidates, selection_summary
+from rag_loop.selection.signals import (
+    SIGNALS,
+    SignalSettings,
+    compute_signals,
+    signal_counts,
+    signal_coverage,
+    signal_inputs,
+)
 from rag_loop.store.tables import replace_table
 
 _SIGNAL_DEFAULTS = SignalSettings()
@@ -37,10 +45,13 @@ class SignalConfig(Config):
 @asset(group_name="selection", deps=["raw_traces", "trace_chunks", "trace_feedback", "documents", "trace_lake"],
        description="One row per trace: each bad signal as a boolean column, plus the list (on the "
                    "engine resource: DuckDB, or Spark over the trace lake).")
-def trace_signals(config: SignalConfig, duckdb: DuckDBResource, engine: EngineResource,
-                  paths: RagLoopPaths) -> MaterializeResult:
+def trace_signals(context: AssetExecutionContext, config: SignalConfig, duckdb: DuckDBResource,
+                  engine: EngineResource, paths: RagLoopPaths) -> MaterializeResult:
+    settings, on = SignalSettings(**config.model_dump()), engine.engine(paths.lake)
     with duckdb.get_connection() as con:
-        traces = compute_signals(con, SignalSettings(**config.model_dump()), engine.engine(paths.lake))
+        computed = changed_days(context, con, duckdb.database, "trace_signals", signal_inputs(con, settings),
+                                lambda days: compute_signals(con, settings, on, days=days))
+        traces = con.execute("SELECT count(*) FROM trace_signals").fetchall()[0][0]
         counts = signal_counts(con)
         coverage = signal_coverage(con)
         documents = con.execute("SELECT count(*) FROM documents").fetchall()[0][0]
@@ -51,7 +62,7 @@ def trace_signals(config: SignalConfig, duckdb: DuckDBResource, engine: EngineRe
     chart = plots.bars({k: v for k, v in counts.items() if k != "any_signal"},
                        "Traces per bad signal", "traces")
     return MaterializeResult(metadata={
-        "dagster/row_count": traces,
+        "dagster/row_count": traces, **computed,
         **{f"signal_{name}": n for name, n in counts.items()},
         "any_signal_share": counts["any_signal"] / traces if traces else 0.0,
         "retrieval_unknown": unknown,  # unreadable retrieval output: not counted as empty
@@ -124,11 +135,12 @@ class SamplingConfig(Config):
                    "priority before judging (P0 high-risk, P1 thumbs-down plus another signal, P2 "
                    "novel, P3 random); the queue's P1 is thumbs-down with low judged faithfulness. "
                    "On the engine resource.")
-def failure_candidates(config: SamplingConfig, duckdb: DuckDBResource, engine: EngineResource,
-                       paths: RagLoopPaths) -> MaterializeResult:
-    policy = config.policy()
+def failure_candidates(context: AssetExecutionContext, config: SamplingConfig, duckdb: DuckDBResource,
+                       engine: EngineResource, paths: RagLoopPaths) -> MaterializeResult:
+    policy, on = config.policy(), engine.engine(paths.lake)
     with duckdb.get_connection() as con:
-        select_candidates(con, policy, engine.engine(paths.lake))
+        computed = changed_days(context, con, duckdb.database, "failure_candidates", candidate_inputs(con, policy),
+                                lambda days: select_candidates(con, policy, on, days=days))
         summary = selection_summary(con, policy)
         selected_signals = con.sql(
             "SELECT s AS signal, count(*) AS selected FROM "
@@ -138,7 +150,7 @@ def failure_candidates(config: SamplingConfig, duckdb: DuckDBResource, engine: E
             "round(min(thinning), 3) AS thinning, round(avg(inclusion_probability), 3) AS mean_pi "
             "FROM failure_candidates GROUP BY 1 ORDER BY 1").df()
     return MaterializeResult(metadata={
-        "dagster/row_count": summary["selected"], **summary,
+        "dagster/row_count": summary["selected"], **summary, **computed,
         **{f"selected_{row.signal}": int(row.selected) for row in selected_signals.itertuples()},
         "sampling_policy": policy.fingerprint(),
         "policy": MetadataValue.json(config.model_dump()),

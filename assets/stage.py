@@ -8,16 +8,23 @@ part tables get their row counts after the step.
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
+from datetime import date
 
+import duckdb
 from dagster import (
     AssetCheckSpec,
+    AssetExecutionContext,
     AssetsDefinition,
     AssetSpec,
     MaterializeResult,
+    MetadataValue,
     multi_asset,
 )
 
+from rag_loop.engines.incremental import DayState, Fingerprints, compute_changed
 from rag_loop.store.tables import has_table
+
+DAY_STATE = "day_state"  # the metadata entry a day-by-day asset records its DayState in
 
 Deps = Sequence[object]
 
@@ -54,3 +61,21 @@ def stage_asset(*, parts: Mapping[str, str], group_name: str, description: str, 
 
     return decorator
 
+
+
+def changed_days(context: AssetExecutionContext, con: duckdb.DuckDBPyConnection, database: str,
+                 table: str, inputs: Fingerprints, compute: Callable[[list[date] | None], object]) -> dict:
+    """`compute(days)` for the days of `table` whose inputs or rows changed since the asset's
+    latest materialization (`compute(None)`: the whole table, when there is none or it recorded
+    another database); returns the metadata recording the new state and what was computed."""
+    recorded, days = compute_changed(con, table, _recorded_state(context), DayState(database, inputs), compute)
+    return {DAY_STATE: MetadataValue.json(recorded.as_json()),
+            "days_computed": "all" if days is None else len(days),
+            "days_computed_list": "all" if days is None else ", ".join(map(str, days)) or "none"}
+
+
+def _recorded_state(context: AssetExecutionContext) -> DayState | None:
+    event = context.instance.get_latest_materialization_event(context.asset_key)
+    materialization = event.asset_materialization if event else None
+    entry = materialization.metadata.get(DAY_STATE) if materialization else None
+    return DayState.from_json(entry.value) if entry is not None else None

@@ -39,7 +39,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -51,13 +51,14 @@ from rag_loop.drift.days import FreshnessSettings, QueryMixSettings, RetrievalSe
 from rag_loop.drift.figures import freshness_figures, mix_counts, retrieval_figures
 from rag_loop.engines.engine import DuckDBEngine
 from rag_loop.engines.estimates import DaySlices, population_expression
+from rag_loop.engines.incremental import table_fingerprints
 from rag_loop.engines.lake import export_lake
 from rag_loop.engines.sampling import novelty_sample_expression
 from rag_loop.online.quality import OnlineQualitySettings
 from rag_loop.selection.estimates import DEFAULT_SLICES, estimate_rates
 from rag_loop.selection.novelty import NoveltySettings
-from rag_loop.selection.sampling import SamplingPolicy, select_candidates
-from rag_loop.selection.signals import SignalSettings, compute_signals, signal_counts
+from rag_loop.selection.sampling import SamplingPolicy, candidate_inputs, select_candidates
+from rag_loop.selection.signals import SignalSettings, compute_signals, signal_counts, signal_inputs
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,11 @@ class Stage:
     table: str
     function: Callable[..., int]
     settings: Callable[[], Any]
+    label: str = ""  # the step's name, when not the table's
+
+    @property
+    def name(self) -> str:
+        return self.label or self.table
 
     @property
     def ported(self) -> bool:
@@ -128,6 +134,29 @@ def online_traffic(con: duckdb.DuckDBPyConnection, settings: OnlineQualitySettin
         con, ("trace_signals",), population_expression, wanted))
 
 
+def _newest_days(con: duckdb.DuckDBPyConnection) -> list[date]:
+    newest = _newest_day(con)
+    return [newest - timedelta(days=1), newest]
+
+
+def signals_daily(con: duckdb.DuckDBPyConnection, settings: SignalSettings, engine=None) -> int:
+    """trace_signals' daily run once the table exists: the input and row fingerprints that pick
+    the days to compute, then the newest day and the day before it (new traffic on the newest
+    day changes both) replaced."""
+    signal_inputs(con, settings)
+    table_fingerprints(con, "trace_signals")
+    compute_signals(con, settings, engine, days=_newest_days(con))
+    return _rows(con, "trace_signals")
+
+
+def candidates_daily(con: duckdb.DuckDBPyConnection, policy: SamplingPolicy, engine=None) -> int:
+    """failure_candidates' daily run: its fingerprints, then the newest two days replaced."""
+    candidate_inputs(con, policy)
+    table_fingerprints(con, "failure_candidates")
+    select_candidates(con, policy, engine, days=_newest_days(con))
+    return _rows(con, "failure_candidates")
+
+
 # in dependency order: each reads what the ones before it wrote
 STAGES = (
     Stage("trace_signals", compute_signals, SignalSettings),
@@ -138,6 +167,8 @@ STAGES = (
     Stage("stale_retrieval", stale_retrieval, FreshnessSettings),
     Stage("novelty_sample", novelty_sample, NoveltySettings),
     Stage("online_traffic", online_traffic, OnlineQualitySettings),
+    Stage("trace_signals", signals_daily, SignalSettings, "signals_2_days"),
+    Stage("failure_candidates", candidates_daily, SamplingPolicy, "candidates_2_days"),
 )
 
 
@@ -216,7 +247,7 @@ def _child(args: argparse.Namespace) -> None:
             seconds, rows = scan + copy, _rows(con, "raw_traces")
             args.database.with_suffix(".parquet").unlink(missing_ok=True)
         else:
-            stage = next(s for s in STAGES if s.table == args.child)
+            stage = next(s for s in STAGES if s.name == args.child)
             start = time.perf_counter()
             stage.run(con)
             seconds, rows = time.perf_counter() - start, _rows(con, stage.table)
@@ -243,7 +274,7 @@ def compare(args: argparse.Namespace, stages: list[Stage]) -> dict:
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     lake = folder / "lake"
-    out: dict[str, Any] = {"stages": {s.table: {} for s in stages}, "errors": []}
+    out: dict[str, Any] = {"stages": {s.name: {} for s in stages}, "errors": []}
     con = _quiet(duckdb.connect(str(folder / "world.duckdb")))
     start = time.perf_counter()
     build_database(con, args.traces)
@@ -267,8 +298,8 @@ def compare(args: argparse.Namespace, stages: list[Stage]) -> dict:
     for stage in stages:
         start = time.perf_counter()
         stage.run(con)
-        out["stages"][stage.table]["duckdb"] = time.perf_counter() - start
-        out["stages"][stage.table]["duckdb_rows"] = _rows(con, stage.table)
+        out["stages"][stage.name]["duckdb"] = time.perf_counter() - start
+        out["stages"][stage.name]["duckdb_rows"] = _rows(con, stage.table)
     signals = "trace_signals" in out["stages"]
     out["duckdb_signal_counts"] = signal_counts(con) if signals else None
 
@@ -288,11 +319,11 @@ def compare(args: argparse.Namespace, stages: list[Stage]) -> dict:
                     try:
                         stage.run(con, engine)
                     except Exception as error:  # a figure, not a gate: report it and go on
-                        out["errors"].append(f"{stage.table} on Spark ({run}): {type(error).__name__}: {error}")
+                        out["errors"].append(f"{stage.name} on Spark ({run}): {type(error).__name__}: {error}")
                         print(f"  {out['errors'][-1].splitlines()[0]}")
                         continue
-                    out["stages"][stage.table][run] = time.perf_counter() - start
-                    out["stages"][stage.table][f"{run}_rows"] = _rows(con, stage.table)
+                    out["stages"][stage.name][run] = time.perf_counter() - start
+                    out["stages"][stage.name][f"{run}_rows"] = _rows(con, stage.table)
                 if run == "spark" and signals and "spark" in out["stages"]["trace_signals"]:
                     out["spark_signal_counts"] = signal_counts(con)
         finally:
@@ -343,7 +374,7 @@ def scaling(args: argparse.Namespace, stages: list[Stage], sizes: list[int], lim
         print(f"{size:,} traces: built in {built['seconds']:.1f} s ({built['file_mb']:.0f} MB file, "
               f"builder peak {built['peak_mb']:.0f} MB)")
         for limit in limits:
-            for step in ["bare", *[s.table for s in stages]]:
+            for step in ["bare", *[s.name for s in stages]]:
                 result = {"size": size, "limit": limit or "default", "step": step,
                           **_in_child(step, database, size, limit)}
                 if limit not in said:
@@ -388,7 +419,7 @@ def summary(args: argparse.Namespace, stages: list[Stage], compared: dict, curve
     print("=" * 30 + " summary " + "=" * 30)
     for stage in STAGES:
         if not stage.ported:
-            print(f"{stage.table}: not ported yet ({stage.function.__name__} has no engine parameter): "
+            print(f"{stage.name}: not ported yet ({stage.function.__name__} has no engine parameter): "
                   "left out of the comparison and the scaling curve")
     if compared:
         print(f"world {args.traces:,} traces / {compared['days']} days: build {compared['build']:.1f} s, "
@@ -417,7 +448,7 @@ def summary(args: argparse.Namespace, stages: list[Stage], compared: dict, curve
         for limit in dict.fromkeys(r["limit"] for r in curve):
             effective = next(r["memory_limit"] for r in curve if r["limit"] == limit)
             print(f"  memory_limit {limit} ({effective}):")
-            for step in ["bare", *[s.table for s in stages]]:
+            for step in ["bare", *[s.name for s in stages]]:
                 a, b = (next(r for r in curve if (r["size"], r["limit"], r["step"]) == (n, limit, step))
                         for n in (small, large))
                 print(f"    {'bare scan + COPY' if step == 'bare' else step}: peak RSS {a['peak_mb']:.0f} -> "
@@ -454,10 +485,10 @@ def main() -> None:
     args.workdir = args.workdir.resolve()
     sizes = [int(s.replace("_", "")) for s in args.scaling.split(",") if s.strip()]
     stages = ported_stages()
-    print(f"ported stages: {', '.join(s.table for s in stages) or 'none'}")
+    print(f"ported stages: {', '.join(s.name for s in stages) or 'none'}")
     for stage in STAGES:
         if not stage.ported:
-            print(f"{stage.table}: not ported yet ({stage.function.__name__} takes no engine); left out")
+            print(f"{stage.name}: not ported yet ({stage.function.__name__} takes no engine); left out")
     print()
     print(f"== engine comparison: {args.traces:,} traces ==" if args.traces > 0 else "== engine comparison: skipped ==")
     compared = compare(args, stages) if args.traces > 0 else {}

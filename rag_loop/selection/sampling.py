@@ -23,6 +23,7 @@ from datetime import date
 import duckdb
 
 from rag_loop.engines.engine import DuckDBEngine, Engine
+from rag_loop.engines.incremental import Fingerprints, combined, table_fingerprints
 from rag_loop.engines.sampling import (
     DIAGNOSTIC_STREAMS,
     INPUTS,
@@ -92,6 +93,14 @@ def select_candidates(con: duckdb.DuckDBPyConnection, policy: SamplingPolicy, en
         return engine.run(con, "failure_candidates", INPUTS, candidates_expression, policy)
     return engine.run(con, "failure_candidates", INPUTS, candidates_of_days_expression,
                       PolicyDays(policy, tuple(sorted(days))), days)
+
+
+def candidate_inputs(con: duckdb.DuckDBPyConnection, policy: SamplingPolicy) -> Fingerprints:
+    """Per day with signals or novelty judgements, a fingerprint of what its selection is made
+    from: the policy and that day's rows of both."""
+    signals, novelty = table_fingerprints(con, "trace_signals"), table_fingerprints(con, NOVELTY_TABLE)
+    return {day: combined(policy.fingerprint(), signals.get(day), novelty.get(day))
+            for day in set(signals) | set(novelty)}
 
 
 def selection_summary(con: duckdb.DuckDBPyConnection, policy: SamplingPolicy) -> dict[str, object]:

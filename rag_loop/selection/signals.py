@@ -22,6 +22,7 @@ from datetime import date
 import duckdb
 
 from rag_loop.engines.engine import DuckDBEngine, Engine
+from rag_loop.engines.incremental import Fingerprints, combined, traffic_fingerprints, whole_fingerprint
 from rag_loop.engines.signals import (
     INPUTS,
     SIGNALS,
@@ -64,6 +65,16 @@ def compute_signals(con: duckdb.DuckDBPyConnection, settings: SignalSettings, en
         return engine.run(con, "trace_signals", INPUTS, signals_expression, settings)
     return engine.run(con, "trace_signals", INPUTS, signals_of_days_expression,
                       SignalDays(settings, tuple(sorted(days))), days)
+
+
+def signal_inputs(con: duckdb.DuckDBPyConnection, settings: SignalSettings) -> Fingerprints:
+    """Per day with traffic, a fingerprint of what its signals are computed from: the settings,
+    the documents, and the traffic of each day it reads (itself and the days after it that its
+    rephrase window reaches), so new traffic on a day changes the day before it too."""
+    traffic = traffic_fingerprints(con)
+    fixed = (settings, whole_fingerprint(con, "documents"))
+    return {day: combined(*fixed, *(traffic.get(d) for d in SignalDays(settings, (day,)).read()))
+            for day in traffic}
 
 
 def signal_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:

@@ -2,13 +2,17 @@
 
 import shutil
 
+import duckdb
+import pandas as pd
 import pytest
-from dagster import materialize
+from dagster import DagsterInstance, materialize
 from dagster_duckdb import DuckDBResource
 
+from assets.ingestion import raw_traces
 from assets.resources import DuckDBEngineResource, RagLoopPaths
 from assets.selection import failure_candidates, trace_signals
-from tests.helpers import demo_config, metadata_of, query
+from rag_loop.selection.signals import SignalSettings, compute_signals
+from tests.helpers import demo_config, metadata_of, query, trace_line
 
 
 def test_materializations_report_counts_per_stream_signal_and_priority(demo_run):
@@ -36,3 +40,37 @@ def test_rerun_selects_the_same_candidates(demo_run, tmp_path):
                        run_config=demo_config("loop")).success
     assert query(copy, "SELECT trace_id, inclusion_probability FROM failure_candidates "
                        "ORDER BY 1") == before
+
+
+def test_a_rerun_computes_only_the_days_that_changed(tmp_path):
+    """The selection assets record per day what they computed from (metadata `day_state`): a
+    rerun with nothing new computes no day, late traffic computes its day and the day before
+    it, other settings or another database everything; the table is always the whole run's."""
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    (traces / "a.jsonl").write_text("".join(
+        trace_line(f"t{day}", timestamp=f"2026-11-0{day}T12:00:00+00:00") + "\n" for day in (1, 2, 3)))
+    instance = DagsterInstance.ephemeral()
+
+    def run(database="a.duckdb", similarity=None) -> tuple[dict, dict]:
+        resources = {"duckdb": DuckDBResource(database=str(tmp_path / database)), "engine": DuckDBEngineResource(),
+                     "paths": RagLoopPaths(lake_dir=str(tmp_path / "lake"), traces_dir=str(traces))}
+        config = {"ops": {"trace_signals": {"config": {"rephrase_similarity": similarity}}}} if similarity else {}
+        result = materialize([raw_traces, trace_signals, failure_candidates], resources=resources,
+                             instance=instance, run_config=config)
+        assert result.success
+        return tuple({k: metadata_of(result, asset)[k] for k in ("days_computed", "days_computed_list")}
+                     for asset in ("trace_signals", "failure_candidates"))
+
+    assert run() == ({"days_computed": "all", "days_computed_list": "all"},) * 2
+    assert run() == ({"days_computed": 0, "days_computed_list": "none"},) * 2
+    (traces / "b.jsonl").write_text(trace_line("late", timestamp="2026-11-02T23:59:00+00:00") + "\n")
+    signals, candidates = run()
+    assert signals["days_computed_list"] == "2026-11-01, 2026-11-02"
+    assert candidates["days_computed_list"] == "2026-11-02"
+    with duckdb.connect(str(tmp_path / "a.duckdb")) as con:
+        incremental = con.execute("SELECT * FROM trace_signals ORDER BY trace_id").df()
+        compute_signals(con, SignalSettings())
+        pd.testing.assert_frame_equal(incremental, con.execute("SELECT * FROM trace_signals ORDER BY trace_id").df())
+    assert run(similarity=0.5)[0]["days_computed"] == "all"
+    assert run(database="b.duckdb")[0]["days_computed"] == "all"
