@@ -11,6 +11,8 @@ registry per engine. A stage takes a `Functions` and builds one Ibis expression 
 - `utc_day`: the UTC calendar day of an instant (the Spark session runs in UTC).
 - `uniform`: a uniform draw in [0, 1) from 8 hex digits of an md5 (the sampling streams).
 - `distinct`: a list's distinct values without NULLs (`list_distinct` / `array_distinct`).
+
+`bit_xor`, an aggregate both spell alike, is here too: Ibis compiles it for DuckDB only.
 """
 
 from __future__ import annotations
@@ -81,6 +83,10 @@ def _md5(text: str) -> str: ...
 
 @ibis.udf.scalar.builtin(name="conv")
 def _spark_conv(text: str, source_base: int, target_base: int) -> str: ...
+
+
+@ibis.udf.agg.builtin(name="bit_xor")
+def bit_xor(value: ibis.dtype("int64")) -> ibis.dtype("int64"): ...  # noqa: F821
 
 
 def double(value: float) -> ir.FloatingValue:

@@ -12,7 +12,7 @@ from typing import Any
 import ibis
 import ibis.expr.types as ir
 
-from rag_loop.engines.functions import Functions, double
+from rag_loop.engines.functions import Functions, bit_xor, double
 from rag_loop.schema import Priority
 
 STREAMS = ("random", "bad_signal", "risk", "novelty")
@@ -104,14 +104,48 @@ def candidates_of_days_expression(tables: Mapping[str, ir.Table], wanted: Policy
                                  wanted.policy, fn)
 
 
-def novelty_sample_expression(tables: Mapping[str, ir.Table], per_group: int, fn: Functions) -> ir.Table:
-    """`trace_novelty`'s sample of the traffic: per UTC day and language ("und" when unknown)
-    the `per_group` traces first by md5 of their id — deterministic, and the same traces
-    whatever else arrived that day."""
-    traces = tables["raw_traces"]
+@dataclass(frozen=True)
+class SampleDays:
+    """`trace_novelty`'s sample of some days only (None: every day)."""
+
+    per_group: int
+    days: tuple[date, ...] | None = None
+
+
+def _sampled(traces: ir.Table, wanted: SampleDays, fn: Functions) -> ir.Table:
+    """Per UTC day and language ("und" when unknown) the `per_group` traces first by md5 of
+    their id — deterministic, and the same traces whatever else arrived that day."""
     rows = traces.select("trace_id", "original_query", language=traces.language.fill_null("und"),
                          day=fn.utc_day(traces["timestamp"]), digest=fn.md5(traces.trace_id))
+    if wanted.days is not None:
+        rows = rows.filter(rows.day.isin(list(wanted.days)))
     position = ibis.row_number().over(group_by=[rows.day, rows.language], order_by=rows.digest)
     sampled = rows.mutate(position=position)
-    sampled = sampled.filter(sampled.position < per_group)
+    return sampled.filter(sampled.position < wanted.per_group)
+
+
+def novelty_sample_expression(tables: Mapping[str, ir.Table], wanted: SampleDays, fn: Functions) -> ir.Table:
+    """`trace_novelty`'s sample of the traffic of `wanted.days` (`_sampled`)."""
+    sampled = _sampled(tables["raw_traces"], wanted, fn)
     return sampled.order_by(["day", "language", "trace_id"]).select("trace_id", "language", "original_query", "day")
+
+
+def sample_digests(rows: ir.Table, fn: Functions) -> ir.Table:
+    """Per day and language of sampled `rows` (trace_id, day, language): their count and the
+    xor of two 60-bit slices of the md5 of their ids, which tell a day's sample from another."""
+    digest = fn.md5(rows.trace_id)
+    return rows.group_by(["day", "language"]).aggregate(
+        sampled=rows.count(), first=bit_xor(fn.hex_to_int(digest.substr(0, 15))),
+        second=bit_xor(fn.hex_to_int(digest.substr(15, 15))))
+
+
+def novelty_digest_expression(tables: Mapping[str, ir.Table], per_group: int, fn: Functions) -> ir.Table:
+    """`sample_digests` of the whole traffic's sample: a few rows a day, however large it is."""
+    sampled = _sampled(tables["raw_traces"], SampleDays(per_group), fn)
+    return sample_digests(sampled, fn)
+
+
+def judged_digest_expression(tables: Mapping[str, ir.Table], fingerprint: str, fn: Functions) -> ir.Table:
+    """`sample_digests` of the samples `trace_novelty` judged with these settings."""
+    judged = tables["trace_novelty"]
+    return sample_digests(judged.filter(judged.settings == fingerprint), fn)

@@ -17,13 +17,19 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
+from datetime import date, timedelta
 
 import duckdb
 import numpy as np
 import pandas as pd
 
 from rag_loop.engines.engine import DuckDBEngine, Engine
-from rag_loop.engines.sampling import novelty_sample_expression
+from rag_loop.engines.sampling import (
+    SampleDays,
+    judged_digest_expression,
+    novelty_digest_expression,
+    novelty_sample_expression,
+)
 from rag_loop.logs import Log, quiet
 from rag_loop.store.ddl import NOVELTY_DDL
 from rag_loop.vectors.clustering import NOISE, ClusterSettings, cluster_vectors
@@ -76,13 +82,6 @@ def new_intent_members(days: np.ndarray, vectors: np.ndarray, day: object,
     return novel, sizes
 
 
-def _stored_samples(con: duckdb.DuckDBPyConnection, fingerprint: str) -> dict[tuple, frozenset]:
-    """(day, language) -> the trace ids judged with these settings."""
-    rows = con.execute(f"SELECT day, language, list(trace_id) FROM {TABLE} WHERE settings = ? "
-                       "GROUP BY ALL", [fingerprint]).fetchall()
-    return {(day, language): frozenset(ids) for day, language, ids in rows}
-
-
 @dataclass
 class NoveltyReport:
     """What `detect_novelty` judged: queries, days, and the novel ones per day."""
@@ -104,29 +103,23 @@ def detect_novelty(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
     The sample is drawn on `engine` (rag_loop.engines.sampling); the embedding and clustering
     of those few thousand queries a day run here."""
     con.execute(NOVELTY_DDL)
+    engine = engine or DuckDBEngine()
     fingerprint = settings.fingerprint()
-    stored = _stored_samples(con, fingerprint)
-    traffic = (engine or DuckDBEngine()).frame(con, ("raw_traces",), novelty_sample_expression,
-                                               settings.daily_sample)
-    traffic["day"] = pd.to_datetime(traffic["day"])
+    samples = engine.frame(con, ("raw_traces",), novelty_digest_expression, settings.daily_sample)
+    stored = DuckDBEngine().frame(con, (TABLE,), judged_digest_expression, fingerprint)
+    judged, skipped, due = _days_due(samples, stored, settings)
     window = np.timedelta64(settings.window_days, "D")
-    rows, judged, skipped, changed = [], set(), set(), []
-    for language, group in traffic.groupby("language", sort=True):
-        days = group["day"].to_numpy()
-        due = []
-        for day in np.unique(days):
-            history = len(set(days[(days < day) & (days >= day - window)]))
-            key = (pd.Timestamp(day).date(), language)
-            if history < settings.min_history_days:
-                skipped.add(key[0])
-                continue
-            judged.add(key)
-            if stored.get(key) != frozenset(group["trace_id"][days == day]):
-                due.append(day)
-        if not due:
+    read = sorted({d - timedelta(days=k) for d, _ in due for k in range(settings.window_days + 1)})
+    traffic = engine.frame(con, ("raw_traces",), novelty_sample_expression,
+                           SampleDays(settings.daily_sample, tuple(read))) if due else None
+    rows, changed = [], []
+    for language, group in traffic.groupby("language", sort=True) if traffic is not None else ():
+        days = pd.to_datetime(group["day"]).to_numpy()
+        todo = sorted(np.datetime64(day) for day, lang in due if lang == language)
+        if not todo:
             continue
         _, vectors = router.embed(con, group["original_query"].tolist(), language, log=log)
-        for day in due:
+        for day in todo:
             in_window = (days <= day) & (days >= day - window)
             novel, sizes = new_intent_members(days[in_window], vectors[in_window], day, settings)
             changed.append((pd.Timestamp(day).date(), language))
@@ -140,10 +133,34 @@ def detect_novelty(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
                           "ORDER BY 1").fetchall()
     return NoveltyReport(
         novel=sum(n for _, n in per_day), judged=con.execute(f"SELECT count(*) FROM {TABLE}").fetchall()[0][0],
-        sampled=len(traffic), days_judged=len({day for day, _ in judged}),
+        sampled=int(samples["sampled"].sum()), days_judged=len({day for day, _ in judged}),
         days_judged_this_run=len({day for day, _ in changed}),
         days_without_history=sorted(str(d) for d in skipped - {day for day, _ in judged}),
         novel_per_day={str(d): int(n) for d, n in per_day})
+
+
+def _days_due(samples: pd.DataFrame, stored: pd.DataFrame,
+              settings: NoveltySettings) -> tuple[set[tuple], set[date], list[tuple]]:
+    """From each (day, language)'s sample digests and those judged before: the (day, language)
+    keys with enough history to be judged, the days without, and the keys whose sample is not
+    the one judged (in order)."""
+    def keyed(frame: pd.DataFrame) -> pd.DataFrame:
+        return frame.assign(day=pd.to_datetime(frame["day"]).dt.date).sort_values(["language", "day"])
+
+    before = {(d, lang): (n, a, b) for d, lang, n, a, b in
+              keyed(stored)[["day", "language", "sampled", "first", "second"]].itertuples(index=False)}
+    judged, skipped, due = set(), set(), []
+    for language, group in keyed(samples).groupby("language", sort=True):
+        days = sorted(group["day"])
+        for day, n, a, b in group[["day", "sampled", "first", "second"]].itertuples(index=False):
+            history = sum(day - timedelta(days=settings.window_days) <= d < day for d in days)
+            if history < settings.min_history_days:
+                skipped.add(day)
+                continue
+            judged.add((day, language))
+            if before.get((day, language)) != (n, a, b):
+                due.append((day, language))
+    return judged, skipped, due
 
 
 def _store(con: duckdb.DuckDBPyConnection, rows: list[pd.DataFrame], changed: list[tuple],
