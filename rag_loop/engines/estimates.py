@@ -12,7 +12,7 @@ from datetime import date
 import ibis
 import ibis.expr.types as ir
 
-from rag_loop.engines.functions import Functions, double
+from rag_loop.engines.functions import Functions, double, on_days
 
 INPUTS = ("trace_signals", "failure_candidates")
 SEPARATOR = " × "
@@ -93,5 +93,5 @@ def population_expression(tables: Mapping[str, ir.Table], wanted: DaySlices, fn:
 def app_cost_expression(tables: Mapping[str, ir.Table], day: date, fn: Functions) -> ir.Table:
     """The application's requests and cost on a UTC day."""
     traces = tables["raw_traces"]
-    today = traces.filter(fn.utc_day(traces["timestamp"]) == day)
+    today = traces.filter(on_days(fn, traces["timestamp"], [day]))
     return today.aggregate(requests=today.count(), app_cost_usd=today.cost_usd.sum().fill_null(double(0.0)))

@@ -18,8 +18,9 @@ registry per engine. A stage takes a `Functions` and builds one Ibis expression 
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
 
 import ibis
 import ibis.expr.types as ir
@@ -87,6 +88,15 @@ def _spark_conv(text: str, source_base: int, target_base: int) -> str: ...
 
 @ibis.udf.agg.builtin(name="bit_xor")
 def bit_xor(value: ibis.dtype("int64")) -> ibis.dtype("int64"): ...  # noqa: F821
+
+
+def on_days(fn: Functions, instant: ir.TimestampValue, days: Collection[date]) -> ir.BooleanValue:
+    """`instant` falls on one of `days` (UTC). A range on the instant comes first: both engines
+    skip the row groups (and Parquet files) outside it, so a day's run reads about that day,
+    not the whole history."""
+    start = datetime.combine(min(days), time(), tzinfo=UTC)
+    end = datetime.combine(max(days) + timedelta(days=1), time(), tzinfo=UTC)
+    return (instant >= start) & (instant < end) & fn.utc_day(instant).isin(sorted(days))
 
 
 def double(value: float) -> ir.FloatingValue:

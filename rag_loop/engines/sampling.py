@@ -12,7 +12,7 @@ from typing import Any
 import ibis
 import ibis.expr.types as ir
 
-from rag_loop.engines.functions import Functions, bit_xor, double
+from rag_loop.engines.functions import Functions, bit_xor, double, on_days
 from rag_loop.schema import Priority
 
 STREAMS = ("random", "bad_signal", "risk", "novelty")
@@ -115,10 +115,10 @@ class SampleDays:
 def _sampled(traces: ir.Table, wanted: SampleDays, fn: Functions) -> ir.Table:
     """Per UTC day and language ("und" when unknown) the `per_group` traces first by md5 of
     their id — deterministic, and the same traces whatever else arrived that day."""
+    if wanted.days is not None:
+        traces = traces.filter(on_days(fn, traces["timestamp"], wanted.days))
     rows = traces.select("trace_id", "original_query", language=traces.language.fill_null("und"),
                          day=fn.utc_day(traces["timestamp"]), digest=fn.md5(traces.trace_id))
-    if wanted.days is not None:
-        rows = rows.filter(rows.day.isin(list(wanted.days)))
     position = ibis.row_number().over(group_by=[rows.day, rows.language], order_by=rows.digest)
     sampled = rows.mutate(position=position)
     return sampled.filter(sampled.position < wanted.per_group)

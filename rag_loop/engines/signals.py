@@ -13,7 +13,7 @@ from typing import Any
 import ibis
 import ibis.expr.types as ir
 
-from rag_loop.engines.functions import Functions
+from rag_loop.engines.functions import Functions, on_days
 
 SIGNALS = (
     "thumbs_down", "empty_retrieval", "low_rerank_score", "no_citation", "immediate_rephrase",
@@ -139,6 +139,6 @@ def signals_of_days_expression(tables: Mapping[str, ir.Table], wanted: SignalDay
     """signals_expression over the traffic of `wanted.read()` only (the other inputs are joined
     to it), the rows of `wanted.days`."""
     traces = tables["raw_traces"]
-    read = traces.filter(fn.utc_day(traces["timestamp"]).isin(list(wanted.read())))
+    read = traces.filter(on_days(fn, traces["timestamp"], wanted.read()))
     rows = signals_expression({**tables, "raw_traces": read}, wanted.settings, fn)
     return rows.filter(rows.day.isin(list(wanted.days)))
