@@ -62,7 +62,6 @@ def stage_asset(*, parts: Mapping[str, str], group_name: str, description: str, 
     return decorator
 
 
-
 def changed_days(context: AssetExecutionContext, con: duckdb.DuckDBPyConnection, database: str,
                  table: str, inputs: Fingerprints, compute: Callable[[list[date] | None], object]) -> dict:
     """`compute(days)` for the days of `table` whose inputs or rows changed since the asset's

@@ -89,18 +89,19 @@ def ingest_directory_on_spark(session: Any, con: duckdb.DuckDBPyConnection, dire
                               grace: timedelta = DEFAULT_GRACE, now: datetime | None = None,
                               memory_limit: str | None = DEFAULT_MEMORY_LIMIT,
                               workers: int | None = None) -> IngestReport:
-    """`ingest_directory(con, directory, ...)` with the native files parsed by Spark tasks
-    (`session`), staged under `staging/<run id>/`; `memory_limit` is each task's DuckDB's,
-    `workers` the OTLP path's processes.
+    """`ingest_directory(con, directory, ...)` with the files parsed, and the OTLP traces
+    assembled, by Spark tasks (`session`), staged under `staging/<run id>/`; `memory_limit` is
+    each task's DuckDB's. `workers` is accepted for `ingest_directory`'s signature: the
+    parallelism is Spark's.
 
     A file whose task fails (its worker crashed, its DuckDB failed) is quarantined whole and
     tried again on the next run, as a file that cannot be opened is; a failure while storing
-    the native files rolls all of them back. The staging folder is removed either way.
+    the files rolls all of them back. The staging folder is removed either way.
 
-    The native files are stored before the OTLP files even where the path order mixes them,
-    with the same result: an OTLP file only stages spans (in `otlp_spans`, and its own
-    quarantine and duplicate rows), which no native file reads or writes, and its traces are
-    assembled after every file was read, on either path.
+    All files are stored in one transaction where the DuckDB path commits file by file, with
+    the same result: a native file stages traces and an OTLP file spans, which no file of the
+    other format reads or writes, and OTLP traces are assembled after every file was read, on
+    either path.
     """
     def read_files(pool: LazyPool) -> IngestReport:
         report = IngestReport()
