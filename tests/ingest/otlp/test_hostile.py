@@ -69,7 +69,7 @@ def hostile_files(draw):
     return files, good, hostile
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @given(hostile_files())
 def test_hostile_otlp_files(tmp_path_factory, case):
