@@ -53,7 +53,7 @@ from rag_loop.engines.engine import DuckDBEngine
 from rag_loop.engines.estimates import DaySlices, population_expression
 from rag_loop.engines.incremental import table_fingerprints
 from rag_loop.engines.lake import export_lake
-from rag_loop.engines.sampling import SampleDays, novelty_digest_expression, novelty_sample_expression
+from rag_loop.engines.sampling import SampleDays, novelty_sample_expression, novelty_traffic_expression
 from rag_loop.online.quality import OnlineQualitySettings
 from rag_loop.selection.estimates import DEFAULT_SLICES, estimate_rates
 from rag_loop.selection.novelty import NoveltySettings
@@ -121,11 +121,11 @@ def stale_retrieval(con: duckdb.DuckDBPyConnection, settings: FreshnessSettings,
 
 
 def novelty_sample(con: duckdb.DuckDBPyConnection, settings: NoveltySettings, engine=None) -> int:
-    """trace_novelty's reads in a daily run: the digests of every day's sample (a few rows a
+    """trace_novelty's reads in a daily run: the traffic fingerprint of every day (a few rows a
     day), then the sample of the newest day and its window (the clustering after it is bounded
     by the sample)."""
     engine = engine or DuckDBEngine()
-    engine.frame(con, ("raw_traces",), novelty_digest_expression, settings.daily_sample)
+    engine.frame(con, ("raw_traces",), novelty_traffic_expression, None)
     newest = _newest_day(con)
     days = tuple(newest - timedelta(days=k) for k in range(settings.window_days + 1))
     return _keep(con, "novelty_sample", engine.frame(

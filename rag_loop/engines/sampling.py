@@ -130,22 +130,16 @@ def novelty_sample_expression(tables: Mapping[str, ir.Table], wanted: SampleDays
     return sampled.order_by(["day", "language", "trace_id"]).select("trace_id", "language", "original_query", "day")
 
 
-def sample_digests(rows: ir.Table, fn: Functions) -> ir.Table:
-    """Per day and language of sampled `rows` (trace_id, day, language): their count and the
-    xor of two 60-bit slices of the md5 of their ids, which tell a day's sample from another."""
-    digest = fn.md5(rows.trace_id)
-    return rows.group_by(["day", "language"]).aggregate(
-        sampled=rows.count(), first=bit_xor(fn.hex_to_int(digest.substr(0, 15))),
-        second=bit_xor(fn.hex_to_int(digest.substr(15, 15))))
-
-
-def novelty_digest_expression(tables: Mapping[str, ir.Table], per_group: int, fn: Functions) -> ir.Table:
-    """`sample_digests` of the whole traffic's sample: a few rows a day, however large it is."""
-    sampled = _sampled(tables["raw_traces"], SampleDays(per_group), fn)
-    return sample_digests(sampled, fn)
-
-
-def judged_digest_expression(tables: Mapping[str, ir.Table], fingerprint: str, fn: Functions) -> ir.Table:
-    """`sample_digests` of the samples `trace_novelty` judged with these settings."""
-    judged = tables["trace_novelty"]
-    return sample_digests(judged.filter(judged.settings == fingerprint), fn)
+def novelty_traffic_expression(tables: Mapping[str, ir.Table], _: Any, fn: Functions) -> ir.Table:
+    """Per UTC day and language of the traffic, a fingerprint of its traces (count, and the xor
+    of two 60-bit slices of the md5 of each id and ingestion time): a day whose fingerprint is
+    the one judged has the same sample. One aggregate, no sort, however long the history."""
+    traces = tables["raw_traces"]
+    stored = traces.trace_id.concat(":", fn.epoch_us(traces.ingested_at).cast("string").fill_null(""))
+    digest = fn.md5(stored)
+    rows = traces.select(language=traces.language.fill_null("und"), day=fn.utc_day(traces["timestamp"]),
+                         first=fn.hex_to_int(digest.substr(0, 15)), second=fn.hex_to_int(digest.substr(15, 15)))
+    counts = rows.group_by(["day", "language"]).aggregate(
+        traces=rows.count(), first=bit_xor(rows.first), second=bit_xor(rows.second))
+    return counts.select("day", "language", "traces", traffic=counts.traces.cast("string").concat(
+        ":", counts.first.cast("string"), ":", counts.second.cast("string")))

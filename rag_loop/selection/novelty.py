@@ -24,12 +24,7 @@ import numpy as np
 import pandas as pd
 
 from rag_loop.engines.engine import DuckDBEngine, Engine
-from rag_loop.engines.sampling import (
-    SampleDays,
-    judged_digest_expression,
-    novelty_digest_expression,
-    novelty_sample_expression,
-)
+from rag_loop.engines.sampling import SampleDays, novelty_sample_expression, novelty_traffic_expression
 from rag_loop.logs import Log, quiet
 from rag_loop.store.ddl import NOVELTY_DDL
 from rag_loop.vectors.clustering import NOISE, ClusterSettings, cluster_vectors
@@ -105,15 +100,19 @@ def detect_novelty(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
     con.execute(NOVELTY_DDL)
     engine = engine or DuckDBEngine()
     fingerprint = settings.fingerprint()
-    samples = engine.frame(con, ("raw_traces",), novelty_digest_expression, settings.daily_sample)
-    stored = DuckDBEngine().frame(con, (TABLE,), judged_digest_expression, fingerprint)
-    judged, skipped, due = _days_due(samples, stored, settings)
+    fingerprints = engine.frame(con, ("raw_traces",), novelty_traffic_expression, None)
+    fingerprints["day"] = pd.to_datetime(fingerprints["day"]).dt.date
+    stored = dict(((day, language), traffic) for day, language, traffic in con.execute(
+        f"SELECT day, language, min(traffic) FROM {TABLE} WHERE settings = ? GROUP BY ALL",
+        [fingerprint]).fetchall())
+    judged, skipped, due = _days_due(fingerprints, stored, settings)
+    current = {(d, lang): t for d, lang, t in fingerprints[["day", "language", "traffic"]].itertuples(index=False)}
     window = np.timedelta64(settings.window_days, "D")
     read = sorted({d - timedelta(days=k) for d, _ in due for k in range(settings.window_days + 1)})
-    traffic = engine.frame(con, ("raw_traces",), novelty_sample_expression,
+    sample = engine.frame(con, ("raw_traces",), novelty_sample_expression,
                            SampleDays(settings.daily_sample, tuple(read))) if due else None
     rows, changed = [], []
-    for language, group in traffic.groupby("language", sort=True) if traffic is not None else ():
+    for language, group in sample.groupby("language", sort=True) if sample is not None else ():
         days = pd.to_datetime(group["day"]).to_numpy()
         todo = sorted(np.datetime64(day) for day, lang in due if lang == language)
         if not todo:
@@ -127,38 +126,34 @@ def detect_novelty(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
                                       "trace_id": group["trace_id"].to_numpy()[days == day],
                                       "language": language, "novel": novel, "cluster_size": sizes,
                                       "rate": np.where(novel, settings.rate, 0.0),
-                                      "settings": fingerprint}))
+                                      "settings": fingerprint, "traffic": current[changed[-1]]}))
     _store(con, rows, changed, judged)
     per_day = con.execute(f"SELECT day, count(*) FROM {TABLE} WHERE novel GROUP BY 1 "
                           "ORDER BY 1").fetchall()
     return NoveltyReport(
         novel=sum(n for _, n in per_day), judged=con.execute(f"SELECT count(*) FROM {TABLE}").fetchall()[0][0],
-        sampled=int(samples["sampled"].sum()), days_judged=len({day for day, _ in judged}),
+        sampled=int(fingerprints["traces"].clip(upper=settings.daily_sample).sum()),
+        days_judged=len({day for day, _ in judged}),
         days_judged_this_run=len({day for day, _ in changed}),
         days_without_history=sorted(str(d) for d in skipped - {day for day, _ in judged}),
         novel_per_day={str(d): int(n) for d, n in per_day})
 
 
-def _days_due(samples: pd.DataFrame, stored: pd.DataFrame,
+def _days_due(traffic: pd.DataFrame, stored: dict[tuple, str],
               settings: NoveltySettings) -> tuple[set[tuple], set[date], list[tuple]]:
-    """From each (day, language)'s sample digests and those judged before: the (day, language)
-    keys with enough history to be judged, the days without, and the keys whose sample is not
-    the one judged (in order)."""
-    def keyed(frame: pd.DataFrame) -> pd.DataFrame:
-        return frame.assign(day=pd.to_datetime(frame["day"]).dt.date).sort_values(["language", "day"])
-
-    before = {(d, lang): (n, a, b) for d, lang, n, a, b in
-              keyed(stored)[["day", "language", "sampled", "first", "second"]].itertuples(index=False)}
+    """From each (day, language)'s traffic fingerprint and the one its judgement was made on:
+    the (day, language) keys with enough history to be judged, the days without, and the keys
+    whose traffic is not the one judged (in order)."""
     judged, skipped, due = set(), set(), []
-    for language, group in keyed(samples).groupby("language", sort=True):
-        days = sorted(group["day"])
-        for day, n, a, b in group[["day", "sampled", "first", "second"]].itertuples(index=False):
+    for language, group in traffic.sort_values(["language", "day"]).groupby("language", sort=True):
+        days = list(group["day"])
+        for day, fingerprint in group[["day", "traffic"]].itertuples(index=False):
             history = sum(day - timedelta(days=settings.window_days) <= d < day for d in days)
             if history < settings.min_history_days:
                 skipped.add(day)
                 continue
             judged.add((day, language))
-            if before.get((day, language)) != (n, a, b):
+            if stored.get((day, language)) != fingerprint:
                 due.append((day, language))
     return judged, skipped, due
 

@@ -74,8 +74,9 @@ CREATE TABLE IF NOT EXISTS document_chunks (
 NOVELTY_DDL = """
 CREATE TABLE IF NOT EXISTS trace_novelty (
     day DATE, trace_id VARCHAR, language VARCHAR, novel BOOLEAN, cluster_size BIGINT,
-    rate DOUBLE, settings VARCHAR);
+    rate DOUBLE, settings VARCHAR, traffic VARCHAR);
 ALTER TABLE trace_novelty ADD COLUMN IF NOT EXISTS settings VARCHAR;
+ALTER TABLE trace_novelty ADD COLUMN IF NOT EXISTS traffic VARCHAR;
 """
 
 

@@ -21,7 +21,7 @@ from rag_loop.drift.figures import mix_counts
 from rag_loop.engines.engine import DuckDBEngine, SparkEngine
 from rag_loop.engines.functions import SPARK
 from rag_loop.engines.lake import day_file, export_lake, lake_days
-from rag_loop.engines.sampling import SampleDays, novelty_digest_expression, novelty_sample_expression
+from rag_loop.engines.sampling import SampleDays, novelty_sample_expression, novelty_traffic_expression
 from rag_loop.ingest import ingest_directory
 from rag_loop.online.quality import OnlineQualitySettings, online_quality_day
 from rag_loop.selection.estimates import estimate_rates, parse_slices
@@ -103,10 +103,10 @@ def test_the_stages_on_spark_are_duckdbs_on_the_demo_world(spark, demo_run, tmp_
     sample = [engine.frame(con, ("raw_traces",), novelty_sample_expression, SampleDays(40)) for engine in engines]
     assert len(sample[0]) == 14 * 2 * 40  # days × languages × 40
     pd.testing.assert_frame_equal(sample[1], sample[0])
-    digests = [engine.frame(con, ("raw_traces",), novelty_digest_expression, 40).sort_values(["day", "language"])
+    traffic = [engine.frame(con, ("raw_traces",), novelty_traffic_expression, None).sort_values(["day", "language"])
                .reset_index(drop=True) for engine in engines]
-    assert len(digests[0]) == 14 * 2
-    pd.testing.assert_frame_equal(digests[1], digests[0])
+    assert len(traffic[0]) == 14 * 2
+    pd.testing.assert_frame_equal(traffic[1], traffic[0])
 
 
 def _day_by_day_on_spark(spark, con: duckdb.DuckDBPyConnection, lake, signals: pd.DataFrame) -> None:

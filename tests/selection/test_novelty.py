@@ -95,6 +95,9 @@ def test_a_rerun_judges_only_the_new_day_and_agrees_with_judging_everything(con)
     assert detect_novelty(con, router, other).days_judged_this_run == 4
     assert con.execute("SELECT DISTINCT settings FROM trace_novelty").fetchall() == [
         (other.fingerprint(),)]
+    con.execute("""UPDATE raw_traces SET ingested_at = now() WHERE trace_id = (SELECT min(trace_id)
+                   FROM raw_traces WHERE timezone('UTC', "timestamp")::DATE = '2026-11-06')""")
+    assert detect_novelty(con, router, other).days_judged_this_run == 1  # a trace stored again
 
 
 def test_settings_refuse_meaningless_values():
