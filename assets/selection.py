@@ -14,7 +14,14 @@ from pydantic import Field
 from assets.resources import EmbedderResource, EngineResource, RagLoopPaths
 from assets.stage import changed_days
 from rag_loop.reporting import plots
-from rag_loop.selection.estimates import DEFAULT_SLICES, estimate_rates, parse_slices, pooled_rates
+from rag_loop.selection.estimates import (
+    DEFAULT_SLICES,
+    estimate_inputs,
+    estimate_rates,
+    parse_slices,
+    pooled_rates,
+    store_estimates,
+)
 from rag_loop.selection.novelty import NoveltySettings, detect_novelty
 from rag_loop.selection.sampling import SamplingPolicy, candidate_inputs, select_candidates, selection_summary
 from rag_loop.selection.signals import (
@@ -25,7 +32,6 @@ from rag_loop.selection.signals import (
     signal_coverage,
     signal_inputs,
 )
-from rag_loop.store.tables import replace_table
 
 _SIGNAL_DEFAULTS = SignalSettings()
 _POLICY_DEFAULTS = SamplingPolicy()
@@ -168,12 +174,16 @@ class EstimateConfig(Config):
 @asset(group_name="selection", deps=[failure_candidates],
        description="Failure rate per day, slice and signal: random stream (Wilson interval), "
                    "Horvitz-Thompson (1/π) and, labelled biased, the naive selected-set rate.")
-def quality_estimates(config: EstimateConfig, duckdb: DuckDBResource, engine: EngineResource,
-                      paths: RagLoopPaths) -> MaterializeResult:
+def quality_estimates(context: AssetExecutionContext, config: EstimateConfig, duckdb: DuckDBResource,
+                      engine: EngineResource, paths: RagLoopPaths) -> MaterializeResult:
+    slices, on = parse_slices(config.slices), engine.engine(paths.lake)
+
+    def estimate(days):
+        store_estimates(con, estimate_rates(con, slices, confidence=config.confidence, engine=on, days=days), days)
     with duckdb.get_connection() as con:
-        estimates = estimate_rates(con, parse_slices(config.slices), confidence=config.confidence,
-                                   engine=engine.engine(paths.lake))
-        replace_table(con, "quality_estimates", estimates)
+        computed = changed_days(context, con, duckdb.database, "quality_estimates",
+                                estimate_inputs(con, slices, config.confidence), estimate)
+        estimates = con.execute("SELECT * FROM quality_estimates ORDER BY day, slice, slice_value, outcome").df()
     pooled = pooled_rates(estimates)
     overall = estimates[(estimates["slice"] == "all") & (estimates["outcome"] == "any_signal")]
     preview = overall[["day", "population_rate", "random_n", "random_rate", "random_ci_low",
@@ -182,7 +192,7 @@ def quality_estimates(config: EstimateConfig, duckdb: DuckDBResource, engine: En
                               ["population_rate", "random_rate", "ht_rate", "naive_rate_biased"],
                               "Any bad signal: exact, random stream, Horvitz-Thompson, naive (biased)")
     return MaterializeResult(metadata={
-        "dagster/row_count": len(estimates),
+        "dagster/row_count": len(estimates), **computed,
         "estimators": MetadataValue.md(plots.markdown_image(chart, "estimators")),
         **{f"any_signal_{name}": value for name, value in pooled.items()},
         "any_signal_per_day": MetadataValue.md(preview.to_markdown(index=False))})

@@ -24,11 +24,15 @@ class SliceCounts:
 
     slices: tuple[tuple[str, ...], ...]
     outcomes: tuple[str, ...]
+    days: tuple[date, ...] | None = None  # None: every day
 
 
 def slice_counts_expression(tables: Mapping[str, ir.Table], wanted: SliceCounts, fn: Functions) -> ir.Table:
     """Wide counts, one row per slice, day and slice value (`slice_order`: the slice's place in
-    `wanted.slices`), `<outcome>|<measure>` columns: every slice in one query."""
+    `wanted.slices`), `<outcome>|<measure>` columns: every slice in one query; of `wanted.days`
+    only, when given (every count is within a day)."""
+    if wanted.days is not None:
+        tables = {name: table.filter(table.day.isin(list(wanted.days))) for name, table in tables.items()}
     parts = [_one_slice(tables, dims, wanted.outcomes).mutate(slice_order=ibis.literal(i, "int64"))
              for i, dims in enumerate(wanted.slices)]
     return ibis.union(*parts).order_by(["slice_order", "day", "slice_value"])

@@ -80,12 +80,13 @@ def compute_changed(con: duckdb.DuckDBPyConnection, table: str, previous: DaySta
 
 def table_fingerprints(con: duckdb.DuckDBPyConnection, table: str, columns: str | None = None,
                        day: str = "day") -> Fingerprints:
-    """Per day of `table` (`day`: a SQL expression), its row count and the xor of its rows'
-    hashes (of `columns`, default every column); empty when the table does not exist."""
+    """Per day of `table` (`day`: a SQL expression of a date or an instant), its row count and
+    the xor of its rows' hashes (of `columns`, default every column); empty when the table does
+    not exist."""
     if not has_table(con, table):
         return {}
     hashed = f"hash({columns})" if columns else "hash(t)"
-    rows = con.execute(f"SELECT {day} AS day, count(*), bit_xor({hashed}) FROM {table} t "
+    rows = con.execute(f"SELECT CAST({day} AS DATE) AS day, count(*), bit_xor({hashed}) FROM {table} t "
                        "GROUP BY 1").fetchall()
     return {d: f"{n}:{h}" for d, n, h in rows if d is not None}
 

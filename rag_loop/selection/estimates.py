@@ -12,7 +12,8 @@ traces, use the same estimators.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from datetime import date
 
 import duckdb
 import numpy as np
@@ -21,8 +22,11 @@ from scipy.stats import norm
 
 from rag_loop.engines.engine import DuckDBEngine, Engine
 from rag_loop.engines.estimates import INPUTS, SliceCounts, slice_counts_expression
+from rag_loop.engines.incremental import Fingerprints, combined, table_fingerprints
 from rag_loop.selection.signals import SIGNALS, SLICE_COLUMNS
+from rag_loop.store.tables import has_table, replace_table
 
+TABLE = "quality_estimates"
 OUTCOMES = (*SIGNALS, "any_signal")
 DEFAULT_SLICES: tuple[tuple[str, ...], ...] = (
     (), *((c,) for c in SLICE_COLUMNS), ("prompt_version", "language"),
@@ -53,10 +57,12 @@ def parse_slices(specs: Sequence[str]) -> tuple[tuple[str, ...], ...]:
 def estimate_rates(con: duckdb.DuckDBPyConnection,
                    slices: Sequence[tuple[str, ...]] = DEFAULT_SLICES,
                    outcomes: Sequence[str] = OUTCOMES, confidence: float = 0.95,
-                   engine: Engine | None = None) -> pd.DataFrame:
+                   engine: Engine | None = None, days: Collection[date] | None = None) -> pd.DataFrame:
     """Long table: one row per day, slice value and outcome, with the three estimates; the
-    counts on `engine` (default: DuckDB on `con`; rag_loop.engines.estimates)."""
-    wanted = SliceCounts(tuple(tuple(dims) for dims in slices), tuple(outcomes))
+    counts on `engine` (default: DuckDB on `con`; rag_loop.engines.estimates); of `days` only,
+    when given (the rows the whole table has for them)."""
+    wanted = SliceCounts(tuple(tuple(dims) for dims in slices), tuple(outcomes),
+                         tuple(sorted(days)) if days is not None else None)
     wide = (engine or DuckDBEngine()).frame(con, INPUTS, slice_counts_expression, wanted)
     frames = [_slice_estimates(wide[wide["slice_order"] == i].drop(columns="slice_order"), dims)
               for i, dims in enumerate(wanted.slices)]
@@ -67,7 +73,14 @@ def estimate_rates(con: duckdb.DuckDBPyConnection,
     return result
 
 
+_COLUMNS = ["day", "slice", "slice_value", "outcome", "population_n", "population_failures",
+            "population_rate", "random_n", "random_failures", "random_rate", "ht_rate",
+            "selected_n", "selected_failures", "naive_rate_biased"]
+
+
 def _slice_estimates(wide: pd.DataFrame, dims: tuple[str, ...]) -> pd.DataFrame:
+    if wide.empty:  # no traffic on the days asked for
+        return pd.DataFrame({column: pd.Series(dtype="float64") for column in _COLUMNS})
     shared = ["day", "slice_value", "population_n", "random_n", "selected_n"]
     long = wide.melt(id_vars=shared, var_name="measure")
     long[["outcome", "measure"]] = long["measure"].str.split("|", expand=True)
@@ -79,10 +92,36 @@ def _slice_estimates(wide: pd.DataFrame, dims: tuple[str, ...]) -> pd.DataFrame:
     table["random_rate"] = (table["random_failures"] / random_n).where(random_n > 0)
     table["ht_rate"] = table["ht_weighted_failures"] / n
     table["naive_rate_biased"] = (table["selected_failures"] / selected_n).where(selected_n > 0)
-    columns = ["day", "slice", "slice_value", "outcome", "population_n", "population_failures",
-               "population_rate", "random_n", "random_failures", "random_rate", "ht_rate",
-               "selected_n", "selected_failures", "naive_rate_biased"]
-    return table[columns]
+    return table[_COLUMNS]
+
+
+def estimate_inputs(con: duckdb.DuckDBPyConnection, slices: Sequence[tuple[str, ...]],
+                    confidence: float, outcomes: Sequence[str] = OUTCOMES) -> Fingerprints:
+    """Per day with signals, a fingerprint of what its estimates are made from: the slices,
+    outcomes and confidence, and that day's signals and candidates."""
+    signals, candidates = table_fingerprints(con, "trace_signals"), table_fingerprints(con, "failure_candidates")
+    fixed = (tuple(map(tuple, slices)), tuple(outcomes), confidence)
+    return {day: combined(*fixed, signals[day], candidates.get(day)) for day in signals}
+
+
+def store_estimates(con: duckdb.DuckDBPyConnection, estimates: pd.DataFrame,
+                    days: Collection[date] | None = None) -> None:
+    """`estimates` as the table quality_estimates, or in place of its rows of `days` (in one
+    transaction)."""
+    if days is None or not has_table(con, TABLE):
+        replace_table(con, TABLE, estimates)
+        return
+    con.register("_estimates", estimates)
+    try:
+        con.execute("BEGIN")
+        con.execute(f"DELETE FROM {TABLE} WHERE day IN (SELECT unnest($days::DATE[]))", {"days": sorted(days)})
+        con.execute(f"INSERT INTO {TABLE} BY NAME SELECT * FROM _estimates")
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    finally:
+        con.unregister("_estimates")
 
 
 def pooled_rates(estimates: pd.DataFrame, outcome: str = "any_signal") -> dict[str, float]:

@@ -10,7 +10,7 @@ from dagster_duckdb import DuckDBResource
 
 from assets.ingestion import raw_traces
 from assets.resources import DuckDBEngineResource, RagLoopPaths
-from assets.selection import failure_candidates, trace_signals
+from assets.selection import failure_candidates, quality_estimates, trace_signals
 from rag_loop.selection.signals import SignalSettings, compute_signals
 from tests.helpers import demo_config, metadata_of, query, trace_line
 
@@ -43,7 +43,7 @@ def test_rerun_selects_the_same_candidates(demo_run, tmp_path):
 
 
 def test_a_rerun_computes_only_the_days_that_changed(tmp_path):
-    """The selection assets record per day what they computed from (metadata `day_state`): a
+    """The day-by-day selection assets record per day what they computed from (`day_state`): a
     rerun with nothing new computes no day, late traffic computes its day and the day before
     it, other settings or another database everything; the table is always the whole run's."""
     traces = tmp_path / "traces"
@@ -56,19 +56,20 @@ def test_a_rerun_computes_only_the_days_that_changed(tmp_path):
         resources = {"duckdb": DuckDBResource(database=str(tmp_path / database)), "engine": DuckDBEngineResource(),
                      "paths": RagLoopPaths(lake_dir=str(tmp_path / "lake"), traces_dir=str(traces))}
         config = {"ops": {"trace_signals": {"config": {"rephrase_similarity": similarity}}}} if similarity else {}
-        result = materialize([raw_traces, trace_signals, failure_candidates], resources=resources,
-                             instance=instance, run_config=config)
+        result = materialize([raw_traces, trace_signals, failure_candidates, quality_estimates],
+                             resources=resources, instance=instance, run_config=config)
         assert result.success
         return tuple({k: metadata_of(result, asset)[k] for k in ("days_computed", "days_computed_list")}
-                     for asset in ("trace_signals", "failure_candidates"))
+                     for asset in ("trace_signals", "failure_candidates", "quality_estimates"))
 
-    assert run() == ({"days_computed": "all", "days_computed_list": "all"},) * 2
-    assert run() == ({"days_computed": 0, "days_computed_list": "none"},) * 2
+    assert run() == ({"days_computed": "all", "days_computed_list": "all"},) * 3
+    assert run() == ({"days_computed": 0, "days_computed_list": "none"},) * 3
     (traces / "b.jsonl").write_text(trace_line("late", timestamp="2026-11-02T23:59:00+00:00") + "\n")
-    signals, candidates = run()
+    signals, candidates, estimates = run()
     assert signals["days_computed_list"] == "2026-11-01, 2026-11-02"
-    assert candidates["days_computed_list"] == "2026-11-02"
+    assert candidates["days_computed_list"] == estimates["days_computed_list"] == "2026-11-02"
     with duckdb.connect(str(tmp_path / "a.duckdb")) as con:
+        con.execute("SET TimeZone = 'UTC'")
         incremental = con.execute("SELECT * FROM trace_signals ORDER BY trace_id").df()
         compute_signals(con, SignalSettings())
         pd.testing.assert_frame_equal(incremental, con.execute("SELECT * FROM trace_signals ORDER BY trace_id").df())

@@ -1,5 +1,5 @@
-"""Computing only the changed days keeps trace_signals and failure_candidates equal to a whole
-run: over runs that bring new traffic (late traffic on earlier days, sessions across
+"""Computing only the changed days keeps trace_signals, failure_candidates and quality_estimates
+equal to a whole run: over runs that bring new traffic (late traffic on earlier days, sessions across
 midnight), forget a day's traffic (retention), or change nothing (then no day is computed)."""
 
 from datetime import date
@@ -12,12 +12,14 @@ from hypothesis import strategies as st
 
 from rag_loop.engines.incremental import DayState, compute_changed, days_to_compute
 from rag_loop.ingest import ingest_directory
+from rag_loop.selection.estimates import estimate_inputs, estimate_rates, store_estimates
 from rag_loop.selection.sampling import candidate_inputs, select_candidates
 from rag_loop.selection.signals import SignalSettings, compute_signals, signal_inputs
 from tests.helpers import trace_line
 from tests.selection.test_days import MIDNIGHT, POLICY, TURN, _tables
 
 SETTINGS = SignalSettings()
+SLICES = ((), ("language",))  # few: each set of days compiles its own query
 
 
 def run_changed(con, states: dict) -> dict:
@@ -26,7 +28,9 @@ def run_changed(con, states: dict) -> dict:
     stages = {"trace_signals": (lambda: signal_inputs(con, SETTINGS),
                                 lambda days: compute_signals(con, SETTINGS, days=days)),
               "failure_candidates": (lambda: candidate_inputs(con, POLICY),
-                                     lambda days: select_candidates(con, POLICY, days=days))}
+                                     lambda days: select_candidates(con, POLICY, days=days)),
+              "quality_estimates": (lambda: estimate_inputs(con, SLICES, 0.95),
+                                    lambda days: store_estimates(con, estimate_rates(con, SLICES, days=days), days))}
     computed = {}
     for table, (inputs, compute) in stages.items():
         states[table], computed[table] = compute_changed(con, table, states.get(table),
@@ -51,12 +55,18 @@ def test_computing_the_changed_days_equals_a_whole_run(tmp_path_factory, runs):
                 con.execute("""DELETE FROM raw_traces WHERE timezone('UTC', "timestamp")::DATE =
                                (SELECT min(timezone('UTC', "timestamp")::DATE) FROM raw_traces)""")
             run_changed(con, states)
-            incremental = _tables(con)
+            incremental = _with_estimates(con)
             compute_signals(con, SETTINGS)
             select_candidates(con, POLICY)
-            for name, rows in _tables(con).items():
+            store_estimates(con, estimate_rates(con, SLICES))
+            for name, rows in _with_estimates(con).items():
                 pd.testing.assert_frame_equal(incremental[name], rows, obj=name)
-            assert run_changed(con, states) == {"trace_signals": [], "failure_candidates": []}
+            assert run_changed(con, states) == dict.fromkeys(incremental, [])
+
+
+def _with_estimates(con) -> dict[str, pd.DataFrame]:
+    estimates = con.execute("SELECT * FROM quality_estimates ORDER BY day, slice, slice_value, outcome").df()
+    return {**_tables(con), "quality_estimates": estimates}
 
 
 def test_new_traffic_on_a_day_computes_it_and_the_day_before_it(tmp_path):
@@ -65,12 +75,13 @@ def test_new_traffic_on_a_day_computes_it_and_the_day_before_it(tmp_path):
     states: dict = {}
     with duckdb.connect() as con:
         ingest_directory(con, tmp_path)
-        assert run_changed(con, states) == {"trace_signals": None, "failure_candidates": None}  # all
+        assert run_changed(con, states) == dict.fromkeys(states, None)  # all
         (tmp_path / "b.jsonl").write_text(trace_line("late", timestamp="2026-11-02T23:59:00+00:00") + "\n")
         ingest_directory(con, tmp_path)
         computed = run_changed(con, states)
         assert computed["trace_signals"] == [date(2026, 11, 1), date(2026, 11, 2)]
         assert computed["failure_candidates"] == [date(2026, 11, 2)]  # 11-01's signals are the same
+        assert computed["quality_estimates"] == [date(2026, 11, 2)]
         con.execute("DELETE FROM trace_signals WHERE day = '2026-11-03'")  # edited since the last run
         assert run_changed(con, states)["trace_signals"] == [date(2026, 11, 3)]
         assert days_to_compute(DayState("other.duckdb", states["trace_signals"].inputs),
