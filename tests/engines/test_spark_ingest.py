@@ -140,7 +140,7 @@ def otlp_runs(draw):
              for f in range(3) if (0, f) in text or (run and (1, f) in text)} for run in (0, 1)]
 
 
-@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(runs=otlp_runs(), late=st.booleans())
 def test_otlp_files_over_two_runs_give_the_same_tables(session, tmp_path_factory, runs, late):
     directory, staging = tmp_path_factory.mktemp("otlp"), tmp_path_factory.mktemp("staging")

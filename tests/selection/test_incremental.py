@@ -38,7 +38,7 @@ def run_changed(con, states: dict) -> dict:
     return computed
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(runs=st.lists(st.tuples(st.lists(TURN, max_size=12), st.booleans()), min_size=2, max_size=4))
 def test_computing_the_changed_days_equals_a_whole_run(tmp_path_factory, runs):
     folder = tmp_path_factory.mktemp("traces")
