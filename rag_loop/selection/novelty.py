@@ -9,7 +9,9 @@ from its nearest neighbour: per-query distances do not separate a new intent fro
 one's paraphrase (multilingual-e5 puts both above 0.9 cosine). Only earlier days are the
 reference, so novelty never looks ahead, and it is computed from raw traffic, not from the
 selected candidates, so selection does not depend on its own output. A rerun judges again only
-the days whose sample changed (or all, when the settings did): a daily run clusters one day.
+the days whose traffic changed (a fingerprint of their trace ids and ingestion times, stored
+with each judgement), or all when the settings did, and reads only those days' samples and
+their windows: a daily run clusters one day.
 """
 
 from __future__ import annotations
@@ -94,19 +96,19 @@ def detect_novelty(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
                    settings: NoveltySettings, log: Log = quiet, engine: Engine | None = None) -> NoveltyReport:
     """Bring `trace_novelty` up to date: every sampled query of a day with enough history,
     `novel` when it falls in a new intent (then `rate` is the stream rate and `cluster_size`
-    the new cluster's size, else 0). Days whose sample is unchanged keep their judgement.
+    the new cluster's size, else 0). Days whose traffic is unchanged keep their judgement.
     The sample is drawn on `engine` (rag_loop.engines.sampling); the embedding and clustering
     of those few thousand queries a day run here."""
     con.execute(NOVELTY_DDL)
     engine = engine or DuckDBEngine()
     fingerprint = settings.fingerprint()
-    fingerprints = engine.frame(con, ("raw_traces",), novelty_traffic_expression, None)
-    fingerprints["day"] = pd.to_datetime(fingerprints["day"]).dt.date
+    traffic_by_day = engine.frame(con, ("raw_traces",), novelty_traffic_expression, None)
+    traffic_by_day["day"] = pd.to_datetime(traffic_by_day["day"]).dt.date
     stored = dict(((day, language), traffic) for day, language, traffic in con.execute(
         f"SELECT day, language, min(traffic) FROM {TABLE} WHERE settings = ? GROUP BY ALL",
         [fingerprint]).fetchall())
-    judged, skipped, due = _days_due(fingerprints, stored, settings)
-    current = {(d, lang): t for d, lang, t in fingerprints[["day", "language", "traffic"]].itertuples(index=False)}
+    judged, skipped, due = _days_due(traffic_by_day, stored, settings)
+    current = {(d, lang): t for d, lang, t in traffic_by_day[["day", "language", "traffic"]].itertuples(index=False)}
     window = np.timedelta64(settings.window_days, "D")
     read = sorted({d - timedelta(days=k) for d, _ in due for k in range(settings.window_days + 1)})
     sample = engine.frame(con, ("raw_traces",), novelty_sample_expression,
@@ -132,7 +134,7 @@ def detect_novelty(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
                           "ORDER BY 1").fetchall()
     return NoveltyReport(
         novel=sum(n for _, n in per_day), judged=con.execute(f"SELECT count(*) FROM {TABLE}").fetchall()[0][0],
-        sampled=int(fingerprints["traces"].clip(upper=settings.daily_sample).sum()),
+        sampled=int(traffic_by_day["traces"].clip(upper=settings.daily_sample).sum()),
         days_judged=len({day for day, _ in judged}),
         days_judged_this_run=len({day for day, _ in changed}),
         days_without_history=sorted(str(d) for d in skipped - {day for day, _ in judged}),
