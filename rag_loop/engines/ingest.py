@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rag_loop.engines.lake import write_parquet
-from rag_loop.engines.resolve import resolve, staged, staged_file, verdict
+from rag_loop.engines.resolve import resolve, staged, staged_file, store_set_aside, verdict
 from rag_loop.engines.spans import SPAN_TABLES, spark_assembler, store_staged_spans
 from rag_loop.ingest.lines import Rejected
 from rag_loop.ingest.otlp.assembly import DEFAULT_GRACE, TRACE_FORMAT
@@ -302,16 +302,9 @@ def _insert_resolved(con: duckdb.DuckDBPyConnection, run: Path) -> None:
     for table in CHILD_TABLES:
         con.execute(f"INSERT INTO {table} BY NAME SELECT * EXCLUDE (file_order) "
                     f"FROM {staged(run, table)} {kept}")
-    con.execute(f"""INSERT INTO quarantine BY NAME SELECT * EXCLUDE (file_order)
-                    REPLACE (now() AS quarantined_at) FROM {staged(run, 'quarantine')}""")
-    con.execute(f"""
-        INSERT INTO trace_duplicates BY NAME
-        SELECT * EXCLUDE (file_order) REPLACE (now() AS seen_at) FROM {staged(run, 'trace_duplicates')}
-        {verdict('_resolved', 2, 'duplicate', 'file_order, line_no, trace_id')}
-        UNION ALL BY NAME
-        SELECT source_file, source_line AS line_no, trace_id, source_format AS format,
-               now() AS seen_at, NULL::VARCHAR AS span_id
-        FROM {staged(run, 'raw_traces')} {verdict('_resolved', 1, 'duplicate', 'file_order, trace_id')}""")
+    store_set_aside(con, run, "_resolved", "trace_id", ("quarantine", "trace_duplicates", "raw_traces"),
+                    "source_file, source_line AS line_no, trace_id, source_format AS format, "
+                    "NULL::VARCHAR AS span_id")
 
 
 def _forget_earlier_reads(con: duckdb.DuckDBPyConnection, relatives: list[str]) -> None:

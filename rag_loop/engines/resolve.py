@@ -76,3 +76,21 @@ def verdict(table: str, tier: int, wanted: str, key: str) -> str:
     """A join clause keeping the staged rows of `tier` whose verdict in `table` is `wanted`."""
     return (f"SEMI JOIN (SELECT * FROM {table} WHERE tier = {tier} AND verdict = '{wanted}') "
             f"USING ({key})")
+
+
+def store_set_aside(con: duckdb.DuckDBPyConnection, run: Path, verdicts: str, key: str,
+                    folders: tuple[str, str, str], lost: str) -> None:
+    """The staged quarantine rows, and the staged copies that are duplicates, inserted (inside
+    the caller's transaction, wall-clock columns at its time): the repeats whose verdict in
+    `verdicts` is duplicate, and the first copies that lost, as `lost` selects them (the
+    trace_duplicates columns but seen_at). `folders`: quarantine, repeats, first copies."""
+    quarantine, repeats, firsts = folders
+    con.execute(f"""INSERT INTO quarantine BY NAME SELECT * EXCLUDE (file_order)
+                    REPLACE (now() AS quarantined_at) FROM {staged(run, quarantine)}""")
+    con.execute(f"""
+        INSERT INTO trace_duplicates BY NAME
+        SELECT * EXCLUDE (file_order) REPLACE (now() AS seen_at) FROM {staged(run, repeats)}
+        {verdict(verdicts, 2, 'duplicate', f'file_order, line_no, {key}')}
+        UNION ALL BY NAME
+        SELECT {lost}, now() AS seen_at FROM {staged(run, firsts)}
+        {verdict(verdicts, 1, 'duplicate', f'file_order, {key}')}""")

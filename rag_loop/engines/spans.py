@@ -20,13 +20,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rag_loop.engines.lake import quoted, write_parquet
-from rag_loop.engines.resolve import resolve, staged, verdict
+from rag_loop.engines.resolve import resolve, staged, store_set_aside, verdict
 from rag_loop.ingest.otlp.assembly import READY_SPANS_SQL, Assembled, Assembler, assemble_spans
 
 # what a task stages of an OTLP file (table: folder)
 SPAN_TABLES = {"otlp_spans": "otlp_spans", "quarantine": "otlp_quarantine",
                "trace_duplicates": "otlp_duplicates"}
-_SPAN_KEY = "file_order, trace_id, span_id"
 ASSEMBLED = pa.schema([("trace_id", pa.string()), ("complete", pa.bool_()), ("spans", pa.int64()),
                        ("source_file", pa.string()), ("source_line", pa.int64()),
                        ("record_span_id", pa.string()), ("record", pa.string()),
@@ -41,19 +40,12 @@ def store_staged_spans(session: Any, con: duckdb.DuckDBPyConnection, run: Path) 
     resolve(session, con, run, "otlp_spans", ("trace_id", "span_id"), "otlp_spans", "otlp_duplicates",
             "_span_verdicts")
     try:
-        kept = verdict("_span_verdicts", 1, "keep", _SPAN_KEY)
+        kept = verdict("_span_verdicts", 1, "keep", "file_order, trace_id, span_id")
         con.execute(f"""INSERT INTO otlp_spans BY NAME SELECT * EXCLUDE (file_order)
                         REPLACE (now() AS received_at) FROM {staged(run, 'otlp_spans')} {kept}""")
-        con.execute(f"""INSERT INTO quarantine BY NAME SELECT * EXCLUDE (file_order)
-                        REPLACE (now() AS quarantined_at) FROM {staged(run, 'otlp_quarantine')}""")
-        con.execute(f"""
-            INSERT INTO trace_duplicates BY NAME
-            SELECT * EXCLUDE (file_order) REPLACE (now() AS seen_at) FROM {staged(run, 'otlp_duplicates')}
-            {verdict('_span_verdicts', 2, 'duplicate', 'file_order, line_no, trace_id, span_id')}
-            UNION ALL BY NAME
-            SELECT source_file, source_line AS line_no, trace_id, 'otlp' AS format, now() AS seen_at,
-                   span_id
-            FROM {staged(run, 'otlp_spans')} {verdict('_span_verdicts', 1, 'duplicate', _SPAN_KEY)}""")
+        store_set_aside(con, run, "_span_verdicts", "trace_id, span_id",
+                        ("otlp_quarantine", "otlp_duplicates", "otlp_spans"),
+                        "source_file, source_line AS line_no, trace_id, 'otlp' AS format, span_id")
         return {order: (lost, found) for order, lost, found in con.execute("""
             SELECT file_order, count(*) FILTER (tier = 1 AND verdict = 'duplicate'),
                    count(*) FILTER (tier = 2 AND verdict = 'reread')
