@@ -55,7 +55,7 @@ from rag_loop.engines.incremental import table_fingerprints
 from rag_loop.engines.lake import export_lake
 from rag_loop.engines.sampling import SampleDays, novelty_sample_expression, novelty_traffic_expression
 from rag_loop.online.quality import OnlineQualitySettings
-from rag_loop.selection.estimates import DEFAULT_SLICES, estimate_rates
+from rag_loop.selection.estimates import DEFAULT_SLICES, estimate_inputs, estimate_rates, store_estimates
 from rag_loop.selection.novelty import NoveltySettings
 from rag_loop.selection.sampling import SamplingPolicy, candidate_inputs, select_candidates
 from rag_loop.selection.signals import SignalSettings, compute_signals, signal_counts, signal_inputs
@@ -163,6 +163,15 @@ def candidates_daily(con: duckdb.DuckDBPyConnection, policy: SamplingPolicy, eng
     return _rows(con, "failure_candidates")
 
 
+def estimates_daily(con: duckdb.DuckDBPyConnection, slices, engine=None) -> int:
+    """quality_estimates' daily run: its fingerprints, then the newest two days replaced."""
+    estimate_inputs(con, slices, 0.95)
+    table_fingerprints(con, "quality_estimates")
+    days = _newest_days(con)
+    store_estimates(con, estimate_rates(con, slices, engine=engine, days=days), days)
+    return _rows(con, "quality_estimates")
+
+
 # in dependency order: each reads what the ones before it wrote
 STAGES = (
     Stage("trace_signals", compute_signals, SignalSettings),
@@ -175,6 +184,7 @@ STAGES = (
     Stage("online_traffic", online_traffic, OnlineQualitySettings),
     Stage("trace_signals", signals_daily, SignalSettings, "signals_2_days"),
     Stage("failure_candidates", candidates_daily, SamplingPolicy, "candidates_2_days"),
+    Stage("quality_estimates", estimates_daily, lambda: DEFAULT_SLICES, "estimates_2_days"),
 )
 
 

@@ -21,9 +21,8 @@ from rag_loop.engines.ingest import ingest_directory_on_spark
 from rag_loop.ingest import IngestReport, ingest_directory
 from tests.engines.conftest import needs_spark
 from tests.helpers import DEMO, trace_line
-from tests.helpers.otlp import AFTER, request_spans
+from tests.helpers.otlp import AFTER, hostile_span, request_spans
 from tests.helpers.otlp import line as otlp_line
-from tests.ingest.otlp.test_hostile import hostile_span
 
 pytestmark = needs_spark
 NOW = datetime(2026, 12, 1, tzinfo=UTC)  # OTLP assembly's clock, the same on both

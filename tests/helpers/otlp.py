@@ -1,7 +1,9 @@
-"""OTLP JSON builders: spans of a request trace, export lines, files."""
+"""OTLP JSON builders: spans of a request trace, export lines, files; hostile spans."""
 
 import json
 from datetime import UTC, datetime
+
+from hypothesis import strategies as st
 
 T0 = int(datetime(2026, 11, 11, 10, tzinfo=UTC).timestamp() * 1e9)
 
@@ -54,3 +56,32 @@ def line(spans: list[dict]) -> str:
 def write(path, lines: list[str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(text + "\n" for text in lines))
+
+
+SPAN_KEYS = ("traceId", "spanId", "parentSpanId", "name", "startTimeUnixNano",
+             "endTimeUnixNano", "attributes", "status", "events")
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-2**70, max_value=2**70)
+    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8)
+any_value = st.one_of(
+    json_values,
+    st.fixed_dictionaries({}, optional={"intValue": json_values, "doubleValue": json_values,
+                                        "stringValue": json_values, "arrayValue": json_values,
+                                        "kvlistValue": json_values, "boolValue": json_values}))
+
+
+@st.composite
+def hostile_span(draw, trace: int):
+    """A good request span with one part replaced by something hostile."""
+    span = dict(draw(st.sampled_from(request_spans(trace))))
+    target = draw(st.sampled_from(SPAN_KEYS + ("attribute value", "drop")))
+    if target == "attribute value":
+        span["attributes"] = span["attributes"] + [{"key": draw(st.text(max_size=8)),
+                                                    "value": draw(any_value)}]
+    elif target == "drop":
+        span.pop(draw(st.sampled_from(SPAN_KEYS[:6])), None)
+    else:
+        span[target] = draw(json_values)
+    return span

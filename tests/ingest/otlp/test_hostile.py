@@ -9,38 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rag_loop.ingest import ingest_directory
-from tests.helpers.otlp import line, request_spans
+from tests.helpers.otlp import hostile_span, json_values, line, request_spans
 
 NOW = datetime(2026, 11, 11, 10, 30, tzinfo=UTC)
-SPAN_KEYS = ("traceId", "spanId", "parentSpanId", "name", "startTimeUnixNano",
-             "endTimeUnixNano", "attributes", "status", "events")
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-2**70, max_value=2**70)
-    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
-    max_leaves=8)
-any_value = st.one_of(
-    json_values,
-    st.fixed_dictionaries({}, optional={"intValue": json_values, "doubleValue": json_values,
-                                        "stringValue": json_values, "arrayValue": json_values,
-                                        "kvlistValue": json_values, "boolValue": json_values}))
-
-
-@st.composite
-def hostile_span(draw, trace: int):
-    """A good request span with one part replaced by something hostile."""
-    span = dict(draw(st.sampled_from(request_spans(trace))))
-    target = draw(st.sampled_from(SPAN_KEYS + ("attribute value", "drop")))
-    if target == "attribute value":
-        span["attributes"] = span["attributes"] + [{"key": draw(st.text(max_size=8)),
-                                                    "value": draw(any_value)}]
-    elif target == "drop":
-        span.pop(draw(st.sampled_from(SPAN_KEYS[:6])), None)
-    else:
-        span[target] = draw(json_values)
-    return span
-
-
 @st.composite
 def hostile_files(draw):
     """Files of lines; each line a batch of good spans (unique ids) and hostile ones, or garbage."""
