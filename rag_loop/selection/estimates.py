@@ -79,8 +79,9 @@ _COLUMNS = ["day", "slice", "slice_value", "outcome", "population_n", "populatio
 
 
 def _slice_estimates(wide: pd.DataFrame, dims: tuple[str, ...]) -> pd.DataFrame:
-    if wide.empty:  # no traffic on the days asked for
-        return pd.DataFrame({column: pd.Series(dtype="float64") for column in _COLUMNS})
+    if wide.empty:  # no traffic on the days asked for: no rows, the table's columns
+        kinds = {"day": "datetime64[us]", "slice": "string", "slice_value": "string", "outcome": "string"}
+        return pd.DataFrame({column: pd.Series(dtype=kinds.get(column, "float64")) for column in _COLUMNS})
     shared = ["day", "slice_value", "population_n", "random_n", "selected_n"]
     long = wide.melt(id_vars=shared, var_name="measure")
     long[["outcome", "measure"]] = long["measure"].str.split("|", expand=True)
