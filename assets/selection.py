@@ -17,10 +17,9 @@ from rag_loop.reporting import plots
 from rag_loop.selection.estimates import (
     DEFAULT_SLICES,
     estimate_inputs,
-    estimate_rates,
     parse_slices,
     pooled_rates,
-    store_estimates,
+    update_estimates,
 )
 from rag_loop.selection.novelty import NoveltySettings, detect_novelty
 from rag_loop.selection.sampling import SamplingPolicy, candidate_inputs, select_candidates, selection_summary
@@ -177,12 +176,10 @@ class EstimateConfig(Config):
 def quality_estimates(context: AssetExecutionContext, config: EstimateConfig, duckdb: DuckDBResource,
                       engine: EngineResource, paths: RagLoopPaths) -> MaterializeResult:
     slices, on = parse_slices(config.slices), engine.engine(paths.lake)
-
-    def estimate(days):
-        store_estimates(con, estimate_rates(con, slices, confidence=config.confidence, engine=on, days=days), days)
     with duckdb.get_connection() as con:
         computed = changed_days(context, con, duckdb.database, "quality_estimates",
-                                estimate_inputs(con, slices, config.confidence), estimate)
+                                estimate_inputs(con, slices, config.confidence),
+                                lambda days: update_estimates(con, slices, config.confidence, on, days))
         estimates = con.execute("SELECT * FROM quality_estimates ORDER BY day, slice, slice_value, outcome").df()
     pooled = pooled_rates(estimates)
     overall = estimates[(estimates["slice"] == "all") & (estimates["outcome"] == "any_signal")]

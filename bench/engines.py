@@ -55,7 +55,7 @@ from rag_loop.engines.incremental import table_fingerprints
 from rag_loop.engines.lake import export_lake
 from rag_loop.engines.sampling import SampleDays, novelty_sample_expression, novelty_traffic_expression
 from rag_loop.online.quality import OnlineQualitySettings
-from rag_loop.selection.estimates import DEFAULT_SLICES, estimate_inputs, estimate_rates, store_estimates
+from rag_loop.selection.estimates import DEFAULT_SLICES, estimate_inputs, estimate_rates, update_estimates
 from rag_loop.selection.novelty import NoveltySettings
 from rag_loop.selection.sampling import SamplingPolicy, candidate_inputs, select_candidates
 from rag_loop.selection.signals import SignalSettings, compute_signals, signal_counts, signal_inputs
@@ -167,8 +167,7 @@ def estimates_daily(con: duckdb.DuckDBPyConnection, slices, engine=None) -> int:
     """quality_estimates' daily run: its fingerprints, then the newest two days replaced."""
     estimate_inputs(con, slices, 0.95)
     table_fingerprints(con, "quality_estimates")
-    days = _newest_days(con)
-    store_estimates(con, estimate_rates(con, slices, engine=engine, days=days), days)
+    update_estimates(con, slices, engine=engine, days=_newest_days(con))
     return _rows(con, "quality_estimates")
 
 

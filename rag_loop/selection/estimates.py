@@ -105,6 +105,13 @@ def estimate_inputs(con: duckdb.DuckDBPyConnection, slices: Sequence[tuple[str, 
     return {day: combined(*fixed, signals[day], candidates.get(day)) for day in signals}
 
 
+def update_estimates(con: duckdb.DuckDBPyConnection, slices: Sequence[tuple[str, ...]] = DEFAULT_SLICES,
+                     confidence: float = 0.95, engine: Engine | None = None,
+                     days: Collection[date] | None = None) -> None:
+    """`estimate_rates` stored as quality_estimates: the whole table, or the rows of `days`."""
+    store_estimates(con, estimate_rates(con, slices, confidence=confidence, engine=engine, days=days), days)
+
+
 def store_estimates(con: duckdb.DuckDBPyConnection, estimates: pd.DataFrame,
                     days: Collection[date] | None = None) -> None:
     """`estimates` as the table quality_estimates, or in place of its rows of `days` (in one

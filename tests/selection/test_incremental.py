@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from rag_loop.engines.incremental import DayState, compute_changed, days_to_compute
 from rag_loop.ingest import ingest_directory
-from rag_loop.selection.estimates import estimate_inputs, estimate_rates, store_estimates
+from rag_loop.selection.estimates import estimate_inputs, update_estimates
 from rag_loop.selection.sampling import candidate_inputs, select_candidates
 from rag_loop.selection.signals import SignalSettings, compute_signals, signal_inputs
 from tests.helpers import trace_line
@@ -30,7 +30,7 @@ def run_changed(con, states: dict) -> dict:
               "failure_candidates": (lambda: candidate_inputs(con, POLICY),
                                      lambda days: select_candidates(con, POLICY, days=days)),
               "quality_estimates": (lambda: estimate_inputs(con, SLICES, 0.95),
-                                    lambda days: store_estimates(con, estimate_rates(con, SLICES, days=days), days))}
+                                    lambda days: update_estimates(con, SLICES, days=days))}
     computed = {}
     for table, (inputs, compute) in stages.items():
         states[table], computed[table] = compute_changed(con, table, states.get(table),
@@ -58,7 +58,7 @@ def test_computing_the_changed_days_equals_a_whole_run(tmp_path_factory, runs):
             incremental = _with_estimates(con)
             compute_signals(con, SETTINGS)
             select_candidates(con, POLICY)
-            store_estimates(con, estimate_rates(con, SLICES))
+            update_estimates(con, SLICES)
             for name, rows in _with_estimates(con).items():
                 pd.testing.assert_frame_equal(incremental[name], rows, obj=name)
             assert run_changed(con, states) == dict.fromkeys(incremental, [])
