@@ -40,8 +40,16 @@ from rag_loop.ingest.records import (
 )
 from rag_loop.schema import Trace
 
+# DuckDB quotes the offending line in its message, cut to a length that may split a UTF-8
+# character: the message itself then fails to decode, and that too says "read it exactly"
 _READ_ERRORS = (duckdb.InvalidInputException, duckdb.ConversionException, duckdb.IOException,
-                duckdb.OutOfMemoryException)
+                duckdb.OutOfMemoryException, UnicodeDecodeError)
+
+
+def _first_line(error: Exception) -> str:
+    """The first line of a reader's error message, whatever bytes it quotes."""
+    text = error.object.decode("utf-8", "replace") if isinstance(error, UnicodeDecodeError) else str(error)
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _sql_type(expected: Any, leaf: str | None = None) -> str:
@@ -223,7 +231,7 @@ def read_native_file(con: duckdb.DuckDBPyConnection, path: Path,
                                            "compression": _compression(path)})
         except _READ_ERRORS as error:
             stats.cancel()
-            raise NeedsExactReader(str(error).splitlines()[0]) from error
+            raise NeedsExactReader(_first_line(error)) from error
         lines, longest = stats.result()
     records = _check_row_ids(con, "_read")
     problem = (f"{lines - records} blank lines" if records != lines else
@@ -251,7 +259,7 @@ def read_native_lines(con: duckdb.DuckDBPyConnection, path: Path,
         con.execute(_parse_lines_sql(), {"max_bytes": max_record_bytes})
     except _READ_ERRORS as error:
         forget_read(con)
-        raise NeedsExactReader(str(error).splitlines()[0]) from error
+        raise NeedsExactReader(_first_line(error)) from error
     con.execute("""CREATE OR REPLACE TEMP VIEW _read_numbered AS
                    SELECT line_no, t, t.trace_id AS trace_id, clean FROM _read""")
     rejected = [Rejected(n, oversized_reason(size, max_record_bytes), raw)

@@ -4,7 +4,7 @@ give every line of a hostile file the same verdict, and every line gets exactly 
 import json
 
 import duckdb
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import rag_loop.ingest.pipeline as pipeline
@@ -58,6 +58,8 @@ def verdicts(con) -> dict[int, str]:
 @settings(max_examples=30, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(st.lists(hostile_line(), min_size=1, max_size=12))
+# DuckDB's error quotes the line cut inside a character: its message does not decode
+@example(lines=[b'[[null], {"doc_id": null, "score": null, "x": "0\\u001f\\u0800"}]'])
 def test_every_reader_gives_every_line_the_same_single_verdict(tmp_path_factory, monkeypatch, lines):
     directory = tmp_path_factory.mktemp("native")
     (directory / "t.jsonl").write_bytes(b"\n".join(lines) + b"\n")
