@@ -118,8 +118,8 @@ class Index:
         return [(int(i), float(scores[i])) for i in order]
 
     def rerank_scores(self, query: str, indices: list[int]) -> list[float]:
-        q = self._word.transform([query])
-        return [float((self._word_matrix[i] @ q.T).toarray()[0, 0]) for i in indices]
+        scores = (self._word_matrix[indices] @ self._word.transform([query]).T).toarray().ravel()
+        return [float(score) for score in scores]
 
 
 class ReferenceRag:
