@@ -9,7 +9,6 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pyarrow as pa
-from sklearn.decomposition import PCA
 
 from rag_loop.store.files import write_parquet_atomically
 from rag_loop.store.judgments import current_judge_version
@@ -61,6 +60,7 @@ def export_intents(con: duckdb.DuckDBPyConnection, queue_dir: Path) -> Path:
     for _, group in frame[~frame["is_singleton"]].groupby("language"):
         vectors = np.stack(group["centroid"].map(np.asarray).to_numpy()) if len(group) else None
         if vectors is not None and len(group) >= 3:
+            from sklearn.decomposition import PCA  # sklearn is imported where it is used
             points = PCA(n_components=2, random_state=0).fit_transform(vectors)
             frame.loc[group.index, "x"], frame.loc[group.index, "y"] = points[:, 0], points[:, 1]
     path = queue_dir / "intents.parquet"

@@ -11,9 +11,6 @@ from collections.abc import Mapping
 from math import gcd
 
 import numpy as np
-from scipy.spatial.distance import jensenshannon
-from scipy.stats import kstwo
-from scipy.stats._stats_py import _attempt_exact_2kssamp  # ks_2samp's exact p-value, from n and D
 
 # ---- statistics ---------------------------------------------------------------------------
 
@@ -25,6 +22,7 @@ def aligned(current: Mapping[str, float], baseline: Mapping[str, float]) -> tupl
 
 def js_divergence(current: Mapping[str, float], baseline: Mapping[str, float]) -> float:
     """Jensen-Shannon divergence (base 2, in [0, 1]) of two count distributions."""
+    from scipy.spatial.distance import jensenshannon  # scipy is imported where it is used
     now, before, _ = aligned(current, baseline)
     if now.sum() == 0 or before.sum() == 0:
         return float("nan")
@@ -46,6 +44,8 @@ def ks_from_distance(distance: float, n_current: int, n_baseline: int) -> tuple[
     `scipy.stats.ks_2samp` gives for two samples of these sizes whose empirical distributions are
     at most `distance` apart (the engines compute the distance where the rows are): exact up to
     10,000 values a side, Smirnov's asymptotic distribution beyond, as scipy's `method="auto"`."""
+    from scipy.stats import kstwo
+    from scipy.stats._stats_py import _attempt_exact_2kssamp  # ks_2samp's exact p-value, from n and D
     if not n_current or not n_baseline or distance is None or np.isnan(distance):
         return float("nan"), float("nan")
     if max(n_current, n_baseline) <= 10_000:

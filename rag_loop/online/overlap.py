@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import duckdb
 import pandas as pd
-from sklearn.metrics import cohen_kappa_score
 
 from rag_loop.store.ddl import ONLINE_DDL
 
@@ -22,6 +21,7 @@ def judge_shift(con: duckdb.DuckDBPyConnection, version: str) -> pd.DataFrame:
         FROM trace_judgments new JOIN trace_judgments old USING (trace_id, metric)
         WHERE new.judge_version = ? AND old.judge_version <> ?
           AND new.status = 'judged' AND old.status = 'judged'""", [version, version]).df()
+    from sklearn.metrics import cohen_kappa_score  # sklearn is imported where it is used
     rows = []
     for (old, metric), group in pairs.groupby(["old_version", "metric"], sort=True):
         verdicts = group.dropna(subset=["old_passed", "new_passed"])

@@ -21,7 +21,6 @@ from datetime import date, timedelta
 import duckdb
 import numpy as np
 import pandas as pd
-from scipy.stats import norm
 
 from rag_loop.drift.checks import Verdict
 from rag_loop.engines.engine import DuckDBEngine, Engine
@@ -132,6 +131,7 @@ def score_interval(ratio: float, pi: np.ndarray, y: np.ndarray, confidence: floa
     r0 = np.linspace(0.0, 1.0, grid)
     p = np.clip((r0 * total - known) / drawn, 0.0, 1.0)
     variance = c[uncertain].sum() * (p * (1 - p) + (p - r0) ** 2) / total ** 2
+    from scipy.stats import norm  # here: scipy.stats takes most of a second to import
     inside = r0[(ratio - r0) ** 2 <= norm.ppf(0.5 + confidence / 2) ** 2 * variance]
     if inside.size == 0:
         return ratio, ratio

@@ -5,11 +5,8 @@ from __future__ import annotations
 import base64
 import io
 from collections.abc import Mapping, Sequence
+from functools import cache
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
@@ -17,11 +14,21 @@ MARKER_COLORS = {"rag_version": "tab:red", "prompt_version": "tab:purple",
                  "index_version": "tab:brown", "document": "tab:gray"}
 
 
+@cache
+def _pyplot():
+    """matplotlib's pyplot without a display, imported on the first chart (it takes a third of a
+    second, which every Dagster process loading the definitions would otherwise pay)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot
+    return matplotlib.pyplot
+
+
 def _png(figure) -> bytes:
     buffer = io.BytesIO()
     figure.tight_layout()
     figure.savefig(buffer, format="png", dpi=90)
-    plt.close(figure)
+    _pyplot().close(figure)
     return buffer.getvalue()
 
 
@@ -33,7 +40,7 @@ def markdown_image(png: bytes, alt: str) -> str:
 def bars(values: Mapping[str, float], title: str, xlabel: str = "", top: int = 20) -> bytes:
     """Horizontal bars, largest first."""
     items = sorted(values.items(), key=lambda kv: kv[1], reverse=True)[:top][::-1]
-    figure, axis = plt.subplots(figsize=(7, 0.3 * len(items) + 1.2))
+    figure, axis = _pyplot().subplots(figsize=(7, 0.3 * len(items) + 1.2))
     axis.barh([str(k)[:45] for k, _ in items], [v for _, v in items], color="tab:blue")
     axis.set_title(title)
     axis.set_xlabel(xlabel)
@@ -42,7 +49,7 @@ def bars(values: Mapping[str, float], title: str, xlabel: str = "", top: int = 2
 
 def grouped_counts(groups: Mapping[str, Mapping[str, float]], title: str) -> bytes:
     """One bar panel per group (e.g. counts by origin, failure_type, tag)."""
-    figure, axes = plt.subplots(1, len(groups), figsize=(4 * len(groups), 3.2), squeeze=False)
+    figure, axes = _pyplot().subplots(1, len(groups), figsize=(4 * len(groups), 3.2), squeeze=False)
     for axis, (name, counts) in zip(axes[0], groups.items()):
         items = sorted(counts.items(), key=lambda kv: -kv[1])[:10]
         axis.bar([str(k)[:14] for k, _ in items], [v for _, v in items], color="tab:green")
@@ -57,7 +64,7 @@ def quality_heatmap(table: pd.DataFrame, slice_name: str, value: str = "mean") -
     part = table[table["slice"].isin(["all", slice_name])]
     grid = part.pivot_table(index="metric", columns="slice_value", values=value)
     delta = part.pivot_table(index="metric", columns="slice_value", values="delta_mean")
-    figure, axis = plt.subplots(figsize=(1.3 * len(grid.columns) + 3, 0.5 * len(grid) + 1.5))
+    figure, axis = _pyplot().subplots(figsize=(1.3 * len(grid.columns) + 3, 0.5 * len(grid) + 1.5))
     image = axis.imshow(grid.to_numpy(float), cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
     axis.set_xticks(range(len(grid.columns)), grid.columns, rotation=30, ha="right", fontsize=8)
     axis.set_yticks(range(len(grid.index)), grid.index, fontsize=8)
@@ -76,7 +83,7 @@ def quality_heatmap(table: pd.DataFrame, slice_name: str, value: str = "mean") -
 def score_histograms(results: pd.DataFrame, baseline: pd.DataFrame | None) -> bytes:
     """Per metric, the run's score histogram over the baseline's."""
     metrics = sorted(results["metric"].unique())
-    figure, axes = plt.subplots(1, len(metrics), figsize=(3 * len(metrics), 2.6), squeeze=False)
+    figure, axes = _pyplot().subplots(1, len(metrics), figsize=(3 * len(metrics), 2.6), squeeze=False)
     bins = np.linspace(0, 1, 11)
     for axis, metric in zip(axes[0], metrics):
         now = results[(results["metric"] == metric) & ~results["errored"]]["score"].astype(float)
@@ -92,7 +99,7 @@ def score_histograms(results: pd.DataFrame, baseline: pd.DataFrame | None) -> by
 def time_series(frame: pd.DataFrame, columns: Sequence[str], title: str,
                 markers: pd.DataFrame | None = None, ylabel: str = "") -> bytes:
     """Daily lines with change markers (deploys, prompts, index builds, document updates)."""
-    figure, axis = plt.subplots(figsize=(8, 3.2))
+    figure, axis = _pyplot().subplots(figsize=(8, 3.2))
     for column in columns:
         axis.plot(pd.to_datetime(frame["day"]), frame[column], marker="o", markersize=3, label=column)
     if markers is not None:

@@ -18,7 +18,6 @@ from datetime import date
 import duckdb
 import numpy as np
 import pandas as pd
-from scipy.stats import norm
 
 from rag_loop.engines.engine import DuckDBEngine, Engine
 from rag_loop.engines.estimates import INPUTS, SliceCounts, slice_counts_expression
@@ -36,6 +35,7 @@ DEFAULT_SLICES: tuple[tuple[str, ...], ...] = (
 def wilson_interval(failures: np.ndarray, n: np.ndarray,
                     confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
     """Wilson score interval of a binomial proportion, elementwise; NaN where n is 0."""
+    from scipy.stats import norm  # here: scipy.stats takes most of a second to import
     failures, n = np.asarray(failures, dtype=float), np.asarray(n, dtype=float)
     z = norm.ppf(0.5 + confidence / 2)
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -21,11 +21,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import sparse
-from scipy.optimize import linear_sum_assignment
-from sklearn.cluster import AgglomerativeClustering
-from sklearn.decomposition import PCA
-from sklearn.feature_extraction.text import CountVectorizer
 
 NOISE = -1
 MAX_PCA_DIMS = 30  # fast_hdbscan's exact tree; above it would need an approximate k-NN graph
@@ -96,6 +91,7 @@ class Clustering:
 
 def cluster_vectors(vectors: np.ndarray, settings: ClusterSettings = ClusterSettings()) -> Clustering:
     """Cluster normalized vectors; deterministic for a given input and seed."""
+    from sklearn.decomposition import PCA  # sklearn is imported where it is used
     n = len(vectors)
     if n < max(2 * settings.min_cluster_size, 3):
         return _summarize(vectors, np.full(n, NOISE))
@@ -172,6 +168,7 @@ def join_nearest(sample: np.ndarray, sample_labels: np.ndarray, rest: np.ndarray
 
 def _cluster_means(vectors: np.ndarray, labels: np.ndarray, count: int) -> np.ndarray:
     """Mean vector per cluster (NOISE left out), as one sparse product."""
+    from scipy import sparse
     inside = np.flatnonzero(labels >= 0)
     membership = sparse.csr_matrix((np.ones(len(inside), np.float32), (labels[inside], inside)),
                                    shape=(count, len(labels)))
@@ -188,6 +185,7 @@ def typical_distance(vectors: np.ndarray, seed: int = 0, pairs: int = 4000) -> f
 
 
 def _merge_close_clusters(vectors: np.ndarray, labels: np.ndarray, distance: float) -> np.ndarray:
+    from sklearn.cluster import AgglomerativeClustering
     count = labels.max() + 1
     if count < 2 or distance <= 0:
         return labels
@@ -247,6 +245,7 @@ def match_clusters(previous: np.ndarray, current: np.ndarray, max_distance: floa
     One-to-one (Hungarian assignment on cosine distance); pairs farther than `max_distance`
     are not matched, so the current cluster is new.
     """
+    from scipy.optimize import linear_sum_assignment
     if len(previous) == 0 or len(current) == 0:
         return [None] * len(current)
     distance = 1 - current @ previous.T
@@ -264,6 +263,7 @@ def cluster_labels(texts: Sequence[str], labels: np.ndarray, top_terms: int = 3)
     Each cluster's texts form one document; a term weighs tf(t, c) · log(1 + A / f(t)), with
     A the average number of words per cluster and f(t) the term's frequency over all clusters.
     """
+    from sklearn.feature_extraction.text import CountVectorizer
     clusters = sorted(set(labels.tolist()) - {NOISE})
     if not clusters:
         return {}
