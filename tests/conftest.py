@@ -11,18 +11,56 @@ from rag_loop.store.tables import create_tables
 from tests.helpers import DEMO, RecordedRun, demo_config, fake_embedder, metadata_of
 
 SPARK_MODULES = "tests/engines/test_spark"
+# Scheduling hints, longest first: a wrong hint costs time, never a result. The long modules
+# that need no demo run start while the first worker builds it.
+LONG_WITHOUT_DEMO = ("tests/e2e/test_own_traces.py", "tests/ingest/test_native_hostile.py",
+                     "tests/ingest/otlp/test_frameworks.py", "tests/demo/test_generate.py",
+                     "tests/ingest/test_native.py", "tests/selection/test_sampling.py")
+LONG_WITH_DEMO = (SPARK_MODULES, "tests/e2e/test_webserver.py", "tests/evaluation/test_regression.py")
+EARLY_BUILDER = "gw0"
+BUILT_ONCE = pytest.StashKey[list]()  # the session's shared builds its tests need, largest first
+
+
+def _scope(nodeid: str) -> str:
+    module = nodeid.split("::")[0]
+    return SPARK_MODULES if module.startswith(SPARK_MODULES) else module
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """A module per worker (`--dist loadfile`), but the Spark modules together: one worker
-    starts one JVM, not one per module on both cores."""
+    """A module per worker (`--dist loadfile`, in the order `pytest_collection_modifyitems`
+    gives), but the Spark modules together: one worker starts one JVM, not one per module on
+    both cores."""
     from xdist.scheduler import LoadFileScheduling
 
     class SparkModulesTogether(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            module = super()._split_scope(nodeid)
-            return SPARK_MODULES if module.startswith(SPARK_MODULES) else module
+            return _scope(nodeid)
     return SparkModulesTogether(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every worker collects the same order: the long modules that need no demo run first
+    (the first worker builds it meanwhile, `_built_early`), then the long ones that need it,
+    then the rest by number of tests, as xdist would order them."""
+    sizes: dict[str, int] = {}
+    for item in items:
+        sizes[_scope(item.nodeid)] = sizes.get(_scope(item.nodeid), 0) + 1
+    hinted = [*LONG_WITHOUT_DEMO, *LONG_WITH_DEMO]
+
+    def rank(item) -> tuple:
+        scope = _scope(item.nodeid)
+        return (hinted.index(scope),) if scope in hinted else (len(hinted), -sizes[scope], scope)
+    items.sort(key=rank)
+    config.stash[BUILT_ONCE] = [f for f in ("drift_days", "demo_run") if any(f in i.fixturenames for i in items)]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _built_early(request, worker_id):
+    """With several workers, the first builds the demo run (and its drift days) before its first
+    test, while the others run tests that need neither, instead of one waiting for the other."""
+    needed = request.config.stash.get(BUILT_ONCE, [])
+    if worker_id == EARLY_BUILDER and needed:
+        request.getfixturevalue(needed[0])  # drift_days builds on the demo run
 
 os.environ.setdefault("DEEPEVAL_TELEMETRY_OPT_OUT", "1")
 os.environ.setdefault("DEEPEVAL_DISABLE_DOTENV", "1")
