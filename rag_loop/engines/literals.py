@@ -38,7 +38,9 @@ def dates_in(value: Any) -> list[date]:
 
 def shifted(value: Any, days: int) -> Any:
     """`value` (settings: dataclasses, tuples, lists, mappings) with every date and datetime
-    in it `days` days later."""
+    in it `days` days later; a part without a date is kept as it is."""
+    if not dates_in(value):
+        return value
     if isinstance(value, date):  # datetime too: the same time of day
         return value + timedelta(days=days)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
