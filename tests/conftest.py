@@ -127,6 +127,45 @@ def demo_run(tmp_path_factory, worker_id):
     return run, root / "rag.duckdb", _demo_paths(root)
 
 
+def _release_paths(root, demo_paths):
+    from assets.resources import RagLoopPaths
+    return RagLoopPaths(traces_dir=demo_paths.traces_dir, knowledge_dir=demo_paths.knowledge_dir,
+                        curation_dir=str(root / "curation"), goldens_dir=str(root / "goldens"),
+                        reports_dir=str(root / "reports"))
+
+
+def _build_demo_releases(root, database, queue, demo_paths) -> None:
+    """The demo curator's two rounds on a copy of the loop's database in `root`, each labelled
+    and released as the demo does it: goldens v0001, then v0002."""
+    from dagster import materialize
+    from dagster_duckdb import DuckDBResource
+
+    from assets.curation import curated_labels
+    from assets.goldens import golden_release, golden_releases
+    from rag_loop.demo.curator import curate
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copy(database, root / "rag.duckdb")
+    resources = {"duckdb": DuckDBResource(database=str(root / "rag.duckdb")), "paths": _release_paths(root, demo_paths)}
+    for round_number in (1, 2):
+        curate(queue, root / "curation" / "labels", round_number)
+        assert materialize([curated_labels, golden_release, golden_releases], resources=resources,
+                           run_config=demo_config(f"release/round-{round_number}")).success
+
+
+@pytest.fixture
+def demo_releases(demo_run, tmp_path_factory, worker_id):
+    """The demo curator's two rounds released (v0001, v0002) on the demo run, built once per test
+    session and copied for each test: (root, paths), the database at root / "rag.duckdb"."""
+    _, database, paths = demo_run
+    queue = next((Path(paths.curation_dir) / "queue").glob("*.jsonl"))
+    built = _built_once(tmp_path_factory, worker_id, "demo_releases",
+                        lambda root: _build_demo_releases(root, database, queue, paths))
+    root = tmp_path_factory.mktemp("demo_releases")
+    shutil.copytree(built, root, dirs_exist_ok=True)
+    (root / "done").unlink()
+    return root, _release_paths(root, paths)
+
+
 def _build_drift_days(root, database) -> None:
     """Every drift check's verdicts for the 14 demo days, day by day in order, on a copy of the
     loop's database in `root`: `fired.pickle` ({day: {check: severity}}, days stored per table)."""

@@ -1,7 +1,6 @@
 """Regression eval: offline metrics, the DeepEval-native path on a stand-in server, gates, demo."""
 
 import json
-import shutil
 from pathlib import Path
 
 import duckdb
@@ -25,7 +24,7 @@ from rag_loop.evaluation.judges.offline import (
 from rag_loop.evaluation.regression import EvalSettings, run_regression
 from rag_loop.evaluation.runner import EvalError
 from rag_loop.evaluation.settings import LlmJudgeSettings
-from tests.helpers import DEMO_APP, demo_config, undeclared_tables
+from tests.helpers import DEMO_APP, undeclared_tables
 from tests.helpers.standin_openai import StandIn
 
 
@@ -188,39 +187,14 @@ def test_replay_scores_what_production_answered(small_release):
     assert results[results["golden"] == "g1"]["errored"].all()  # its trace is not stored
 
 
-@pytest.fixture(scope="module")
-def demo_release(demo_run, tmp_path_factory):
-    from dagster import materialize
-    from dagster_duckdb import DuckDBResource
-
-    from assets.curation import curated_labels
-    from assets.goldens import golden_release, golden_releases
-    from assets.resources import RagLoopPaths
-    from rag_loop.demo.curator import curate
-    _, database, paths = demo_run
-    root = tmp_path_factory.mktemp("demo_release")
-    shutil.copy(database, root / "rag.duckdb")
-    mine = RagLoopPaths(traces_dir=paths.traces_dir, knowledge_dir=paths.knowledge_dir,
-                        curation_dir=str(root / "curation"), goldens_dir=str(root / "goldens"),
-                        reports_dir=str(root / "reports"))
-    queue = next((Path(paths.curation_dir) / "queue").glob("*.jsonl"))
-    for round_number in (1, 2):
-        curate(queue, root / "curation" / "labels", round_number)
-        result = materialize([curated_labels, golden_release, golden_releases],
-                             run_config=demo_config(f"release/round-{round_number}"),
-            resources={"duckdb": DuckDBResource(database=str(root / "rag.duckdb")), "paths": mine})
-        assert result.success
-    return root, mine
-
-
 @pytest.mark.slow
-def test_demo_candidate_fails_a_gate_that_the_baseline_passes(demo_release):
+def test_demo_candidate_fails_a_gate_that_the_baseline_passes(demo_releases):
     from dagster import materialize
     from dagster_duckdb import DuckDBResource
 
     from assets.evaluation import regression_eval
     from assets.resources import LocalEmbedderResource, OfflineJudgeResource, PythonRagAppResource
-    root, paths = demo_release
+    root, paths = demo_releases
 
     def evaluate(config):
         return materialize([regression_eval], raise_on_error=False, resources={

@@ -2,7 +2,6 @@
 import json
 import multiprocessing
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -132,34 +131,24 @@ def test_planted_pii_never_reaches_goldens_json(db, tmp_path):
     assert len(re.findall(r"\[REDACTED_[A-Z]+\]", text)) == 5
 
 
-def test_demo_curator_rounds_make_v0001_then_v0002(demo_run, tmp_path):
+def test_demo_curator_rounds_make_v0001_then_v0002(demo_releases):
     from dagster import materialize
     from dagster_duckdb import DuckDBResource
 
     from assets.curation import curated_labels
     from assets.goldens import golden_release, golden_releases
-    from assets.resources import RagLoopPaths
-    from rag_loop.demo.curator import curate
-    _, database, paths = demo_run
-    shutil.copy(database, tmp_path / "rag.duckdb")
-    queue = next((Path(paths.curation_dir) / "queue").glob("*.jsonl"))
-    mine = RagLoopPaths(traces_dir=paths.traces_dir, knowledge_dir=paths.knowledge_dir,
-                        curation_dir=str(tmp_path / "curation"), goldens_dir=str(tmp_path / "goldens"),
-                        reports_dir=str(tmp_path / "reports"))
-    resources = {"duckdb": DuckDBResource(database=str(tmp_path / "rag.duckdb")), "paths": mine}
+    root, paths = demo_releases  # the two rounds, labelled and released (tests/conftest.py)
+    resources = {"duckdb": DuckDBResource(database=str(root / "rag.duckdb")), "paths": paths}
     release = [curated_labels, golden_release, golden_releases]
-    for round_number in (1, 2):
-        curate(queue, tmp_path / "curation" / "labels", round_number)
-        config = demo_config(f"release/round-{round_number}")
-        assert materialize(release, resources=resources, run_config=config).success
-    assert release_versions(tmp_path / "goldens") == ["v0001", "v0002"]
-    changes = query(tmp_path / "rag.duckdb", "SELECT version, added, removed, changed FROM golden_releases")
+    config = demo_config("release/round-2")
+    assert release_versions(root / "goldens") == ["v0001", "v0002"]
+    changes = query(root / "rag.duckdb", "SELECT version, added, removed, changed FROM golden_releases")
     assert changes[1][2:] == (1, 2) and changes[1][1] > 10
     assert materialize(release, resources=resources, run_config=config).success
-    assert release_versions(tmp_path / "goldens") == ["v0001", "v0002"]  # nothing new
-    page = (tmp_path / "reports" / "release-v0002.html").read_text()
+    assert release_versions(root / "goldens") == ["v0001", "v0002"]  # nothing new
+    page = (root / "reports" / "release-v0002.html").read_text()
     assert "Golden release v0002" in page and "data:image/png;base64," in page
-    goldens = (tmp_path / "goldens" / "v0002" / "goldens.json").read_text()
+    goldens = (root / "goldens" / "v0002" / "goldens.json").read_text()
     assert "security@company.example" in goldens  # the demo keeps its company's addresses
 
 
