@@ -90,6 +90,7 @@ class DuckDBEngine(Engine):
 
     functions = DUCKDB
     _compiled: dict[Hashable, str] = {}  # SQL per stage shape (`_sql`): Ibis compiles in 50-250 ms
+    _movable: dict[Build, bool] = {}  # per stage: its dates can be moved (`_moves_back`)
 
     def __init__(self, lake: Path | None = None):
         self.lake = lake
@@ -128,23 +129,27 @@ class DuckDBEngine(Engine):
     def _sql(self, con: duckdb.DuckDBPyConnection, name: str, inputs: Sequence[str], build: Build,
              settings: Any) -> str:
         """The stage's SQL, compiled once per stage, input schemas and settings up to their dates
-        (rag_loop.engines.literals); the first compile of a shape is checked against compiling
-        the settings as given, and a shape whose check fails is compiled each time."""
+        (rag_loop.engines.literals). A stage's first compile with dates is checked against
+        compiling its settings as given; a stage whose check fails is compiled as given."""
         canonical, days = to_sentinel_era(settings)
+        if days and build not in self._movable:
+            self._movable[build] = self._moves_back(con, inputs, build, settings)
+        if days and not self._movable[build]:
+            canonical, days = settings, 0
         key = (name, build, repr(canonical), tuple(tuple(con.execute(f'DESCRIBE "{t}"').fetchall()) for t in inputs))
-        cached = self._compiled.get(key)
-        if cached:  # a checked shape
-            sql = from_sentinel_era(cached, days)
-            if sql is not None:
-                return sql
-        direct = self._compile(con, inputs, build, settings)
-        if cached is None:  # the shape's first compile: "" marks a shape that failed its check
+        if key not in self._compiled:
             if len(self._compiled) > 64:
                 self._compiled.clear()
-            moved = direct if days == 0 else self._compile(con, inputs, build, canonical)
-            back = from_sentinel_era(moved, days)
-            self._compiled[key] = moved if back is not None and same_sql(back, direct) else ""
-        return direct
+            self._compiled[key] = self._compile(con, inputs, build, canonical)
+        sql = from_sentinel_era(self._compiled[key], days)
+        return sql if sql is not None else self._compile(con, inputs, build, settings)
+
+    def _moves_back(self, con: duckdb.DuckDBPyConnection, inputs: Sequence[str], build: Build, settings: Any) -> bool:
+        """Whether the stage compiled on its settings moved to the sentinel era, moved back, is
+        the stage compiled on the settings (up to the names Ibis makes up afresh)."""
+        canonical, days = to_sentinel_era(settings)
+        back = from_sentinel_era(self._compile(con, inputs, build, canonical), days)
+        return back is not None and same_sql(back, self._compile(con, inputs, build, settings))
 
     def _compile(self, con: duckdb.DuckDBPyConnection, inputs: Sequence[str], build: Build, settings: Any) -> str:
         return ibis.to_sql(build(self.inputs(con, inputs), settings, self.functions), dialect="duckdb")
