@@ -23,7 +23,7 @@ from rag_loop.engines.engine import DuckDBEngine, Engine
 from rag_loop.engines.estimates import INPUTS, SliceCounts, slice_counts_expression
 from rag_loop.engines.incremental import Fingerprints, combined, table_fingerprints
 from rag_loop.selection.signals import SIGNALS, SLICE_COLUMNS
-from rag_loop.store.tables import has_table, replace_table
+from rag_loop.store.tables import has_table, replace_days, replace_table
 
 TABLE = "quality_estimates"
 OUTCOMES = (*SIGNALS, "any_signal")
@@ -118,18 +118,8 @@ def store_estimates(con: duckdb.DuckDBPyConnection, estimates: pd.DataFrame,
     transaction)."""
     if days is None or not has_table(con, TABLE):
         replace_table(con, TABLE, estimates)
-        return
-    con.register("_estimates", estimates)
-    try:
-        con.execute("BEGIN")
-        con.execute(f"DELETE FROM {TABLE} WHERE day IN (SELECT unnest($days::DATE[]))", {"days": sorted(days)})
-        con.execute(f"INSERT INTO {TABLE} BY NAME SELECT * FROM _estimates")
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
-    finally:
-        con.unregister("_estimates")
+    else:
+        replace_days(con, TABLE, days, estimates)
 
 
 def pooled_rates(estimates: pd.DataFrame, outcome: str = "any_signal") -> dict[str, float]:

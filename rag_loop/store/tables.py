@@ -3,6 +3,7 @@ tables."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import date
 
 import duckdb
@@ -32,12 +33,24 @@ def replace_table(con: duckdb.DuckDBPyConnection, name: str, frame) -> None:
 def replace_day(con: duckdb.DuckDBPyConnection, table: str, day: date, frame: pd.DataFrame) -> None:
     """Rows of one day replace that day's rows (a rerun of a day is idempotent)."""
     con.execute(f"CREATE TABLE IF NOT EXISTS {table} (day DATE, {DRIFT_DAY_COLUMNS[table]})")
-    con.execute("BEGIN")
-    con.execute(f"DELETE FROM {table} WHERE day = ?", [day])
+    replace_days(con, table, [day], frame.assign(day=day))
+
+
+def replace_days(con: duckdb.DuckDBPyConnection, table: str, days: Collection[date], frame: pd.DataFrame) -> None:
+    """`frame`, the rows of `days`, in place of those days' rows of `table`, in one transaction
+    (a rerun of those days is idempotent; a failure leaves the table as it was)."""
     if not frame.empty:
-        con.register("_day_rows", frame.assign(day=day))
+        con.register("_day_rows", frame)
+    try:
+        con.execute("BEGIN")
         try:
-            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _day_rows")
-        finally:
+            con.execute(f"DELETE FROM {table} WHERE day IN (SELECT unnest($days::DATE[]))", {"days": sorted(days)})
+            if not frame.empty:
+                con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _day_rows")
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+    finally:
+        if not frame.empty:
             con.unregister("_day_rows")
-    con.execute("COMMIT")
