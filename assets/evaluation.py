@@ -193,7 +193,7 @@ AGREEMENT_MIN_N = 30
                    "(`judge_agreement`); the judge against humans on a labelled file is "
                    "`rag-loop calibrate` (`judge_calibrations`).")
 def judge_calibration(duckdb: DuckDBResource) -> MaterializeResult:
-    from rag_loop.evaluation.calibration import curator_agreement  # imports DeepEval
+    from rag_loop.evaluation.agreement import curator_agreement
     with duckdb.get_connection() as con:
         comparisons = curator_agreement(con, DEFAULT_THRESHOLDS["Faithfulness"])
     weak = [c for c in comparisons if c.n >= AGREEMENT_MIN_N and c.kappa is not None

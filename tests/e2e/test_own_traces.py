@@ -18,7 +18,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 def test_the_loop_runs_on_own_traces_and_evaluates_an_http_service_without_the_demo(tmp_path):
     service = RagService()
     try:
-        env = {**os.environ, "RAG_LOOP_TRACES_DIR": str(PROJECT / "tests" / "fixtures" / "otlp" / "traces"),
+        env = {**os.environ, "RAG_LOOP_HOME": str(tmp_path / "home"),  # the lake and anything else unnamed
+               "RAG_LOOP_TRACES_DIR": str(PROJECT / "tests" / "fixtures" / "otlp" / "traces"),
                "RAG_LOOP_KB_DIR": "", "RAG_LOOP_DB": str(tmp_path / "own.duckdb"),
                "RAG_LOOP_CURATION_DIR": str(tmp_path / "curation"),
                "RAG_LOOP_GOLDENS_DIR": str(tmp_path / "goldens"),
@@ -34,6 +35,7 @@ def test_the_loop_runs_on_own_traces_and_evaluates_an_http_service_without_the_d
     outcome = json.loads(done.stdout.strip().splitlines()[-1])
     assert outcome == {"loop": True, "release": True, "labels": 6, "demo_imported": []}
     assert (tmp_path / "dagster" / "dagster.yaml").exists()  # the runs are recorded for the UI
+    assert (tmp_path / "home" / "lake" / "raw_traces").is_dir()  # in the deployment's home, not the project's
     asked = [r["body"]["query"] for r in service.requests]
     assert len(asked) == 6 and all(r["path"] == "/ok" for r in service.requests)
     with duckdb.connect(str(tmp_path / "own.duckdb"), read_only=True) as con:

@@ -81,13 +81,21 @@ class Dagster:
 
 
 @pytest.fixture(scope="module")
-def dagster_dev(tmp_path_factory):
+def dagster_dev(tmp_path_factory, demo_run):
+    """`dagster dev` on a deployment that has run the loop once (the demo run's database, lake
+    and queue): the loop launched here is its next run, as in a deployment's daily life, and
+    quick enough to leave the machine to the other tests (the first run's work has its own)."""
     root = tmp_path_factory.mktemp("webserver")
+    _, database, paths = demo_run
+    shutil.copy(database, root / "rag.duckdb")
+    shutil.copytree(paths.lake_dir, root / "lake")
+    shutil.copytree(Path(paths.curation_dir) / "queue", root / "curation" / "queue")
     home = root / "dagster_home"
     home.mkdir()
     (home / "dagster.yaml").write_text((PROJECT / "deploy" / "dagster.yaml").read_text())
     port = _free_port()
-    env = {**os.environ, "DAGSTER_HOME": str(home), "RAG_LOOP_DB": str(root / "rag.duckdb"),
+    env = {**os.environ, "DAGSTER_HOME": str(home), "RAG_LOOP_HOME": str(root),
+           "RAG_LOOP_LAKE_DIR": str(root / "lake"), "RAG_LOOP_DB": str(root / "rag.duckdb"),
            "RAG_LOOP_TRACES_DIR": str(PROJECT / "data" / "demo" / "traces"),
            "RAG_LOOP_KB_DIR": str(PROJECT / "data" / "demo" / "kb"),
            "RAG_LOOP_CURATION_DIR": str(root / "curation"), "RAG_LOOP_GOLDENS_DIR": str(root / "goldens"),
@@ -120,13 +128,7 @@ def dagster_dev(tmp_path_factory):
         log.close()
 
 
-# the loop as the demo runs it, with the online judge on a share of the selection and no day
-# old enough for novelty: this module is about runs queueing on the DuckDB tag, the judge and
-# novelty have their own tests
-LOOP = {**demo_config("loop"), "ops": {
-    **demo_config("loop")["ops"],
-    "trace_judgments": {"config": {"metrics": [{"name": "Faithfulness", "threshold": 0.75, "rate": 0.2}]}},
-    "trace_novelty": {"config": {"min_history_days": 30}}}}
+LOOP = demo_config("loop")  # as the demo runs it, the run before this one included
 
 
 @dataclass
@@ -141,12 +143,11 @@ class Session:
 
 
 @pytest.fixture(scope="module")
-def session(dagster_dev, demo_run):
+def session(dagster_dev):
     """The loop and the trace and label sensors' jobs launched together; while the loop runs,
-    a curator labels in the workspace (over the queue an earlier run exported, which this run
+    a curator labels in the workspace (over the queue the earlier run exported, which this run
     rewrites) and releases from it through the webserver."""
     server, root = dagster_dev
-    shutil.copytree(Path(demo_run[2].curation_dir) / "queue", root / "curation" / "queue")
     curate(next((root / "curation" / "queue").glob("*.jsonl")), root / "curation" / "labels", 1)
     workspace = Workspace(root / "curation", root / "reports", root / "goldens")
     release = WebserverRelease(server.url, wait_seconds=300, poll_seconds=0.25)

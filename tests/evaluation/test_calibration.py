@@ -79,7 +79,7 @@ def test_the_command_prints_stores_and_the_next_eval_records_it(tmp_path, small_
 
 def test_curator_agreement_with_what_they_were_shown(tmp_path):
     from rag_loop.curation.labels import store_label_files
-    from rag_loop.evaluation.calibration import curator_agreement
+    from rag_loop.evaluation.agreement import curator_agreement
     from tests.helpers import GOOD
     con = duckdb.connect(str(tmp_path / "db.duckdb"))
     from rag_loop.store.tables import create_tables
