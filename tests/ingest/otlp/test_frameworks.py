@@ -95,7 +95,7 @@ def test_worker_processes_store_exactly_what_one_process_stores(tmp_path, monkey
     import rag_loop.ingest.pipeline as pipeline
     monkeypatch.setattr(pipeline, "PARALLEL_FILE_BYTES", 0)  # every file, in small blocks
     monkeypatch.setattr(pipeline, "OTLP_BLOCK_BYTES", 64 << 10)
-    monkeypatch.setattr(pipeline, "ASSEMBLY_BATCH_TRACES", 5)
+    monkeypatch.setattr(pipeline, "ASSEMBLY_BATCH_TRACES", 25)  # 132 traces: six batches (5 took twice as long)
     tables = {"raw_traces": "* EXCLUDE (ingested_at)", "trace_chunks": "*", "trace_spans": "*",
               "otlp_spans": "* EXCLUDE (received_at)", "otlp_traces": "* EXCLUDE (assembled_at)",
               "quarantine": "* EXCLUDE (quarantined_at)"}
