@@ -48,7 +48,8 @@ def retrieval_expression(tables: Mapping[str, ir.Table], window: DriftWindow, fn
                     "top_rerank_score", "empty_retrieval", "documents", "overlap")
     figures = _figures(rows)
     figures = figures.filter((figures.slice == "all") | (figures.n > 0))
-    distance, psi = _ks_distance(rows), _psi(rows, figures)
+    levels = _score_levels(rows)
+    distance, psi = _ks_distance(levels), _psi(levels, figures)
     joined = (figures.left_join(distance, (figures.slice_order == distance.k_order)
                                 & (figures.slice_value == distance.k_value))
               .left_join(psi, (figures.slice_order == psi.p_order) & (figures.slice_value == psi.p_value)))
@@ -134,12 +135,18 @@ def _edges() -> tuple[str, ...]:
     return tuple(f"q{i}" for i in range(1, len(DECILES) - 1))
 
 
-def _ks_distance(part: ir.Table) -> ir.Table:
+def _score_levels(part: ir.Table) -> ir.Table:
+    """Per slice value and distinct top-1 rerank score: how many of the day's and of the
+    baseline's traces have it. The KS distance and the PSI both read this, not the rows (on
+    Spark each reading of the rows computes them again)."""
+    scored = part.filter(part.top_rerank_score.notnull())
+    return scored.group_by(["slice_order", "slice_value", scored.top_rerank_score.name("score")]).aggregate(
+        now=scored.count(where=scored.is_today), before=scored.count(where=scored.is_baseline))
+
+
+def _ks_distance(levels: ir.Table) -> ir.Table:
     """Per slice value: max |F_day(x) − F_baseline(x)| over the distinct rerank scores x (the
     two-sample KS statistic), NULL without scores on either side."""
-    scored = part.filter(part.top_rerank_score.notnull())
-    levels = scored.group_by(["slice_order", "slice_value", scored.top_rerank_score.name("score")]).aggregate(
-        now=scored.count(where=scored.is_today), before=scored.count(where=scored.is_baseline))
     running = ibis.window(group_by=[levels.slice_order, levels.slice_value], order_by=levels.score, rows=(None, 0))
     whole = ibis.window(group_by=[levels.slice_order, levels.slice_value])
     cdf = levels.mutate(
@@ -149,7 +156,7 @@ def _ks_distance(part: ir.Table) -> ir.Table:
         ks_d=(cdf.now_cdf - cdf.before_cdf).abs().max(), rerank_n=cdf.now.sum(), baseline_rerank_n=cdf.before.sum())
 
 
-def _psi(part: ir.Table, figures: ir.Table) -> ir.Table:
+def _psi(levels: ir.Table, figures: ir.Table) -> ir.Table:
     """Per slice value: PSI of the day's top-1 rerank scores against the baseline's over the
     baseline's decile bins (as rag_loop.drift.stats.psi: shares floored at PSI_FLOOR; NULL when
     the baseline has one value only or either side has no score). A bin's index is the number of
@@ -157,13 +164,12 @@ def _psi(part: ir.Table, figures: ir.Table) -> ir.Table:
     (as numpy's histogram over the unique deciles, with the outer two made infinite)."""
     edges = figures.select("slice_order", "slice_value", "q_low", "q_high", *_edges())
     edges = edges.filter(_above(edges.q_high, edges.q_low))
-    scored = part.filter(part.top_rerank_score.notnull())
-    with_edges = scored.join(edges, ["slice_order", "slice_value"])
-    score, low, high = with_edges.top_rerank_score, with_edges.q_low, with_edges.q_high
+    with_edges = levels.join(edges, ["slice_order", "slice_value"])
+    score, low, high = with_edges.score, with_edges.q_low, with_edges.q_high
     bin_index = sum((_above(with_edges[e], low) & _above(high, with_edges[e]) & ~_above(with_edges[e], score))
                     .cast("int64") for e in _edges())
     bins = with_edges.group_by(["slice_order", "slice_value", bin_index.name("bin")]).aggregate(
-        now=with_edges.count(where=with_edges.is_today), before=with_edges.count(where=with_edges.is_baseline))
+        now=with_edges.now.sum(), before=with_edges.before.sum())
     whole = ibis.window(group_by=[bins.slice_order, bins.slice_value])
     share_now, share_before = (_floored_share(count, count.sum().over(whole)) for count in (bins.now, bins.before))
     terms = bins.mutate(term=(share_now - share_before) * (share_now / share_before).ln())
