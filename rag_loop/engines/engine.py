@@ -225,7 +225,9 @@ class SparkEngine(Engine):
         if (self.lake / name / SCHEMA).exists():  # no day yet: the columns, no rows
             return self.session.read.parquet(str(self.lake / name / SCHEMA)).withColumn(
                 "day", functions.lit(None).cast("date"))
-        return self.session.createDataFrame(con.table(name).arrow().read_all())
+        from pyspark.sql.pandas.types import from_arrow_schema
+        table = con.table(name).arrow().read_all()  # with its schema: Spark Connect infers none from no rows
+        return self.session.createDataFrame(table, schema=from_arrow_schema(table.schema))
 
     def materialize(self, con: duckdb.DuckDBPyConnection, name: str, expression: ir.Table) -> int:
         written = self._write_days(name, expression)

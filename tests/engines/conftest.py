@@ -1,5 +1,6 @@
 import importlib.util
 import shutil
+import socket
 
 import pytest
 
@@ -21,7 +22,22 @@ def spark():
     java = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
     session = spark_session("local[2]", {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2",
                                          "spark.driver.extraJavaOptions": java,
-                                         "spark.sql.codegen.wholeStage": "false"})
+                                         "spark.sql.codegen.wholeStage": "false", **_connect_server()})
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+def _connect_server() -> dict[str, str]:
+    """The same JVM also serves Spark Connect on a free loopback port (the plugin ships with
+    pyspark): the stand-in for a Spark Connect cluster, `spark_connect_url`."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return {"spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
+            "spark.connect.grpc.binding.address": "127.0.0.1", "spark.connect.grpc.binding.port": str(port)}
+
+
+@pytest.fixture(scope="session")
+def spark_connect_url(spark) -> str:
+    return f"sc://127.0.0.1:{spark.conf.get('spark.connect.grpc.binding.port')}"

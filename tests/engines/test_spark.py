@@ -2,20 +2,21 @@
 registry's functions agree, and each ported stage gives the same rows on Spark (over the trace
 lake) as on DuckDB (over the database) — exactly, but for floats within 1e-12, and with the
 same column types — on the demo world and on what real instrumentations write
-(tests/fixtures/otlp/); and a Spark rerun changes nothing, in the table or in the lake."""
+(tests/fixtures/otlp/), through the Dagster resource over Spark Connect too; and a Spark rerun
+changes nothing, in the table or in the lake."""
 
+import json
+import os
+import subprocess
+import sys
 from datetime import date
+from pathlib import Path
 
 import duckdb
 import numpy as np
 import pandas as pd
 import pytest
-from dagster import materialize
-from dagster_duckdb import DuckDBResource
 
-from assets.ingestion import raw_traces, trace_lake
-from assets.resources import RagLoopPaths, SparkEngineResource
-from assets.selection import failure_candidates, quality_estimates, trace_signals
 from rag_loop.drift.days import FreshnessSettings, RetrievalSettings, freshness_day, retrieval_day
 from rag_loop.drift.figures import mix_counts
 from rag_loop.engines.engine import DuckDBEngine, SparkEngine
@@ -33,6 +34,7 @@ from tests.helpers import PROJECT, demo_config, demo_copy
 
 pytestmark = [needs_spark, pytest.mark.slow]
 OTLP = PROJECT / "tests" / "fixtures" / "otlp" / "traces"
+CONNECT_RUN = PROJECT / "tests" / "engines" / "scripts" / "assets_on_spark_connect.py"
 
 
 def assert_same_rows(spark_rows: pd.DataFrame, duckdb_rows: pd.DataFrame, key: str) -> None:
@@ -157,41 +159,42 @@ def _the_drift_days_are_duckdbs(spark, con: duckdb.DuckDBPyConnection, lake) -> 
         assert {v.name: v.severity for v in on_spark if v.fired}[planted] == "ERROR"
 
 
-def test_the_spark_engine_resource_runs_the_ported_assets_on_otlp_traffic_and_a_rerun_changes_nothing(
-        spark, tmp_path):
-    """raw_traces → trace_lake → trace_signals → failure_candidates → quality_estimates in a
-    Dagster run on the Spark resource, over the OTLP fixtures (test_spark_ingest.py has native
-    files parsed by Spark tasks), equal DuckDB's; a rerun of trace_signals leaves the same rows
-    and lake files."""
-    traces = OTLP
+def _otlp_on_duckdb(tmp_path) -> tuple[dict[str, pd.DataFrame], pd.DataFrame]:
+    """The OTLP fixtures' ported tables and language estimates, all on DuckDB."""
     with duckdb.connect(str(tmp_path / "expected.duckdb")) as con:
-        ingest_directory(con, traces)
+        ingest_directory(con, OTLP)
         compute_signals(con, SignalSettings())
         select_candidates(con, SamplingPolicy())
         expected = {t: con.execute(f"SELECT * FROM {t}").df() for t in PORTED}
         estimates = estimate_rates(con, parse_slices(["language"]))
     assert len(expected["trace_signals"]) == 132 and len(expected["failure_candidates"]) >= 3
-    database = tmp_path / "on-spark.duckdb"
-    resources = {"duckdb": DuckDBResource(database=str(database)), "engine": SparkEngineResource(),
-                 "paths": RagLoopPaths(lake_dir=str(tmp_path / "lake"), traces_dir=str(traces), knowledge_dir="")}
-    assert materialize([raw_traces, trace_lake, trace_signals, failure_candidates, quality_estimates],
-                       resources=resources,
-                       run_config={"ops": {"quality_estimates": {"config": {"slices": ["language"]}}}}).success
+    return expected, estimates
+
+
+def test_the_spark_resource_on_a_spark_connect_url_stores_what_duckdb_does_and_a_rerun_changes_nothing(
+        spark_connect_url, tmp_path):
+    """raw_traces → trace_lake → trace_signals → failure_candidates → quality_estimates in a
+    run worker whose Spark resource is a Spark Connect URL (the server: this session's JVM, on
+    loopback), over the OTLP fixtures, which Spark tasks ingest (test_spark_ingest.py compares
+    every ingestion table): the same rows as on DuckDB; trace_signals run again leaves the same
+    rows and lake files. pyspark allows one kind of session per process: hence the worker's
+    own process, as Dagster runs it."""
+    expected, estimates = _otlp_on_duckdb(tmp_path)
+    database = tmp_path / "over-connect.duckdb"
+    done = subprocess.run([sys.executable, str(CONNECT_RUN), spark_connect_url, str(OTLP), str(tmp_path / "lake"),
+                           str(database)], env={**os.environ, "PYTHONPATH": str(PROJECT)},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    outcome = json.loads(done.stdout.strip().splitlines()[-1])
+    assert outcome["success"] == [True, True] and outcome["connect"]
+    assert outcome["files_again"] == outcome["files"]
+    assert {Path(f).parts[0] for f in outcome["files"]} == {"documents", "failure_candidates", "raw_traces",
+                                                             "trace_chunks", "trace_feedback", "trace_signals"}
     with duckdb.connect(str(database)) as con:
+        for table, rows in expected.items():
+            assert_same_rows(con.execute(f"SELECT * FROM {table}").df(), rows, "trace_id")
         stored = con.execute("SELECT * FROM quality_estimates").df()
     pd.testing.assert_frame_equal(stored, estimates, check_exact=False, rtol=0, atol=1e-12, check_names=False)
-    files = None
-    for _ in range(2):  # the second run: the same lake, computed again
-        if files:
-            assert materialize([trace_signals], resources=resources).success
-        with duckdb.connect(str(database)) as con:
-            for table, rows in expected.items():
-                assert_same_rows(con.execute(f"SELECT * FROM {table}").df(), rows, "trace_id")
-        found = sorted(p.relative_to(tmp_path) for p in (tmp_path / "lake").rglob("*.parquet"))
-        assert files is None or found == files
-        files = found
-    assert {p.parts[1] for p in files} == {"documents", "failure_candidates", "raw_traces", "trace_chunks",
-                                           "trace_feedback", "trace_signals"}
 
 
 def test_spark_and_duckdb_spell_every_function_alike(spark, tmp_path):
