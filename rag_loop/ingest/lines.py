@@ -114,24 +114,18 @@ def _split_lines(chunk: bytes) -> pa.Array:
     """The lines of `chunk` as one binary column, split by Arrow's multithreaded CSV reader."""
     if chunk.count(b"\r") != chunk.count(b"\r\n"):  # Arrow ends a line at a lone \r, we don't
         raise NeedsExactReader("a carriage return inside a line")
-    refused: list[int] = []
-
-    def refuse(_row: pcsv.InvalidRow) -> str:
-        refused.append(1)
-        return "skip"
-
+    if _DELIMITER.encode() in chunk:  # Arrow would split that line in two fields
+        raise NeedsExactReader()
     try:
         table = pcsv.read_csv(
             pa.py_buffer(chunk),
             read_options=pcsv.ReadOptions(column_names=["raw"]),
             parse_options=pcsv.ParseOptions(
                 delimiter=_DELIMITER, quote_char=False, escape_char=False,
-                newlines_in_values=False, ignore_empty_lines=False, invalid_row_handler=refuse),
+                newlines_in_values=False, ignore_empty_lines=False),
             convert_options=pcsv.ConvertOptions(column_types={"raw": pa.binary()}))
     except pa.ArrowInvalid as error:  # a line longer than Arrow's block
         raise NeedsExactReader() from error
-    if refused:  # a line with the delimiter byte: skipping it would shift line numbers
-        raise NeedsExactReader()
     return table.column("raw").combine_chunks()
 
 
