@@ -1,6 +1,7 @@
 """A local stand-in for a user's RAG service over HTTP, for the `http` rag_app on loopback."""
 
 import json
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -39,7 +40,8 @@ class RagService:
 
         class Server(ThreadingHTTPServer):
             def handle_error(self, request, client_address):
-                pass  # a client that hung up on /slow (a timeout test): nothing to report
+                if not isinstance(sys.exc_info()[1], ConnectionError):  # a client hung up on /slow
+                    super().handle_error(request, client_address)
 
         self.server = Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
