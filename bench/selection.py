@@ -21,6 +21,7 @@ from ingest import write_traces
 from rag_loop.selection.estimates import estimate_rates
 from rag_loop.selection.sampling import SamplingPolicy, select_candidates
 from rag_loop.selection.signals import SignalSettings, compute_signals
+from rag_loop.store.ddl import utc_day
 from rag_loop.store.tables import create_tables
 
 QUERIES = ["how many leave days do I get", "how many days of leave do i get",
@@ -51,20 +52,20 @@ def build_database(con: duckdb.DuckDBPyConnection, count: int) -> None:
                'rag-v12' AS rag_version, ['qa-v3', 'qa-v4'][i % 2 + 1] AS prompt_version,
                'kb-1' AS index_version
         FROM range({count}) r(i)""")
-    con.execute("""
+    con.execute(f"""
         INSERT INTO trace_chunks BY NAME
         SELECT t.trace_id, 'doc-' || ((n + k) % 40) AS doc_id,
                'doc-' || ((n + k) % 40) || '@v' || (1 + (hash(n, k) % 50 > 0)::INT) || '#c' || k
                    AS chunk_id,
                'v' || (1 + (hash(n, k) % 50 > 0)::INT) AS doc_version,
                1 - k * 0.1 AS score, k + 1 AS rank, (hash(n, k, 'r') % 1000) / 1000 AS rerank_score,
-               k + 1 AS rerank_rank, k < 2 AS selected
-        FROM (SELECT trace_id, CAST(substr(trace_id, 4) AS BIGINT) AS n FROM raw_traces
+               k + 1 AS rerank_rank, k < 2 AS selected, day
+        FROM (SELECT trace_id, CAST(substr(trace_id, 4) AS BIGINT) AS n, {utc_day()} AS day FROM raw_traces
               WHERE NOT is_fallback) t, range(5) c(k)""")
-    con.execute("""
-        INSERT INTO trace_feedback
-        SELECT trace_id, CASE WHEN hash(trace_id, 'p') % 3 = 0 THEN 'positive' ELSE 'negative' END,
-               'incorrect', NULL
+    con.execute(f"""
+        INSERT INTO trace_feedback BY NAME
+        SELECT trace_id, CASE WHEN hash(trace_id, 'p') % 3 = 0 THEN 'positive' ELSE 'negative' END AS rating,
+               'incorrect' AS category, {utc_day()} AS day
         FROM raw_traces WHERE hash(trace_id, 'fb') % 100 < 6""")
     con.execute("""
         INSERT INTO documents

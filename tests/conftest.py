@@ -225,7 +225,7 @@ def db(tmp_path):
         con.execute("INSERT INTO raw_traces (trace_id, \"timestamp\", original_query, language, answer) "
                     "VALUES (?, '2026-11-05 10:00:00+00', ?, 'en', '12 days')",
                     [trace, f"how many leave days? ({trace})"])
-    con.execute("INSERT INTO trace_chunks (trace_id, doc_id, chunk_id, doc_version, rank, selected) "
-                "VALUES ('t1', 'leave', 'leave@2026#annual-en', '2026', 1, true)")
+    con.execute("INSERT INTO trace_chunks (trace_id, doc_id, chunk_id, doc_version, rank, selected, day) "
+                "VALUES ('t1', 'leave', 'leave@2026#annual-en', '2026', 1, true, '2026-11-05')")
     yield con
     con.close()

@@ -11,7 +11,7 @@ from datetime import date
 import ibis
 import ibis.expr.types as ir
 
-from rag_loop.engines.functions import Functions
+from rag_loop.engines.functions import Functions, day_range, on_days
 
 INPUTS = ("trace_signals", "raw_traces")
 MIX_DIMENSIONS = ("language", "query_type", "tenant", "length")
@@ -33,6 +33,7 @@ def trim_spaces(text: str) -> str: ...  # spaces only, on both engines (Ibis's s
 def mix_counts_expression(tables: Mapping[str, ir.Table], window: MixWindow, fn: Functions) -> ir.Table:
     """Per day, dimension (language, query_type, tenant, length bucket) and value: queries."""
     signals, traces = tables["trace_signals"], tables["raw_traces"]
+    traces = traces.filter(on_days(fn, traces["timestamp"], day_range(window.start, window.day)))
     queries = traces.select(q_trace_id=traces.trace_id, query=traces.original_query)
     joined = signals.filter(signals.day.between(window.start, window.day)).join(
         queries, signals.trace_id == queries.q_trace_id)

@@ -90,6 +90,11 @@ def _spark_conv(text: str, source_base: int, target_base: int) -> str: ...
 def bit_xor(value: ibis.dtype("int64")) -> ibis.dtype("int64"): ...  # noqa: F821
 
 
+def day_range(start: date, end: date) -> list[date]:
+    """The days from `start` to `end`, both included."""
+    return [start + timedelta(days=k) for k in range((end - start).days + 1)]
+
+
 def on_days(fn: Functions, instant: ir.TimestampValue, days: Collection[date]) -> ir.BooleanValue:
     """`instant` falls on one of `days` (UTC). A range on the instant comes first: both engines
     skip the row groups (and Parquet files) outside it, so a day's run reads about that day,

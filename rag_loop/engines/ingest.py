@@ -61,12 +61,12 @@ from rag_loop.ingest.pipeline import (
 )
 from rag_loop.ingest.records import BatchCounts, quarantine_rejected
 from rag_loop.logs import Log, quiet
+from rag_loop.store.ddl import CHILD_TABLES
 from rag_loop.store.tables import create_tables
 
 # what a task stages of its file (table: folder), each row with the file's `file_order` added
 STAGED_TABLES = {table: table for table in ("raw_traces", "trace_chunks", "trace_spans",
                                             "trace_feedback", "quarantine", "trace_duplicates")}
-CHILD_TABLES = ("trace_chunks", "trace_spans", "trace_feedback")  # kept with their trace
 # a task's row: what became of its file; `failure` when the task could not read it at all
 TASK_ROW = pa.schema([("file_order", pa.int64()), ("format", pa.string()), ("reader", pa.string()),
                       ("fallbacks", pa.list_(pa.string())), ("ingested", pa.int64()),

@@ -20,11 +20,13 @@ from pathlib import Path
 
 import duckdb
 
-# table → how its rows get their UTC day (child tables take it from their trace)
+from rag_loop.store.ddl import utc_day
+
+# table → its rows with their UTC day (child tables carry their trace's)
 DAY_OF = {
-    "raw_traces": "SELECT *, CAST(timezone('UTC', \"timestamp\") AS DATE) AS day FROM raw_traces",
-    "trace_chunks": "SELECT c.*, d.day FROM trace_chunks c JOIN trace_days d USING (trace_id)",
-    "trace_feedback": "SELECT f.*, d.day FROM trace_feedback f JOIN trace_days d USING (trace_id)",
+    "raw_traces": f"SELECT *, {utc_day()} AS day FROM raw_traces",
+    "trace_chunks": "SELECT * FROM trace_chunks",
+    "trace_feedback": "SELECT * FROM trace_feedback",
 }
 WHOLE = ("documents",)  # small tables, one file each
 LAKE_TABLES = (*DAY_OF, *WHOLE)  # what trace_lake exports; the Spark engine adds its stages' tables
@@ -81,10 +83,9 @@ def export_lake(con: duckdb.DuckDBPyConnection, lake: Path, days: Iterable[date]
     """Write the changed days (or just `days`) of every trace table, and the whole small
     tables, from the database to the lake. Returns days written and days unchanged."""
     lake.mkdir(parents=True, exist_ok=True)
-    con.execute("CREATE OR REPLACE TEMP TABLE trace_days AS SELECT trace_id, "
-                "CAST(timezone('UTC', \"timestamp\") AS DATE) AS day, ingested_at FROM raw_traces")
     current = {str(day): [count, str(newest)] for day, count, newest in con.execute(
-        "SELECT day, count(*), max(ingested_at) FROM trace_days GROUP BY day ORDER BY day").fetchall()}
+        f"SELECT {utc_day()} AS day, count(*), max(ingested_at) FROM raw_traces GROUP BY day ORDER BY day"
+    ).fetchall()}
     stored_path = lake / FINGERPRINTS
     stored = _fingerprints(stored_path)
     wanted = set(map(str, days)) & set(current) if days is not None else set(current)
@@ -102,7 +103,6 @@ def export_lake(con: duckdb.DuckDBPyConnection, lake: Path, days: Iterable[date]
     staged = stored_path.with_name(f".{FINGERPRINTS}.tmp")
     staged.write_text(json.dumps(stored, indent=1, sort_keys=True))
     os.replace(staged, stored_path)
-    con.execute("DROP TABLE trace_days")
     return {"days_written": len(changed), "days_unchanged": len(wanted) - len(changed)}
 
 

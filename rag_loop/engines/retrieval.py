@@ -18,7 +18,7 @@ import ibis
 import ibis.expr.types as ir
 
 from rag_loop.engines.drift import trim_spaces
-from rag_loop.engines.functions import Functions, double
+from rag_loop.engines.functions import Functions, day_range, double, on_days
 from rag_loop.engines.signals import SLICE_COLUMNS
 
 RETRIEVAL_INPUTS = ("trace_signals", "raw_traces", "trace_chunks")
@@ -77,6 +77,8 @@ def _window_rows(tables: Mapping[str, ir.Table], window: DriftWindow, fn: Functi
     not for the whole window."""
     signals, traces, chunks = tables["trace_signals"], tables["raw_traces"], tables["trace_chunks"]
     in_window = signals.filter(signals.day.between(window.start, window.day))
+    traces = traces.filter(on_days(fn, traces["timestamp"], day_range(window.start, window.day)))
+    chunks = chunks.filter(chunks.day.between(window.start, window.day))  # a chunk has its trace's day
     queries = traces.select(q_trace_id=traces.trace_id, query=trim_spaces(traces.original_query).lower(),
                             asked_at=traces["timestamp"])
     rows = in_window.join(queries, in_window.trace_id == queries.q_trace_id).select(

@@ -136,9 +136,11 @@ class SignalDays:
 
 
 def signals_of_days_expression(tables: Mapping[str, ir.Table], wanted: SignalDays, fn: Functions) -> ir.Table:
-    """signals_expression over the traffic of `wanted.read()` only (the other inputs are joined
-    to it), the rows of `wanted.days`."""
-    traces = tables["raw_traces"]
-    read = traces.filter(on_days(fn, traces["timestamp"], wanted.read()))
-    rows = signals_expression({**tables, "raw_traces": read}, wanted.settings, fn)
+    """signals_expression over the traffic of `wanted.read()` only, and those days' chunks and
+    feedback (each carries its trace's day), the rows of `wanted.days`."""
+    read = wanted.read()
+    traces, chunks, feedback = tables["raw_traces"], tables["trace_chunks"], tables["trace_feedback"]
+    rows = signals_expression({**tables, "raw_traces": traces.filter(on_days(fn, traces["timestamp"], read)),
+                               "trace_chunks": chunks.filter(chunks.day.isin(read)),
+                               "trace_feedback": feedback.filter(feedback.day.isin(read))}, wanted.settings, fn)
     return rows.filter(rows.day.isin(list(wanted.days)))

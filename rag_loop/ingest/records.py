@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 from rag_loop.ingest.lines import RAW_PREVIEW_CHARS, Rejected
 from rag_loop.schema import NESTED_FIELDS, Trace
+from rag_loop.store.ddl import utc_day
 
 _SCALARS: dict[Any, str] = {
     str: "VARCHAR", int: "BIGINT", float: "DOUBLE", bool: "BOOLEAN",
@@ -158,6 +159,8 @@ _ISO_TIME = r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?(Z|z|[+-](0\d
 _BLANK = r"[\s\x{200B}-\x{200D}\x{2060}\x{FEFF}]"  # whitespace and zero-width characters
 _FINITE = ("latency_ms", "cost_usd", "temperature")  # DOUBLE fields: NaN and 1e400 are refused
 _FINITE_CHUNK = ("score", "rerank_score")
+# a kept record's day, for the rows kept with it (its timestamp is text until raw_traces casts it)
+_TRACE_DAY = utc_day('CAST(t."timestamp" AS TIMESTAMPTZ)')
 
 
 def valid_time_sql(text: str) -> str:
@@ -270,15 +273,15 @@ def store_verdicts(con: duckdb.DuckDBPyConnection, source_file: str, source_form
         FROM {new}""", [source_format, source_file])
     con.execute(f"""
         INSERT INTO trace_chunks BY NAME
-        SELECT t.trace_id, unnest(t.chunks, recursive := true) FROM {new}""")
+        SELECT t.trace_id, unnest(t.chunks, recursive := true), {_TRACE_DAY} AS day FROM {new}""")
     con.execute(f"""
         INSERT INTO trace_spans BY NAME
         SELECT trace_id, span_id, parent_span_id, name, kind,
-               try_cast(start_time AS TIMESTAMPTZ) AS start_time, duration_ms, status
-        FROM (SELECT t.trace_id, unnest(t.spans, recursive := true) FROM {new})""")
+               try_cast(start_time AS TIMESTAMPTZ) AS start_time, duration_ms, status, day
+        FROM (SELECT t.trace_id, unnest(t.spans, recursive := true), {_TRACE_DAY} AS day FROM {new})""")
     con.execute(f"""
         INSERT INTO trace_feedback BY NAME
-        SELECT t.trace_id, t.feedback.rating, t.feedback.category, t.feedback.comment
+        SELECT t.trace_id, t.feedback.rating, t.feedback.category, t.feedback.comment, {_TRACE_DAY} AS day
         FROM {new} WHERE t.feedback IS NOT NULL""")
     total, bad, kept = con.execute("""
         SELECT count(*), count(reason), (SELECT count(*) FROM _keep) FROM _verdict""").fetchall()[0]

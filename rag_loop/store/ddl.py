@@ -28,18 +28,22 @@ CREATE TABLE IF NOT EXISTS raw_traces ({TRACE_COLUMNS});
 CREATE TABLE IF NOT EXISTS trace_chunks (
     trace_id VARCHAR NOT NULL, doc_id VARCHAR, chunk_id VARCHAR, doc_version VARCHAR,
     score DOUBLE, rank BIGINT, rerank_score DOUBLE, rerank_rank BIGINT, selected BOOLEAN,
-    text VARCHAR, doc_id_from VARCHAR);
--- columns added after the first release: databases made before get them here
+    text VARCHAR, doc_id_from VARCHAR, day DATE NOT NULL);
+-- columns added after the first release: databases made before get them here (and the child
+-- tables' `day` its values from raw_traces, CHILD_DAY_BACKFILL)
 ALTER TABLE trace_chunks ADD COLUMN IF NOT EXISTS doc_id_from VARCHAR;
+ALTER TABLE trace_chunks ADD COLUMN IF NOT EXISTS day DATE;
 ALTER TABLE raw_traces ADD COLUMN IF NOT EXISTS llm_calls BIGINT;
 ALTER TABLE raw_traces ADD COLUMN IF NOT EXISTS final_input_tokens BIGINT;
 ALTER TABLE raw_traces ADD COLUMN IF NOT EXISTS final_output_tokens BIGINT;
 ALTER TABLE raw_traces ADD COLUMN IF NOT EXISTS retrieval_unreadable VARCHAR;
 CREATE TABLE IF NOT EXISTS trace_spans (
     trace_id VARCHAR NOT NULL, span_id VARCHAR, parent_span_id VARCHAR, name VARCHAR,
-    kind VARCHAR, start_time TIMESTAMPTZ, duration_ms DOUBLE, status VARCHAR);
+    kind VARCHAR, start_time TIMESTAMPTZ, duration_ms DOUBLE, status VARCHAR, day DATE NOT NULL);
+ALTER TABLE trace_spans ADD COLUMN IF NOT EXISTS day DATE;
 CREATE TABLE IF NOT EXISTS trace_feedback (
-    trace_id VARCHAR NOT NULL, rating VARCHAR, category VARCHAR, comment VARCHAR);
+    trace_id VARCHAR NOT NULL, rating VARCHAR, category VARCHAR, comment VARCHAR, day DATE NOT NULL);
+ALTER TABLE trace_feedback ADD COLUMN IF NOT EXISTS day DATE;
 CREATE TABLE IF NOT EXISTS quarantine (
     source_file VARCHAR, line_no BIGINT, format VARCHAR, reason VARCHAR, raw VARCHAR,
     quarantined_at TIMESTAMPTZ, span_id VARCHAR);
@@ -69,6 +73,21 @@ CREATE TABLE IF NOT EXISTS document_chunks (
     text VARCHAR NOT NULL);
 """
 
+# the tables kept with their trace: each row carries its trace's UTC day (the trace lake's
+# partition), so a stage reading some days' traces reads only those days' rows of these too
+CHILD_TABLES = ("trace_chunks", "trace_spans", "trace_feedback")
+
+
+def utc_day(instant: str = '"timestamp"') -> str:
+    """SQL for the UTC day of the TIMESTAMPTZ `instant`, as every stage cuts days."""
+    return f"CAST(timezone('UTC', {instant}) AS DATE)"
+
+
+# a database made before the child tables had `day`: their rows get their trace's
+CHILD_DAY_BACKFILL = f"""
+UPDATE {{table}} SET day = t.day
+FROM (SELECT trace_id, {utc_day()} AS day FROM raw_traces) t
+WHERE {{table}}.trace_id = t.trace_id AND {{table}}.day IS NULL"""
 
 # selection: the novelty stream's input
 NOVELTY_DDL = """

@@ -9,12 +9,25 @@ from datetime import date
 import duckdb
 import pandas as pd
 
-from rag_loop.store.ddl import DRIFT_DAY_COLUMNS, INGESTION_DDL
+from rag_loop.store.ddl import CHILD_DAY_BACKFILL, CHILD_TABLES, DRIFT_DAY_COLUMNS, INGESTION_DDL
 
 
 def create_tables(con: duckdb.DuckDBPyConnection) -> None:
-    """Create every ingestion table that does not exist yet."""
+    """Create every ingestion table that does not exist yet, and bring older ones up to date."""
     con.execute(INGESTION_DDL)
+    _backfill_child_days(con)
+
+
+def _backfill_child_days(con: duckdb.DuckDBPyConnection) -> None:
+    """A child table from before `day`: its rows get their trace's day, and the column
+    becomes NOT NULL as in a new database (unless a row has no trace to take it from)."""
+    older = [table for (table,) in con.execute(
+        "SELECT table_name FROM duckdb_columns() WHERE column_name = 'day' AND is_nullable "
+        "AND schema_name = current_schema() AND table_name IN (SELECT unnest(?))", [list(CHILD_TABLES)]).fetchall()]
+    for table in older:
+        con.execute(CHILD_DAY_BACKFILL.format(table=table))
+        if not con.execute(f"SELECT count(*) FROM {table} WHERE day IS NULL").fetchall()[0][0]:
+            con.execute(f"ALTER TABLE {table} ALTER COLUMN day SET NOT NULL")
 
 
 def has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:

@@ -37,11 +37,12 @@ def _window(con: duckdb.DuckDBPyConnection, traces: list[dict]) -> None:
                         "top_rerank_score": t["rerank"], "empty_retrieval": t["empty"], "stale_source": t["stale"]})
         raw.append({"trace_id": trace_id, "original_query": t["query"],
                     "timestamp": datetime.combine(day, datetime.min.time(), UTC) + timedelta(seconds=i)})
-        chunks += [{"trace_id": trace_id, "doc_id": c.split("#")[0], "chunk_id": c} for c in t["chunks"] or []]
+        chunks += [{"trace_id": trace_id, "doc_id": c.split("#")[0], "chunk_id": c, "day": day}
+                   for c in t["chunks"] or []]
     columns = {"trace_signals": ["trace_id", "day", *SLICE_COLUMNS, "top_retrieval_score", "top_rerank_score",
                                  "empty_retrieval", "stale_source"],
                "raw_traces": ["trace_id", "original_query", "timestamp"],
-               "trace_chunks": ["trace_id", "doc_id", "chunk_id"]}
+               "trace_chunks": ["trace_id", "doc_id", "chunk_id", "day"]}
     types = {"day": "DATE", "timestamp": "TIMESTAMPTZ", "top_retrieval_score": "DOUBLE",
              "top_rerank_score": "DOUBLE", "empty_retrieval": "BOOLEAN", "stale_source": "BOOLEAN"}
     for table, rows in (("trace_signals", signals), ("raw_traces", raw), ("trace_chunks", chunks)):

@@ -24,15 +24,14 @@ def _world(path, rows) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect(str(path))
     create_tables(con)
     for n, (offset, chunks, feedback, query) in enumerate(rows):
-        trace_id = f"t{n}"
+        trace_id, at = f"t{n}", START + timedelta(microseconds=offset)
         con.execute("INSERT INTO raw_traces (trace_id, \"timestamp\", original_query, ingested_at, citations) "
-                    "VALUES (?, ?, ?, ?, ?)", [trace_id, START + timedelta(microseconds=offset), query,
-                                               START, [query] if feedback else None])
+                    "VALUES (?, ?, ?, ?, ?)", [trace_id, at, query, START, [query] if feedback else None])
         for rank in range(chunks):
-            con.execute("INSERT INTO trace_chunks (trace_id, chunk_id, rank, score) VALUES (?, ?, ?, ?)",
-                        [trace_id, f"c{rank}", rank, rank / 3])
+            con.execute("INSERT INTO trace_chunks (trace_id, chunk_id, rank, score, day) VALUES (?, ?, ?, ?, ?)",
+                        [trace_id, f"c{rank}", rank, rank / 3, at.date()])
         if feedback:
-            con.execute("INSERT INTO trace_feedback VALUES (?, 'negative', NULL, ?)", [trace_id, query])
+            con.execute("INSERT INTO trace_feedback VALUES (?, 'negative', NULL, ?, ?)", [trace_id, query, at.date()])
     return con
 
 

@@ -177,8 +177,9 @@ def test_replay_scores_what_production_answered(small_release):
     create_tables(con)
     con.execute("INSERT INTO raw_traces (trace_id, \"timestamp\", original_query, answer) VALUES "
                 "('t0', now(), 'q', 'Full-time employees get 15 days of paid annual leave per year.')")
-    con.execute("INSERT INTO trace_chunks (trace_id, doc_id, chunk_id, rank, selected, text) VALUES "
-                "('t0', 'leave', 'c1', 1, true, 'Full-time employees get 15 days of paid annual leave per year.')")
+    con.execute("INSERT INTO trace_chunks (trace_id, doc_id, chunk_id, rank, selected, text, day) VALUES "
+                "('t0', 'leave', 'c1', 1, true, 'Full-time employees get 15 days of paid annual leave per year.', "
+                "CAST(timezone('UTC', now()) AS DATE))")
     report = run_regression(con, goldens_dir, OfflineJudge(), EvalSettings(mode="replay", max_error_rate=1.0))
     results = con.execute("SELECT golden, metric, score, errored FROM eval_results WHERE run_id = ? "
                           "ORDER BY 1, 2", [report.run_id]).df()

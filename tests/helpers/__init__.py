@@ -30,6 +30,15 @@ def demo_config(name: str) -> dict:
     return yaml.safe_load((DEMO / f"{name}.yaml").read_text())
 
 
+def misplaced_child_rows(con: duckdb.DuckDBPyConnection) -> list[tuple]:
+    """Rows of the child tables whose `day` is not their trace's UTC day, or with no trace."""
+    from rag_loop.store.ddl import CHILD_TABLES, utc_day
+    day = utc_day('t."timestamp"')
+    return con.execute(" UNION ALL ".join(
+        f"SELECT '{table}', c.trace_id, c.day FROM {table} c LEFT JOIN raw_traces t USING (trace_id) "
+        f"WHERE t.trace_id IS NULL OR c.day IS DISTINCT FROM {day}" for table in CHILD_TABLES)).fetchall()
+
+
 def fake_embedder():
     """Asset tests embed with hashed word and character n-grams: deterministic and model-free;
     tests marked `slow` (and the end-to-end tests) use the bundled models."""

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import rag_loop.ingest.pipeline as pipeline
 from rag_loop.ingest import ingest_directory
-from tests.helpers import trace_line
+from tests.helpers import misplaced_child_rows, trace_line
 
 CHAINS = {"read_json": ("read_json", "lines"), "read_csv": ("read_csv", "lines"),
           "batches": ("batches", "lines"), "lines": ("lines",)}
@@ -52,6 +52,7 @@ def verdicts(con) -> dict[int, str]:
             SELECT line_no, reason FROM quarantine""").fetchall():
         found.setdefault(line, []).append(what)
     assert all(len(v) == 1 for v in found.values()), found  # exactly one verdict per line
+    assert misplaced_child_rows(con) == []  # a stored trace's rows carry its day
     return {k: v[0] for k, v in found.items()}
 
 

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rag_loop.ingest import ingest_directory
+from tests.helpers import misplaced_child_rows
 from tests.helpers.otlp import hostile_span, json_values, line, request_spans
 
 NOW = datetime(2026, 11, 11, 10, 30, tzinfo=UTC)
@@ -54,6 +55,7 @@ def test_hostile_otlp_files(tmp_path_factory, case):
         stored = {t for (t,) in con.execute("SELECT trace_id FROM raw_traces").fetchall()}
         assert {f"{t:032x}" for t in good} <= stored  # no hostile neighbour blocks a good trace
         assert spans.ingested == con.execute("SELECT count(*) FROM otlp_spans").fetchall()[0][0]
+        assert misplaced_child_rows(con) == []  # an assembled trace's rows carry its day
         assert spans.ingested + spans.duplicates + spans.quarantined >= 3 * len(good) + hostile
         assert spans.quarantined == con.execute(
             "SELECT count(*) FROM quarantine WHERE format = 'otlp'").fetchall()[0][0]
