@@ -46,9 +46,9 @@ def retrieval_expression(tables: Mapping[str, ir.Table], window: DriftWindow, fn
     over the baseline's decile bins)."""
     rows = by_slice(_window_rows(tables, window, fn), "is_today", "is_baseline", "top_retrieval_score",
                     "top_rerank_score", "empty_retrieval", "documents", "overlap")
-    figures = _figures(rows)
+    levels = _score_levels(rows, "top_rerank_score", now="is_today", before="is_baseline")
+    figures = _figures(rows, levels, _score_levels(rows, "top_retrieval_score", now="is_today"))
     figures = figures.filter((figures.slice == "all") | (figures.n > 0))
-    levels = _score_levels(rows)
     distance, psi = _ks_distance(levels), _psi(levels, figures)
     joined = (figures.left_join(distance, (figures.slice_order == distance.k_order)
                                 & (figures.slice_value == distance.k_value))
@@ -110,40 +110,64 @@ def _window_rows(tables: Mapping[str, ir.Table], window: DriftWindow, fn: Functi
     return ibis.union(day_rows, baseline_rows)
 
 
-def _figures(part: ir.Table) -> ir.Table:
-    """Per slice value: counts, quantiles, rates, and the baseline's rerank deciles (the PSI bins)."""
+def _figures(part: ir.Table, rerank: ir.Table, retrieval: ir.Table) -> ir.Table:
+    """Per slice value: counts, quantiles, rates, and the baseline's rerank deciles (the PSI
+    bins); the quantiles from the score levels (`_quantiles`)."""
     today, base = part.is_today, part.is_baseline
-    retrieval = part.top_retrieval_score.quantile([0.1, 0.5, 0.9], where=today)
-    rerank = part.top_rerank_score.quantile([0.1, 0.5, 0.9], where=today)
-    deciles = part.top_rerank_score.quantile(list(DECILES), where=base)
-    figures = part.group_by(["slice_order", "slice", "slice_value"]).aggregate(
+    counts = part.group_by(["slice_order", "slice", "slice_value"]).aggregate(
         n=part.count(where=today), baseline_n=part.count(where=base),
-        retrieval=retrieval, rerank=rerank, deciles=deciles,
         empty_rate=part.empty_retrieval.cast("float64").mean(where=today),
         baseline_empty_rate=part.empty_retrieval.cast("float64").mean(where=base),
         source_diversity=part.documents.fill_null(0).cast("float64").mean(where=today),
         topk_overlap=part.overlap.mean(where=today))
+    tertiles = {"p10": 0.1, "p50": 0.5, "p90": 0.9}
+    deciles = dict(zip(("q_low", *_edges(), "q_high"), DECILES))
+    figures = counts
+    for quantiles in (_quantiles(retrieval, "now", {f"retrieval_{k}": q for k, q in tertiles.items()}),
+                      _quantiles(rerank, "now", {f"rerank_{k}": q for k, q in tertiles.items()}),
+                      _quantiles(rerank, "before", deciles)):
+        figures = figures.left_join(quantiles, (figures.slice_order == quantiles.q_order)
+                                    & (figures.slice_value == quantiles.q_value)).drop("q_order", "q_value")
     return figures.select(
         "slice", "slice_value", "slice_order", "n", "baseline_n",
-        **{f"retrieval_p{p}": figures.retrieval[i] for i, p in enumerate((10, 50, 90))},
-        **{f"rerank_p{p}": figures.rerank[i] for i, p in enumerate((10, 50, 90))},
-        baseline_rerank_p50=figures.deciles[5], empty_rate=figures.empty_rate,
-        baseline_empty_rate=figures.baseline_empty_rate, source_diversity=figures.source_diversity,
-        topk_overlap=figures.topk_overlap, q_low=figures.deciles[0], q_high=figures.deciles[10],
-        **{edge: figures.deciles[i] for i, edge in enumerate(_edges(), start=1)})
+        *(f"retrieval_{k}" for k in tertiles), *(f"rerank_{k}" for k in tertiles),
+        baseline_rerank_p50=figures.q5, **{c: figures[c] for c in (
+            "empty_rate", "baseline_empty_rate", "source_diversity", "topk_overlap", *deciles)})
+
+
+def _quantiles(levels: ir.Table, count: str, wanted: Mapping[str, float]) -> ir.Table:
+    """Per slice value (`q_order`, `q_value`): each quantile of `wanted` (name: probability) of
+    the scores `levels[count]` counts, interpolated between the order statistics as DuckDB's
+    quantile_cont does (at (n − 1)·p). Read off the distinct scores' running counts, not
+    gathered from the rows: Spark's exact percentile holds every value of a group in one task,
+    and would differ from DuckDB's in the last bits."""
+    levels = levels.filter(levels[count] > 0)
+    group = [levels.slice_order, levels.slice_value]
+    ranked = levels.mutate(
+        seen=levels[count].sum().over(ibis.window(group_by=group, order_by=levels.score, rows=(None, 0))),
+        n=levels[count].sum().over(ibis.window(group_by=group)))
+    at = {name: (ranked.n - 1).cast("float64") * double(p) for name, p in wanted.items()}
+    ends = ranked.group_by(q_order=ranked.slice_order, q_value=ranked.slice_value).aggregate(
+        q_n=ranked[count].sum(),
+        **{f"{name}_lo": ranked.score.min(where=ranked.seen > h.floor()) for name, h in at.items()},
+        **{f"{name}_hi": ranked.score.min(where=ranked.seen > h.ceil()) for name, h in at.items()})
+    position = {name: (ends.q_n - 1).cast("float64") * double(p) for name, p in wanted.items()}
+    return ends.select("q_order", "q_value", **{
+        name: ends[f"{name}_lo"] + (ends[f"{name}_hi"] - ends[f"{name}_lo"]) * (h - h.floor())
+        for name, h in position.items()})
 
 
 def _edges() -> tuple[str, ...]:
     return tuple(f"q{i}" for i in range(1, len(DECILES) - 1))
 
 
-def _score_levels(part: ir.Table) -> ir.Table:
-    """Per slice value and distinct top-1 rerank score: how many of the day's and of the
-    baseline's traces have it. The KS distance and the PSI both read this, not the rows (on
-    Spark each reading of the rows computes them again)."""
-    scored = part.filter(part.top_rerank_score.notnull())
-    return scored.group_by(["slice_order", "slice_value", scored.top_rerank_score.name("score")]).aggregate(
-        now=scored.count(where=scored.is_today), before=scored.count(where=scored.is_baseline))
+def _score_levels(part: ir.Table, column: str, **counts: str) -> ir.Table:
+    """Per slice value and distinct score of `column`: how many of the rows each boolean column
+    of `counts` (name: column) marks have it. The quantiles, the KS distance and the PSI read
+    these, not the rows (on Spark each reading of the rows computes them again)."""
+    scored = part.filter(part[column].notnull())
+    return scored.group_by(["slice_order", "slice_value", scored[column].name("score")]).aggregate(
+        **{name: scored.count(where=scored[mask]) for name, mask in counts.items()})
 
 
 def _ks_distance(levels: ir.Table) -> ir.Table:
@@ -180,9 +204,9 @@ def _psi(levels: ir.Table, figures: ir.Table) -> ir.Table:
 
 
 def _above(value: ir.FloatingValue, edge: ir.FloatingValue) -> ir.BooleanValue:
-    """value > edge by more than the last bits: DuckDB, Spark and numpy interpolate quantiles
-    differently in the last bit, and a score tied with a decile must fall in the same bin on
-    every engine."""
+    """value > edge by more than the last bits: numpy (the tests' reference) and the engines'
+    own quantile aggregates interpolate differently in the last bit, and a score tied with a
+    decile must fall in the same bin whichever computed the decile."""
     return value > edge + double(EDGE_TOLERANCE) * ibis.greatest(edge.abs(), double(1.0))
 
 
