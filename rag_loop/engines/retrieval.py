@@ -123,9 +123,8 @@ def _figures(part: ir.Table, rerank: ir.Table, retrieval: ir.Table) -> ir.Table:
     tertiles = {"p10": 0.1, "p50": 0.5, "p90": 0.9}
     deciles = dict(zip(("q_low", *_edges(), "q_high"), DECILES))
     figures = counts
-    for quantiles in (_quantiles(retrieval, "now", {f"retrieval_{k}": q for k, q in tertiles.items()}),
-                      _quantiles(rerank, "now", {f"rerank_{k}": q for k, q in tertiles.items()}),
-                      _quantiles(rerank, "before", deciles)):
+    for quantiles in (_quantiles(retrieval, {"now": {f"retrieval_{k}": q for k, q in tertiles.items()}}),
+                      _quantiles(rerank, {"now": {f"rerank_{k}": q for k, q in tertiles.items()}, "before": deciles})):
         figures = figures.left_join(quantiles, (figures.slice_order == quantiles.q_order)
                                     & (figures.slice_value == quantiles.q_value)).drop("q_order", "q_value")
     return figures.select(
@@ -135,26 +134,32 @@ def _figures(part: ir.Table, rerank: ir.Table, retrieval: ir.Table) -> ir.Table:
             "empty_rate", "baseline_empty_rate", "source_diversity", "topk_overlap", *deciles)})
 
 
-def _quantiles(levels: ir.Table, count: str, wanted: Mapping[str, float]) -> ir.Table:
-    """Per slice value (`q_order`, `q_value`): each quantile of `wanted` (name: probability) of
-    the scores `levels[count]` counts, interpolated between the order statistics as DuckDB's
-    quantile_cont does (at (n − 1)·p). Read off the distinct scores' running counts, not
-    gathered from the rows: Spark's exact percentile holds every value of a group in one task,
-    and would differ from DuckDB's in the last bits."""
-    levels = levels.filter(levels[count] > 0)
+def _quantiles(levels: ir.Table, wanted: Mapping[str, Mapping[str, float]]) -> ir.Table:
+    """Per slice value (`q_order`, `q_value`): for each count column of `levels` in `wanted`,
+    each of its quantiles (name: probability) of the scores it counts, interpolated between the
+    order statistics as DuckDB's quantile_cont does (at (n − 1)·p). Read off the distinct
+    scores' running counts in one pass, not gathered from the rows: Spark's exact percentile
+    holds every value of a group in one task, and would differ from DuckDB's in the last bits."""
     group = [levels.slice_order, levels.slice_value]
-    ranked = levels.mutate(
-        seen=levels[count].sum().over(ibis.window(group_by=group, order_by=levels.score, rows=(None, 0))),
-        n=levels[count].sum().over(ibis.window(group_by=group)))
-    at = {name: (ranked.n - 1).cast("float64") * double(p) for name, p in wanted.items()}
-    ends = ranked.group_by(q_order=ranked.slice_order, q_value=ranked.slice_value).aggregate(
-        q_n=ranked[count].sum(),
-        **{f"{name}_lo": ranked.score.min(where=ranked.seen > h.floor()) for name, h in at.items()},
-        **{f"{name}_hi": ranked.score.min(where=ranked.seen > h.ceil()) for name, h in at.items()})
-    position = {name: (ends.q_n - 1).cast("float64") * double(p) for name, p in wanted.items()}
-    return ends.select("q_order", "q_value", **{
-        name: ends[f"{name}_lo"] + (ends[f"{name}_hi"] - ends[f"{name}_lo"]) * (h - h.floor())
-        for name, h in position.items()})
+    running = ibis.window(group_by=group, order_by=levels.score, rows=(None, 0))
+    ranked = levels.mutate(**{f"{count}_seen": levels[count].sum().over(running) for count in wanted},
+                           **{f"{count}_n": levels[count].sum().over(ibis.window(group_by=group)) for count in wanted})
+    ends = {}
+    for count, quantiles in wanted.items():
+        for name, p in quantiles.items():
+            at = (ranked[f"{count}_n"] - 1).cast("float64") * double(p)
+            counted = ranked[count] > 0
+            ends[f"{name}_lo"] = ranked.score.min(where=counted & (ranked[f"{count}_seen"] > at.floor()))
+            ends[f"{name}_hi"] = ranked.score.min(where=counted & (ranked[f"{count}_seen"] > at.ceil()))
+    found = ranked.group_by(q_order=ranked.slice_order, q_value=ranked.slice_value).aggregate(
+        **{f"{count}_n": ranked[count].sum() for count in wanted}, **ends)
+    values = {}
+    for count, quantiles in wanted.items():
+        for name, p in quantiles.items():
+            at = (found[f"{count}_n"] - 1).cast("float64") * double(p)
+            low = found[f"{name}_lo"]
+            values[name] = low + (found[f"{name}_hi"] - low) * (at - at.floor())
+    return found.select("q_order", "q_value", **values)
 
 
 def _edges() -> tuple[str, ...]:

@@ -111,6 +111,24 @@ def test_the_stages_on_spark_are_duckdbs_on_the_demo_world(spark, demo_run, tmp_
     pd.testing.assert_frame_equal(traffic[1], traffic[0])
 
 
+def test_a_days_run_on_spark_opens_no_other_days_chunk_or_feedback_file(spark, demo_run, tmp_path):
+    """Chunks and feedback carry their trace's day, the lake's partition: two days' signals on
+    Spark read the files of the days they need (those and the next) and never open another's.
+    Every other day's chunk and feedback file is made unreadable (but the first, whose footer
+    gives Spark the columns), and the days' rows are still DuckDB's."""
+    con = demo_copy(demo_run, tmp_path)
+    lake, days = tmp_path / "lake", [date(2026, 11, 9), date(2026, 11, 10)]
+    export_lake(con, lake)
+    for table in ("trace_chunks", "trace_feedback"):
+        for day in lake_days(lake, table)[1:]:
+            if day not in (*days, date(2026, 11, 11)):
+                day_file(lake, table, day).write_bytes(b"not a parquet file")
+    expected = con.execute("SELECT * FROM trace_signals WHERE day IN (?, ?)", days).df()
+    assert compute_signals(con, SignalSettings(), SparkEngine(spark, lake), days=days) == len(expected) > 500
+    assert_same_rows(con.execute("SELECT * FROM trace_signals WHERE day IN (?, ?)", days).df(), expected,
+                     "trace_id")
+
+
 def _day_by_day_on_spark(spark, con: duckdb.DuckDBPyConnection, lake, signals: pd.DataFrame) -> None:
     """Two days again on Spark: their lake files rewritten, the same rows. Then the table on
     DuckDB (its lake copy retired) and one day on Spark: the lake's copy is whole again."""
