@@ -19,7 +19,7 @@ from dagster import (
     MetadataValue,
 )
 
-from rag_loop.drift.checks import Verdict
+from rag_loop.drift.checks import Verdict, over_days
 from rag_loop.reporting import plots
 from rag_loop.reporting.dashboard import change_markers
 
@@ -62,16 +62,19 @@ def day_checks(context: AssetExecutionContext, check_names: Sequence[str],
         context.log.info(f"{table}: {day} done")
     checks, fired_days = [], set()
     for name, verdicts in by_check.items():
-        fired = [(d, v) for d, v in verdicts if v.fired]
-        fired_days.update(d for d, _ in fired)
-        worst = "ERROR" if any(v.severity == "ERROR" for _, v in fired) else "WARN"
+        fired_days.update(d for d, v in verdicts if v.fired)
+        outcome = over_days([v for _, v in verdicts])
         rows = pd.DataFrame([{"day": str(d), "value": v.value, "n": v.n, "fired": v.fired,
-                              "severity": v.severity or "", "note": v.note} for d, v in verdicts])
+                              "evaluated": v.evaluated, "severity": v.severity or "", "note": v.note}
+                             for d, v in verdicts])
         last = verdicts[-1][1] if verdicts else None
         checks.append(AssetCheckResult(
-            check_name=name, passed=not fired,
-            severity=AssetCheckSeverity.ERROR if worst == "ERROR" else AssetCheckSeverity.WARN,
-            metadata={"days": len(verdicts), "days_fired": [str(d) for d, _ in fired],
+            check_name=name, passed=outcome.passed,
+            severity=AssetCheckSeverity.ERROR if outcome.severity == "ERROR" else AssetCheckSeverity.WARN,
+            description=outcome.note,
+            metadata={"days": len(verdicts), "days_fired": [str(d) for d, v in verdicts if v.fired],
+                      "days_not_evaluated": [str(d) for d, v in verdicts if not v.evaluated],
+                      "outcome": outcome.note,
                       "n": last.n if last else 0, "value": last.value if last and last.value is not None else -1.0,
                       "per_day": MetadataValue.md(rows.to_markdown(index=False) if len(rows) else "-"),
                       "details": MetadataValue.json({str(d): v.details for d, v in verdicts})}))

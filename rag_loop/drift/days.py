@@ -194,7 +194,9 @@ def quality_day(con: duckdb.DuckDBPyConnection, day: date, settings: QualitySett
                                     "; ".join(f"{v.name.split(':')[1]}: {v.note}" for v in fired), details))
         else:
             n = max((v.n for _, v in checked), default=0)
-            verdicts.append(Verdict(name, None, n, note="within limits or not enough data", details=details))
+            evaluated = any(v.evaluated for _, v in checked)
+            verdicts.append(Verdict(name, None, n, note="within limits" if evaluated else "not enough data",
+                                    details=details, evaluated=evaluated))
     return verdicts
 
 

@@ -116,7 +116,7 @@ def mix_divergence(counts: pd.DataFrame, day: date, top_k: int = 5) -> pd.DataFr
                      "js_divergence": js_divergence(now, base) if base else np.nan,
                      "psi": psi(now, base) if base else np.nan,
                      "top_movers": top_movers(now, base, top_k) if base else []})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["dimension", "n", "baseline_n", "js_divergence", "psi", "top_movers"])
 
 
 def quality_figures(con: duckdb.DuckDBPyConnection, day: date, window: int,

@@ -168,7 +168,7 @@ def slo_verdict(con: duckdb.DuckDBPyConnection, day: date, version: str,
     judged = judged_traces(con, first, day, version)
     judged = judged[judged["metric"].isin(list(settings.slo_targets))]
     if judged.empty:
-        return Verdict("online_slo", None, 0, note=f"no judged trace in {window}")
+        return Verdict("online_slo", None, 0, note=f"no judged trace in {window}", evaluated=False)
     table = quality_table(judged, None, settings)
     table = table[table["estimator"] == settings.slo_estimator]
     table = table.assign(target=table["metric"].map(settings.slo_targets))
@@ -184,7 +184,8 @@ def slo_verdict(con: duckdb.DuckDBPyConnection, day: date, version: str,
     if breaches.empty:
         return Verdict("online_slo", float(overall["pass_rate"].min()) if len(overall) else None, n,
                        note=f"every slice within target in {window}" if len(counted)
-                       else f"every slice below the minimum sample {settings.min_sample}", details=details)
+                       else f"every slice below the minimum sample {settings.min_sample}", details=details,
+                       evaluated=bool(len(counted)))
     worst = breaches.assign(errors_first=breaches["severity"] != "ERROR").sort_values(
         ["errors_first", "pass_rate"]).iloc[0]
     severity = worst["severity"]
@@ -234,8 +235,8 @@ def online_quality_day(con: duckdb.DuckDBPyConnection, day: date, settings: Onli
     engine = engine or DuckDBEngine()
     version = current_judge_version(con, settings.judge_version)
     if version is None:
-        return [Verdict("online_slo", None, 0, note="nothing judged yet: run trace_judgments"),
-                Verdict("online_eval_budget", None, 0, note="nothing judged yet")]
+        return [Verdict("online_slo", None, 0, note="nothing judged yet: run trace_judgments", evaluated=False),
+                Verdict("online_eval_budget", None, 0, note="nothing judged yet", evaluated=False)]
     traffic = engine.frame(con, ("trace_signals",), population_expression,
                            DaySlices(day, tuple(tuple(s) for s in settings.slices)))
     table = quality_table(judged_traces(con, day, day, version), traffic, settings)

@@ -109,3 +109,23 @@ def test_drift_assets_materialize_a_partition_with_their_checks(drift_days, tmp_
     assert failed["freshness_within_slo"] == "ERROR" and failed["stale_retrieval_rate"] == "ERROR"
     assert "query_mix_divergence" not in failed
     assert undeclared_tables(database) == set()
+
+
+def test_a_partition_without_traffic_says_its_checks_were_not_evaluated(drift_days, tmp_path):
+    """No trace on the day nor in its baseline: the traffic checks fail at WARN saying they
+    were not evaluated, instead of passing."""
+    from dagster import materialize
+    from dagster_duckdb import DuckDBResource
+
+    from assets.drift import DRIFT_ASSETS
+    from assets.resources import DuckDBEngineResource, RagLoopPaths
+    _, _, database = drift_days
+    result = materialize(DRIFT_ASSETS, partition_key="2026-10-01", resources={
+        "duckdb": DuckDBResource(database=str(database)), "embedder": fake_embedder(),
+        "engine": DuckDBEngineResource(), "paths": RagLoopPaths(lake_dir=str(tmp_path / "lake"))})
+    assert result.success
+    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    for name in ("query_mix_divergence", "retrieval_empty_rate", "retrieval_score_shift", "quality_slo"):
+        assert not checks[name].passed and checks[name].severity.value == "WARN", name
+        assert checks[name].metadata["outcome"].value.startswith("not evaluated"), name
+        assert checks[name].metadata["days_not_evaluated"].value == ["2026-10-01"], name
