@@ -68,4 +68,5 @@ def over_days(verdicts: list[Verdict]) -> Outcome:
     if not evaluated:
         notes = sorted({v.note for v in verdicts})
         return Outcome(False, "WARN", "not evaluated: " + ("; ".join(notes) if notes else "no day in the run"))
-    return Outcome(True, "WARN", f"within limits on the {evaluated} of {len(verdicts)} days evaluated")
+    return Outcome(True, "WARN", f"within limits on {evaluated} of {len(verdicts)} days "
+                                 f"({len(verdicts) - evaluated} not evaluated)")
