@@ -85,9 +85,10 @@ def test_the_slo_fires_with_its_sample_size_and_stays_silent_below_the_minimum_s
     breaches = verdict.details["breaches"]
     assert {b["slice_value"] for b in breaches} >= {"all"} and all(b["n"] >= 30 for b in breaches)
     quiet = slo_verdict(con, DAY, "v1", OnlineQualitySettings(slo_targets=targets, min_sample=10**6))
-    assert not quiet.fired and "minimum sample" in quiet.note
+    assert not quiet.fired and not quiet.evaluated and "minimum sample" in quiet.note  # not a pass
     empty = slo_verdict(con, DAY + dt.timedelta(days=30), "v1", OnlineQualitySettings(slo_targets=targets))
-    assert not empty.fired and empty.value is None and "no judged trace" in empty.note
+    assert not empty.fired and not empty.evaluated and empty.value is None and "no judged trace" in empty.note
+    assert verdict.evaluated
 
 
 def test_a_days_rows_are_replaced_by_a_rerun_and_costs_are_their_own_line():
