@@ -64,6 +64,11 @@ def quality_heatmap(table: pd.DataFrame, slice_name: str, value: str = "mean") -
     part = table[table["slice"].isin(["all", slice_name])]
     grid = part.pivot_table(index="metric", columns="slice_value", values=value)
     delta = part.pivot_table(index="metric", columns="slice_value", values="delta_mean")
+    if grid.empty:  # no score in this slice: say so, rather than draw an empty image
+        figure, axis = _pyplot().subplots(figsize=(5, 1.2))
+        axis.axis("off")
+        axis.text(0.5, 0.5, f"no {value} per metric and {slice_name}", ha="center", va="center")
+        return _png(figure)
     figure, axis = _pyplot().subplots(figsize=(1.3 * len(grid.columns) + 3, 0.5 * len(grid) + 1.5))
     image = axis.imshow(grid.to_numpy(float), cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
     axis.set_xticks(range(len(grid.columns)), grid.columns, rotation=30, ha="right", fontsize=8)
