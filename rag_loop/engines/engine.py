@@ -26,7 +26,8 @@ from rag_loop.engines.functions import DUCKDB, SPARK, Functions
 from rag_loop.engines.lake import LAKE_TABLES, PART, SCHEMA, day_file, export_table, lake_days, lake_query
 from rag_loop.engines.literals import from_sentinel_era, same_sql, to_sentinel_era
 from rag_loop.ingest.pipeline import IngestReport, ingest_directory
-from rag_loop.store.tables import has_table
+from rag_loop.store.ddl import CHILD_TABLES
+from rag_loop.store.tables import add_child_days, has_table
 
 # Spark settings every session needs: instants in UTC (the day of a trace), Parquet timestamps
 # that DuckDB reads as instants, no UI; ANSI mode stays on (a bad cast fails instead of
@@ -131,6 +132,8 @@ class DuckDBEngine(Engine):
         """The stage's SQL, compiled once per stage, input schemas and settings up to their dates
         (rag_loop.engines.literals). A stage's first compile with dates is checked against
         compiling its settings as given; a stage whose check fails is compiled as given."""
+        if set(inputs) & set(CHILD_TABLES):  # a database from before their `day`, not ingested into since
+            add_child_days(con)
         canonical, days = to_sentinel_era(settings)
         if days and build not in self._movable:
             self._movable[build] = self._moves_back(con, inputs, build, settings)

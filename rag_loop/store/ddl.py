@@ -29,10 +29,9 @@ CREATE TABLE IF NOT EXISTS trace_chunks (
     trace_id VARCHAR NOT NULL, doc_id VARCHAR, chunk_id VARCHAR, doc_version VARCHAR,
     score DOUBLE, rank BIGINT, rerank_score DOUBLE, rerank_rank BIGINT, selected BOOLEAN,
     text VARCHAR, doc_id_from VARCHAR, day DATE NOT NULL);
--- columns added after the first release: databases made before get them here (and the child
--- tables' `day` its values from raw_traces, CHILD_DAY_BACKFILL)
+-- columns added after the first release: databases made before get them here (the child
+-- tables' `day`, with its values, in rag_loop.store.tables.add_child_days)
 ALTER TABLE trace_chunks ADD COLUMN IF NOT EXISTS doc_id_from VARCHAR;
-ALTER TABLE trace_chunks ADD COLUMN IF NOT EXISTS day DATE;
 ALTER TABLE raw_traces ADD COLUMN IF NOT EXISTS llm_calls BIGINT;
 ALTER TABLE raw_traces ADD COLUMN IF NOT EXISTS final_input_tokens BIGINT;
 ALTER TABLE raw_traces ADD COLUMN IF NOT EXISTS final_output_tokens BIGINT;
@@ -40,10 +39,8 @@ ALTER TABLE raw_traces ADD COLUMN IF NOT EXISTS retrieval_unreadable VARCHAR;
 CREATE TABLE IF NOT EXISTS trace_spans (
     trace_id VARCHAR NOT NULL, span_id VARCHAR, parent_span_id VARCHAR, name VARCHAR,
     kind VARCHAR, start_time TIMESTAMPTZ, duration_ms DOUBLE, status VARCHAR, day DATE NOT NULL);
-ALTER TABLE trace_spans ADD COLUMN IF NOT EXISTS day DATE;
 CREATE TABLE IF NOT EXISTS trace_feedback (
     trace_id VARCHAR NOT NULL, rating VARCHAR, category VARCHAR, comment VARCHAR, day DATE NOT NULL);
-ALTER TABLE trace_feedback ADD COLUMN IF NOT EXISTS day DATE;
 CREATE TABLE IF NOT EXISTS quarantine (
     source_file VARCHAR, line_no BIGINT, format VARCHAR, reason VARCHAR, raw VARCHAR,
     quarantined_at TIMESTAMPTZ, span_id VARCHAR);

@@ -15,12 +15,17 @@ from rag_loop.store.ddl import CHILD_DAY_BACKFILL, CHILD_TABLES, DRIFT_DAY_COLUM
 def create_tables(con: duckdb.DuckDBPyConnection) -> None:
     """Create every ingestion table that does not exist yet, and bring older ones up to date."""
     con.execute(INGESTION_DDL)
-    _backfill_child_days(con)
+    add_child_days(con)
 
 
-def _backfill_child_days(con: duckdb.DuckDBPyConnection) -> None:
-    """A child table from before `day`: its rows get their trace's day, and the column
-    becomes NOT NULL as in a new database (unless a row has no trace to take it from)."""
+def add_child_days(con: duckdb.DuckDBPyConnection) -> None:
+    """Child tables from before `day` get the column, their rows their trace's day, and the
+    column becomes NOT NULL as in a new database (unless a row has no trace to take it from)."""
+    present = [t for (t,) in con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE schema_name = current_schema() "
+        "AND table_name IN (SELECT unnest(?))", [list(CHILD_TABLES)]).fetchall()]
+    for table in present:
+        con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS day DATE")
     older = [table for (table,) in con.execute(
         "SELECT table_name FROM duckdb_columns() WHERE column_name = 'day' AND is_nullable "
         "AND schema_name = current_schema() AND table_name IN (SELECT unnest(?))", [list(CHILD_TABLES)]).fetchall()]

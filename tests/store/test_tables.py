@@ -7,6 +7,7 @@ import duckdb
 import pandas as pd
 import pytest
 
+from rag_loop.engines.engine import DuckDBEngine
 from rag_loop.store.ddl import INGESTION_DDL
 from rag_loop.store.tables import create_tables, replace_days
 from tests.helpers import misplaced_child_rows
@@ -30,25 +31,26 @@ def test_replacing_days_twice_gives_the_same_rows_and_a_failure_changes_nothing(
 
 
 def test_an_older_database_gets_its_child_rows_days_from_their_traces():
-    """A database from before the child tables had `day`: create_tables gives each row its
-    trace's UTC day and makes the column NOT NULL, as a new database has it; a row without a
-    trace keeps the column nullable instead of failing."""
+    """A database from before the child tables had `day`: a DuckDB stage reading one, or
+    create_tables, gives each row its trace's UTC day and makes the column NOT NULL, as a new
+    database has it; a row without a trace keeps the column nullable instead of failing."""
     con = duckdb.connect()
     con.execute("SET TimeZone = 'Asia/Ho_Chi_Minh'")  # the day is UTC's, whatever the session's
-    con.execute(INGESTION_DDL.replace(", day DATE NOT NULL", "").replace(
-        "ADD COLUMN IF NOT EXISTS day DATE", "ADD COLUMN IF NOT EXISTS doc_id_from VARCHAR"))
+    con.execute(INGESTION_DDL.replace(", day DATE NOT NULL", ""))
     assert "day" not in {c for (c,) in con.execute(
         "SELECT column_name FROM duckdb_columns() WHERE table_name = 'trace_chunks'").fetchall()}
     con.execute("""INSERT INTO raw_traces (trace_id, "timestamp", original_query) VALUES
                    ('a', '2026-11-01 23:30:00+00', 'q'), ('b', '2026-11-02 00:30:00+07', 'q')""")
     con.execute("INSERT INTO trace_chunks (trace_id, chunk_id) VALUES ('a', 'c1'), ('b', 'c2')")
     con.execute("INSERT INTO trace_feedback (trace_id, rating) VALUES ('a', 'negative'), ('orphan', 'positive')")
+    chunk_days = DuckDBEngine().frame(con, ("trace_chunks",), lambda t, _, fn: t["trace_chunks"].select("day"), None)
+    assert sorted(chunk_days["day"].dt.date) == [date(2026, 11, 1)] * 2  # a stage reading it first adds it
     create_tables(con)
     assert misplaced_child_rows(con) == [("trace_feedback", "orphan", None)]
     assert con.execute("SELECT trace_id, day FROM trace_chunks ORDER BY 1").fetchall() == [
         ("a", date(2026, 11, 1)), ("b", date(2026, 11, 1))]
     nullable = dict(con.execute("SELECT table_name, is_nullable FROM duckdb_columns() WHERE column_name = 'day' "
-                                "AND table_name LIKE 'trace_%'").fetchall())
+                                "AND table_name IN ('trace_chunks', 'trace_spans', 'trace_feedback')").fetchall())
     assert nullable == {"trace_chunks": False, "trace_spans": False, "trace_feedback": True}
     create_tables(con)  # again: nothing changes
     assert con.execute("SELECT count(*) FROM trace_chunks WHERE day IS NULL").fetchall() == [(0,)]
