@@ -110,8 +110,8 @@ def raw_traces(context: AssetExecutionContext, config: IngestConfig, duckdb: Duc
     return MaterializeResult(metadata=metadata)
 
 
-@asset(group_name="ingestion", deps=["raw_traces", "trace_chunks", "trace_feedback", "documents"],
-       description="The trace lake: raw_traces, trace_chunks and trace_feedback as Parquet, one file "
+@asset(group_name="ingestion", deps=["raw_traces", "trace_chunks", "trace_spans", "trace_feedback", "documents"],
+       description="The trace lake: raw_traces, trace_chunks, trace_spans and trace_feedback as Parquet, one file "
                    "per table and UTC day (each day replaced whole), and documents; what the Spark "
                    "engine reads, and what notebooks read instead of the database.")
 def trace_lake(duckdb: DuckDBResource, paths: RagLoopPaths) -> MaterializeResult:

@@ -52,7 +52,7 @@ from rag_loop.drift.figures import freshness_figures, mix_counts, retrieval_figu
 from rag_loop.engines.engine import DuckDBEngine
 from rag_loop.engines.estimates import DaySlices, population_expression
 from rag_loop.engines.incremental import table_fingerprints
-from rag_loop.engines.lake import export_lake
+from rag_loop.engines.lake import DAY_OF, export_lake
 from rag_loop.engines.sampling import SampleDays, novelty_sample_expression, novelty_traffic_expression
 from rag_loop.online.quality import OnlineQualitySettings
 from rag_loop.selection.estimates import DEFAULT_SLICES, estimate_inputs, estimate_rates, update_estimates
@@ -306,7 +306,7 @@ def compare(args: argparse.Namespace, stages: list[Stage]) -> dict:
     start = time.perf_counter()
     written = export_lake(con, lake)
     out["export"] = time.perf_counter() - start
-    print(f"export_lake: {out['export']:.2f} s ({written['days_written']} days x 3 tables + documents, "
+    print(f"export_lake: {out['export']:.2f} s ({written['days_written']} days x {len(DAY_OF)} tables + documents, "
           f"{sum(f.stat().st_size for f in lake.rglob('*.parquet')) / 2**20:.0f} MB), "
           f"{out['export'] / out['copy']:.2f}x copy")
 

@@ -26,6 +26,7 @@ from rag_loop.store.ddl import utc_day
 DAY_OF = {
     "raw_traces": f"SELECT *, {utc_day()} AS day FROM raw_traces",
     "trace_chunks": "SELECT * FROM trace_chunks",
+    "trace_spans": "SELECT * FROM trace_spans",
     "trace_feedback": "SELECT * FROM trace_feedback",
 }
 WHOLE = ("documents",)  # small tables, one file each

@@ -207,7 +207,8 @@ def test_the_spark_resource_on_a_spark_connect_url_stores_what_duckdb_does_and_a
     assert outcome["success"] == [True, True] and outcome["connect"]
     assert outcome["files_again"] == outcome["files"]
     assert {Path(f).parts[0] for f in outcome["files"]} == {"documents", "failure_candidates", "raw_traces",
-                                                             "trace_chunks", "trace_feedback", "trace_signals"}
+                                                             "trace_chunks", "trace_spans", "trace_feedback",
+                                                             "trace_signals"}
     with duckdb.connect(str(database)) as con:
         for table, rows in expected.items():
             assert_same_rows(con.execute(f"SELECT * FROM {table}").df(), rows, "trace_id")
