@@ -114,7 +114,7 @@ def _figures(part: ir.Table, rerank: ir.Table, retrieval: ir.Table) -> ir.Table:
     """Per slice value: counts, quantiles, rates, and the baseline's rerank deciles (the PSI
     bins); the quantiles from the score levels (`_quantiles`)."""
     today, base = part.is_today, part.is_baseline
-    counts = part.group_by(["slice_order", "slice", "slice_value"]).aggregate(
+    figures = part.group_by(["slice_order", "slice", "slice_value"]).aggregate(
         n=part.count(where=today), baseline_n=part.count(where=base),
         empty_rate=part.empty_retrieval.cast("float64").mean(where=today),
         baseline_empty_rate=part.empty_retrieval.cast("float64").mean(where=base),
@@ -122,7 +122,6 @@ def _figures(part: ir.Table, rerank: ir.Table, retrieval: ir.Table) -> ir.Table:
         topk_overlap=part.overlap.mean(where=today))
     tertiles = {"p10": 0.1, "p50": 0.5, "p90": 0.9}
     deciles = dict(zip(("q_low", *_edges(), "q_high"), DECILES))
-    figures = counts
     for quantiles in (_quantiles(retrieval, {"now": {f"retrieval_{k}": q for k, q in tertiles.items()}}),
                       _quantiles(rerank, {"now": {f"rerank_{k}": q for k, q in tertiles.items()}, "before": deciles})):
         figures = figures.left_join(quantiles, (figures.slice_order == quantiles.q_order)

@@ -20,16 +20,18 @@ def create_tables(con: duckdb.DuckDBPyConnection) -> None:
 
 def add_child_days(con: duckdb.DuckDBPyConnection) -> None:
     """Child tables from before `day` get the column, their rows their trace's day, and the
-    column becomes NOT NULL as in a new database (unless a row has no trace to take it from)."""
-    present = [t for (t,) in con.execute(
-        "SELECT table_name FROM duckdb_tables() WHERE schema_name = current_schema() "
-        "AND table_name IN (SELECT unnest(?))", [list(CHILD_TABLES)]).fetchall()]
-    for table in present:
+    column becomes NOT NULL as in a new database (unless a row has no trace to take it from).
+    An up-to-date database costs one catalog query and no write."""
+    tables = con.execute("""
+        SELECT t.table_name, c.is_nullable FROM duckdb_tables() t
+        LEFT JOIN duckdb_columns() c ON c.schema_name = t.schema_name AND c.table_name = t.table_name
+                                     AND c.column_name = 'day'
+        WHERE t.schema_name = current_schema() AND t.table_name IN (SELECT unnest(?))""",
+                         [list(CHILD_TABLES)]).fetchall()
+    for table, nullable in tables:
+        if nullable is False:
+            continue
         con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS day DATE")
-    older = [table for (table,) in con.execute(
-        "SELECT table_name FROM duckdb_columns() WHERE column_name = 'day' AND is_nullable "
-        "AND schema_name = current_schema() AND table_name IN (SELECT unnest(?))", [list(CHILD_TABLES)]).fetchall()]
-    for table in older:
         con.execute(CHILD_DAY_BACKFILL.format(table=table))
         if not con.execute(f"SELECT count(*) FROM {table} WHERE day IS NULL").fetchall()[0][0]:
             con.execute(f"ALTER TABLE {table} ALTER COLUMN day SET NOT NULL")
