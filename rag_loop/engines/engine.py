@@ -1,7 +1,8 @@
 """Where a portable stage runs: DuckDB on the control database (the default), or Spark on the
 trace lake. A stage builds its Ibis expression from `engine.inputs(...)` with
-`engine.functions`, and `engine.materialize` writes the result as the control database's table
-(and, on Spark, as the lake's day files first, so nothing passes through the driver)."""
+`engine.functions`, and `engine.materialize` stores the result: on DuckDB as the control
+database's table; on Spark as the lake's day files, written by the executors (nothing passes
+through the driver), which the control database reads through a view of the same name."""
 
 from __future__ import annotations
 
@@ -23,11 +24,20 @@ import ibis.expr.types as ir
 import pandas as pd
 
 from rag_loop.engines.functions import DUCKDB, SPARK, Functions
-from rag_loop.engines.lake import LAKE_TABLES, PART, SCHEMA, day_file, export_table, lake_days, lake_query
+from rag_loop.engines.lake import (
+    LAKE_TABLES,
+    PART,
+    SCHEMA,
+    day_file,
+    export_table,
+    lake_days,
+    lake_query,
+    write_parquet,
+)
 from rag_loop.engines.literals import from_sentinel_era, same_sql, to_sentinel_era
 from rag_loop.ingest.pipeline import IngestReport, ingest_directory
 from rag_loop.store.ddl import CHILD_TABLES
-from rag_loop.store.tables import add_child_days, has_table
+from rag_loop.store.tables import add_child_days, relation_kind
 
 # Spark settings every session needs: instants in UTC (the day of a trace), Parquet timestamps
 # that DuckDB reads as instants, no UI; ANSI mode stays on (a bad cast fails instead of
@@ -85,9 +95,10 @@ class Engine(ABC):
 
 
 class DuckDBEngine(Engine):
-    """The stages on the control database itself, in the run's process. Given the trace lake,
-    a stage it stores removes that stage's lake copy (an earlier Spark run's), which the Spark
-    engine would otherwise read instead of the database's newer table."""
+    """The stages on the control database itself, in the run's process. A stage stored where a
+    Spark run left a view of the lake becomes a table again (a run of some days keeps the view's
+    other days), and, given the trace lake, its lake copy is removed: the Spark engine would
+    otherwise read it instead of the database's newer table."""
 
     functions = DUCKDB
     _compiled: dict[Hashable, str] = {}  # SQL per stage shape (`_sql`): Ibis compiles in 50-250 ms
@@ -109,11 +120,14 @@ class DuckDBEngine(Engine):
         return ingest_directory(con, directory, **options)
 
     def _replace_days(self, con: duckdb.DuckDBPyConnection, name: str, sql: str, days: Collection[date]) -> int:
-        self._forget_lake_copy(name)
         self._lambdas(con)
         wanted = f"SELECT * FROM ({sql}) WHERE day IN (SELECT unnest($days::DATE[]))"
         con.execute("BEGIN")
         try:
+            if relation_kind(con, name) == "view":  # a Spark run's: its other days become the table's
+                con.execute(f'CREATE TABLE "{name}__kept" AS SELECT * FROM "{name}"')
+                con.execute(f'DROP VIEW "{name}"')
+                con.execute(f'ALTER TABLE "{name}__kept" RENAME TO "{name}"')
             con.execute(f'CREATE TABLE IF NOT EXISTS "{name}" AS SELECT * FROM ({sql}) WHERE false')
             con.execute(f'DELETE FROM "{name}" WHERE day IN (SELECT unnest($days::DATE[]))', {"days": sorted(days)})
             con.execute(f'INSERT INTO "{name}" BY NAME {wanted}', {"days": sorted(days)})
@@ -121,6 +135,7 @@ class DuckDBEngine(Engine):
         except BaseException:
             con.execute("ROLLBACK")
             raise
+        self._forget_lake_copy(name)
         return _rows_of_days(con, name, days)
 
     def frame(self, con: duckdb.DuckDBPyConnection, inputs: Sequence[str], build: Build, settings: Any) -> pd.DataFrame:
@@ -173,17 +188,26 @@ class DuckDBEngine(Engine):
             shutil.rmtree(self.lake / name)
 
     def _create(self, con: duckdb.DuckDBPyConnection, name: str, sql: str) -> int:
-        self._forget_lake_copy(name)
         self._lambdas(con)
-        con.execute(f'CREATE OR REPLACE TABLE "{name}" AS {sql}')
+        con.execute("BEGIN")
+        try:
+            if relation_kind(con, name) == "view":
+                con.execute(f'DROP VIEW "{name}"')
+            con.execute(f'CREATE OR REPLACE TABLE "{name}" AS {sql}')
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        self._forget_lake_copy(name)
         return con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]
 
 
 @dataclass
 class SparkEngine(Engine):
     """The stages on Spark over the trace lake at `lake`: the inputs are the lake's tables, the
-    result is written there by the executors, one file per day, then loaded into the control
-    database (until the stages after it run on Spark too)."""
+    result is written there by the executors, one file per day, and the control database gets a
+    view of those files under the stage's name (for the stages after it that run on DuckDB):
+    a trace-sized result is never copied into the control database."""
 
     session: Any  # pyspark.sql.SparkSession
     lake: Path
@@ -237,36 +261,41 @@ class SparkEngine(Engine):
         for day in lake_days(self.lake, name):  # days the input no longer has
             if day not in written:
                 day_file(self.lake, name, day).unlink()
-        columns = ", ".join(f'"{c}"' for c in expression.columns)
-        with _empty(con, expression) as empty:  # no rows: the table still gets its columns
-            rows = lake_query(self.lake, name) if written else f"SELECT * FROM {empty}"
-            con.execute(f'CREATE OR REPLACE TABLE "{name}" AS SELECT {columns} FROM ({rows})')
-        return con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]
+        return self._expose(con, name, expression)
 
     def replace_days(self, con: duckdb.DuckDBPyConnection, name: str, expression: ir.Table,
                      days: Collection[date]) -> int:
-        """As `Engine.replace_days`; a table the database has but the lake does not (computed on
-        DuckDB) first gets its other days in the lake, so the lake's copy stays whole."""
-        if not (self.lake / name).is_dir() and has_table(con, name):
+        """As `Engine.replace_days`. The lake's copy is the table's only while the database's
+        `name` is its view: a table there (stored on DuckDB since) first replaces the lake's
+        other days, and with neither the lake's stale days go."""
+        kind = relation_kind(con, name)
+        if kind != "view":
+            shutil.rmtree(self.lake / name, ignore_errors=True)
+        if kind == "table":
             export_table(con, self.lake, name, skip=days)
         written = self._write_days(name, expression)
         for day in set(days) - written:  # a day without rows any more
             day_file(self.lake, name, day).unlink(missing_ok=True)
-        columns = ", ".join(f'"{c}"' for c in expression.columns)
-        with _empty(con, expression) as empty:
-            con.execute("BEGIN")
-            try:
-                con.execute(f'CREATE TABLE IF NOT EXISTS "{name}" AS SELECT * FROM {empty}')
-                con.execute(f'DELETE FROM "{name}" WHERE day IN (SELECT unnest($days::DATE[]))',
-                            {"days": sorted(days)})
-                if written:
-                    rows = lake_query(self.lake, name, sorted(written))
-                    con.execute(f'INSERT INTO "{name}" BY NAME SELECT {columns} FROM ({rows})')
-                con.execute("COMMIT")
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
+        self._expose(con, name, expression)
         return _rows_of_days(con, name, days)
+
+    def _expose(self, con: duckdb.DuckDBPyConnection, name: str, expression: ir.Table) -> int:
+        """The database's `name` becomes a view of the lake's day files (the rows stay there:
+        a trace-sized table is never copied into the control database); returns its rows."""
+        with _empty(con, expression) as empty:  # no day yet: the view still has the columns
+            write_parquet(con, f"SELECT * EXCLUDE (day) FROM {empty}", self.lake / name / SCHEMA)
+        columns = ", ".join(f'"{c}"' for c in expression.columns)
+        con.execute("BEGIN")
+        try:
+            if relation_kind(con, name) == "table":
+                con.execute(f'DROP TABLE "{name}"')
+            con.execute(f'CREATE OR REPLACE VIEW "{name}" AS SELECT {columns} FROM '
+                        f"({lake_query(self.lake.resolve(), name)})")
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        return con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]
 
     def _write_days(self, name: str, expression: ir.Table) -> set[date]:
         """The expression's rows as the lake's day files of `name`, written by the executors to a

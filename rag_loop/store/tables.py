@@ -38,7 +38,18 @@ def add_child_days(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
-    return bool(con.execute("SELECT 1 FROM duckdb_tables() WHERE table_name = ?", [name]).fetchall())
+    """Whether `name` can be read: a table, or a view (a Spark stage's rows in the trace lake)."""
+    return relation_kind(con, name) is not None
+
+
+def relation_kind(con: duckdb.DuckDBPyConnection, name: str) -> str | None:
+    """"table", "view" or None: what `name` is in the database's current schema."""
+    kinds = con.execute("""
+        SELECT 'table' FROM duckdb_tables() WHERE schema_name = current_schema() AND table_name = $name
+        UNION ALL
+        SELECT 'view' FROM duckdb_views() WHERE schema_name = current_schema() AND view_name = $name
+                                          AND NOT internal""", {"name": name}).fetchall()
+    return kinds[0][0] if kinds else None
 
 
 def replace_table(con: duckdb.DuckDBPyConnection, name: str, frame) -> None:

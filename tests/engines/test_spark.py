@@ -28,6 +28,7 @@ from rag_loop.online.quality import OnlineQualitySettings, online_quality_day
 from rag_loop.selection.estimates import estimate_rates, parse_slices
 from rag_loop.selection.sampling import SamplingPolicy, select_candidates
 from rag_loop.selection.signals import SignalSettings, compute_signals
+from rag_loop.store.tables import relation_kind
 from tests.engines.conftest import needs_spark
 from tests.engines.test_functions import _expression, _frame, _on_duckdb
 from tests.helpers import PROJECT, demo_config, demo_copy
@@ -87,6 +88,7 @@ def test_the_stages_on_spark_are_duckdbs_on_the_demo_world(spark, demo_run, tmp_
     assert len(signals) == 5227 and signals.signal_count.sum() > 1000
     assert len(candidates) > 1000 and candidates.by_novelty.sum() > 0 and (candidates.thinning < 1).any()
     for stage, (on_spark, on_duckdb) in both.items():
+        assert relation_kind(con, stage) == "view"  # of the lake's day files: no copy in the database
         assert_same_rows(on_spark, on_duckdb, "trace_id")
         assert con.execute(f"DESCRIBE {stage}").fetchall() == schemas[stage], stage  # the same types
     _day_by_day_on_spark(spark, con, tmp_path / "lake", signals)
@@ -115,7 +117,9 @@ def test_a_days_run_on_spark_opens_no_other_days_chunk_or_feedback_file(spark, d
     """Chunks and feedback carry their trace's day, the lake's partition: two days' signals on
     Spark read the files of the days they need (those and the next) and never open another's.
     Every other day's chunk and feedback file is made unreadable (but the first, whose footer
-    gives Spark the columns), and the days' rows are still DuckDB's."""
+    gives Spark the columns), and the days' rows are still DuckDB's. The database's table (stored
+    on DuckDB) keeps its other days, in the lake now, and a day file the lake kept from another
+    database is gone."""
     con = demo_copy(demo_run, tmp_path)
     lake, days = tmp_path / "lake", [date(2026, 11, 9), date(2026, 11, 10)]
     export_lake(con, lake)
@@ -123,19 +127,29 @@ def test_a_days_run_on_spark_opens_no_other_days_chunk_or_feedback_file(spark, d
         for day in lake_days(lake, table)[1:]:
             if day not in (*days, date(2026, 11, 11)):
                 day_file(lake, table, day).write_bytes(b"not a parquet file")
-    expected = con.execute("SELECT * FROM trace_signals WHERE day IN (?, ?)", days).df()
-    assert compute_signals(con, SignalSettings(), SparkEngine(spark, lake), days=days) == len(expected) > 500
-    assert_same_rows(con.execute("SELECT * FROM trace_signals WHERE day IN (?, ?)", days).df(), expected,
-                     "trace_id")
+    stale = day_file(lake, "trace_signals", date(2026, 10, 1))  # an older database's: the table is the truth
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(day_file(lake, "trace_chunks", lake_days(lake, "trace_chunks")[0]).read_bytes())
+    expected = con.execute("SELECT * FROM trace_signals").df()
+    assert compute_signals(con, SignalSettings(), SparkEngine(spark, lake), days=days) == \
+        expected.day.dt.date.isin(days).sum() > 500
+    assert_same_rows(con.execute("SELECT * FROM trace_signals").df(), expected, "trace_id")
+    assert lake_days(lake, "trace_signals") == sorted(set(expected.day.dt.date))
 
 
 def _day_by_day_on_spark(spark, con: duckdb.DuckDBPyConnection, lake, signals: pd.DataFrame) -> None:
-    """Two days again on Spark: their lake files rewritten, the same rows. Then the table on
-    DuckDB (its lake copy retired) and one day on Spark: the lake's copy is whole again."""
+    """Two days again on Spark: their lake files rewritten, the same rows, and the database's
+    table a view of the lake. Then a day on DuckDB (the view's other days become the table's, the
+    lake copy is retired), the table on DuckDB, and one day on Spark: the lake's copy is whole
+    again."""
     engine, days = SparkEngine(spark, lake), [date(2026, 11, 9), date(2026, 11, 10)]
     files = {d: day_file(lake, "trace_signals", d).stat().st_mtime_ns for d in days}
     assert compute_signals(con, SignalSettings(), engine, days=days) == (signals.day.dt.date.isin(days)).sum()
     assert all(day_file(lake, "trace_signals", d).stat().st_mtime_ns > files[d] for d in days)
+    assert relation_kind(con, "trace_signals") == "view"  # the rows stay in the lake
+    assert_same_rows(con.execute("SELECT * FROM trace_signals").df(), signals, "trace_id")
+    compute_signals(con, SignalSettings(), DuckDBEngine(lake), days=days[1:])  # the view's other days kept
+    assert relation_kind(con, "trace_signals") == "table" and not (lake / "trace_signals").exists()
     assert_same_rows(con.execute("SELECT * FROM trace_signals").df(), signals, "trace_id")
     compute_signals(con, SignalSettings(), DuckDBEngine(lake))
     compute_signals(con, SignalSettings(), engine, days=days[:1])
