@@ -20,6 +20,7 @@ from rag_loop.engines.retrieval import (
     retrieval_expression,
     stale_expression,
 )
+from rag_loop.store.ddl import utc_day
 
 RETRIEVAL_COLUMNS = [
     "slice", "slice_value", "n", "baseline_n", "retrieval_p10", "retrieval_p50", "retrieval_p90",
@@ -58,11 +59,11 @@ def freshness_figures(con: duckdb.DuckDBPyConnection, day: date, window: int, sl
     `engine`: rag_loop.engines.retrieval); the documents table is small and read here.
     """
     end_of_day = pd.Timestamp(day, tz="UTC") + pd.Timedelta(days=1)
-    versions = con.execute("""
+    versions = con.execute(f"""
         SELECT doc_id, version, source_updated_at, indexed_at,
                epoch(coalesce(indexed_at, ?::TIMESTAMPTZ) - source_updated_at) / 60 AS lag_minutes,
                indexed_at IS NULL OR indexed_at > ?::TIMESTAMPTZ AS unindexed_at_end_of_day
-        FROM documents WHERE CAST(timezone('UTC', source_updated_at) AS DATE) = ?
+        FROM documents WHERE {utc_day('source_updated_at')} = ?
         ORDER BY source_updated_at""", [end_of_day, end_of_day, day]).df()
     versions["within_slo"] = versions["lag_minutes"] <= slo_minutes
     start, end = baseline_days(day, window)

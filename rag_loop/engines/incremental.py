@@ -19,6 +19,7 @@ from typing import Any
 
 import duckdb
 
+from rag_loop.store.ddl import utc_day
 from rag_loop.store.tables import has_table
 
 Fingerprints = dict[date, str]
@@ -96,7 +97,7 @@ def traffic_fingerprints(con: duckdb.DuckDBPyConnection) -> Fingerprints:
     e.g. an OTLP trace assembled again after a late span, has a new ingestion time; its chunks,
     spans and feedback are stored with it)."""
     return table_fingerprints(con, "raw_traces", 'trace_id, "timestamp", ingested_at',
-                              day="timezone('UTC', \"timestamp\")::DATE")
+                              day=utc_day())
 
 
 def whole_fingerprint(con: duckdb.DuckDBPyConnection, table: str) -> str | None:

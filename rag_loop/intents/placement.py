@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from rag_loop.logs import Log, quiet
+from rag_loop.store.ddl import utc_day
 from rag_loop.vectors.clustering import NOISE, assign_to_clusters
 
 
@@ -17,12 +18,12 @@ def assign_intents(con: duckdb.DuckDBPyConnection, router, day: date, sample: in
     """Place a deterministic sample (≤ `sample`) of the day's queries in the intent clusters
     known before the day (first seen earlier: no look-ahead), per language, without
     reclustering; unplaced queries get cluster None."""
-    traces = con.execute("""
+    traces = con.execute(f"""
         SELECT trace_id, coalesce(language, 'und') AS language, original_query
-        FROM raw_traces WHERE CAST(timezone('UTC', "timestamp") AS DATE) = ?
+        FROM raw_traces WHERE {utc_day()} = ?
         ORDER BY md5(trace_id) LIMIT ?""", [day, sample]).df()
     clusters = con.execute("SELECT cluster_id, language, centroid, radius FROM intent_clusters "
-                           "WHERE NOT is_singleton AND CAST(timezone('UTC', first_seen) AS DATE) < ?",
+                           f"WHERE NOT is_singleton AND {utc_day('first_seen')} < ?",
                            [day]).df()
     parts = []
     for language, group in traces.groupby("language"):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import duckdb
 import pandas as pd
 
-from rag_loop.store.ddl import ONLINE_DDL
+from rag_loop.store.ddl import ONLINE_DDL, utc_day
 
 
 def judge_shift(con: duckdb.DuckDBPyConnection, version: str) -> pd.DataFrame:
@@ -40,17 +40,17 @@ def changed_with_the_app(con: duckdb.DuckDBPyConnection, version: str) -> list[d
     """The application versions (rag_version, prompt_version) first seen in traffic on the day
     this judge version first judged: each such change confounds the judge change."""
     con.execute(ONLINE_DDL)
-    first = con.execute("SELECT CAST(timezone('UTC', min(judged_at)) AS DATE) FROM trace_judgments "
+    first = con.execute(f"SELECT {utc_day('min(judged_at)')} FROM trace_judgments "
                         "WHERE judge_version = ?", [version]).fetchall()[0][0]
     earlier = con.execute("SELECT count(DISTINCT judge_version) FROM trace_judgments "
                           "WHERE judge_version <> ?", [version]).fetchall()[0][0]
     if first is None or not earlier:  # the first judge changes nothing
         return []
-    return con.execute("""
+    return con.execute(f"""
         SELECT kind, version, CAST(first_seen AS VARCHAR) AS first_seen FROM (
             SELECT 'rag_version' AS kind, rag_version AS version, min("timestamp") AS first_seen
             FROM raw_traces WHERE rag_version IS NOT NULL GROUP BY 2
             UNION ALL
             SELECT 'prompt_version', prompt_version, min("timestamp") FROM raw_traces
             WHERE prompt_version IS NOT NULL GROUP BY 2)
-        WHERE CAST(timezone('UTC', first_seen) AS DATE) = ?""", [first]).df().to_dict("records")
+        WHERE {utc_day('first_seen')} = ?""", [first]).df().to_dict("records")

@@ -10,6 +10,7 @@ import pandas as pd
 
 from rag_loop.reporting import plots
 from rag_loop.reporting.html import image, table
+from rag_loop.store.ddl import utc_day
 from rag_loop.store.tables import has_table
 
 
@@ -17,16 +18,15 @@ def change_markers(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """Days on which a new rag_version, prompt_version or index_version first served traffic,
     and days a document version was published (within the traffic's range)."""
     parts = [con.execute(f"""
-        SELECT min(CAST(timezone('UTC', "timestamp") AS DATE)) AS day, '{column}' AS kind,
+        SELECT min({utc_day()}) AS day, '{column}' AS kind,
                {column} AS label FROM raw_traces WHERE {column} IS NOT NULL GROUP BY {column}""").df()
              for column in ("rag_version", "prompt_version", "index_version")]
-    parts.append(con.execute("""
-        SELECT CAST(timezone('UTC', source_updated_at) AS DATE) AS day, 'document' AS kind,
+    parts.append(con.execute(f"""
+        SELECT {utc_day('source_updated_at')} AS day, 'document' AS kind,
                doc_id || '@' || version AS label FROM documents""").df())
     markers = pd.concat(parts, ignore_index=True)
     markers["day"] = pd.to_datetime(markers["day"]).dt.date
-    first, last = con.execute('SELECT min(CAST(timezone(\'UTC\', "timestamp") AS DATE)), '
-                              'max(CAST(timezone(\'UTC\', "timestamp") AS DATE)) FROM raw_traces').fetchall()[0]
+    first, last = con.execute(f"SELECT min({utc_day()}), max({utc_day()}) FROM raw_traces").fetchall()[0]
     return markers[(markers["day"] > first) & (markers["day"] <= last)].sort_values("day")
 
 
@@ -35,8 +35,8 @@ def daily_layers(con: duckdb.DuckDBPyConnection) -> dict[str, pd.DataFrame]:
     product = con.execute("""
         SELECT day, count(*) AS requests, avg(thumbs_down::INT) AS thumbs_down_rate,
                1 - avg(fallback::INT) AS answered_rate FROM trace_signals GROUP BY 1 ORDER BY 1""").df()
-    performance = con.execute("""
-        SELECT CAST(timezone('UTC', "timestamp") AS DATE) AS day,
+    performance = con.execute(f"""
+        SELECT {utc_day()} AS day,
                quantile_cont(latency_ms, 0.5) / 1000 AS latency_p50_s,
                quantile_cont(latency_ms, 0.95) / 1000 AS latency_p95_s,
                avg((status = 'timeout')::INT) AS timeout_rate, sum(cost_usd) AS cost_usd,
