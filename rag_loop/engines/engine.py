@@ -32,12 +32,13 @@ from rag_loop.engines.lake import (
     export_table,
     lake_days,
     lake_query,
+    quoted,
     write_parquet,
 )
 from rag_loop.engines.literals import from_sentinel_era, same_sql, to_sentinel_era
 from rag_loop.ingest.pipeline import IngestReport, ingest_directory
 from rag_loop.store.ddl import CHILD_TABLES
-from rag_loop.store.tables import add_child_days, relation_kind
+from rag_loop.store.tables import add_child_days, has_table, relation_kind
 
 # Spark settings every session needs: instants in UTC (the day of a trace), Parquet timestamps
 # that DuckDB reads as instants, no UI; ANSI mode stays on (a bad cast fails instead of
@@ -266,18 +267,24 @@ class SparkEngine(Engine):
     def replace_days(self, con: duckdb.DuckDBPyConnection, name: str, expression: ir.Table,
                      days: Collection[date]) -> int:
         """As `Engine.replace_days`. The lake's copy is the table's only while the database's
-        `name` is its view: a table there (stored on DuckDB since) first replaces the lake's
-        other days, and with neither the lake's stale days go."""
-        kind = relation_kind(con, name)
-        if kind != "view":
+        `name` is a view of it: a table there (stored on DuckDB since), or a view of another
+        lake, first replaces the lake's other days; with neither, the lake's stale days go."""
+        if not self._reads_lake(con, name):
             shutil.rmtree(self.lake / name, ignore_errors=True)
-        if kind == "table":
-            export_table(con, self.lake, name, skip=days)
+            if has_table(con, name):
+                export_table(con, self.lake, name, skip=days)
         written = self._write_days(name, expression)
         for day in set(days) - written:  # a day without rows any more
             day_file(self.lake, name, day).unlink(missing_ok=True)
         self._expose(con, name, expression)
         return _rows_of_days(con, name, days)
+
+    def _reads_lake(self, con: duckdb.DuckDBPyConnection, name: str) -> bool:
+        """Whether the database's `name` is a view of this lake's files of `name`."""
+        views = con.execute("SELECT sql FROM duckdb_views() WHERE view_name = ? AND NOT internal "
+                            "AND schema_name = current_schema()", [name]).fetchall()
+        folder = quoted(self.lake.resolve() / name)[:-1] + "/"  # its day files', or its schema file
+        return bool(views) and folder in views[0][0]
 
     def _expose(self, con: duckdb.DuckDBPyConnection, name: str, expression: ir.Table) -> int:
         """The database's `name` becomes a view of the lake's day files (the rows stay there:

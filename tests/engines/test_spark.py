@@ -21,7 +21,7 @@ from rag_loop.drift.days import FreshnessSettings, RetrievalSettings, freshness_
 from rag_loop.drift.figures import mix_counts
 from rag_loop.engines.engine import DuckDBEngine, SparkEngine
 from rag_loop.engines.functions import SPARK
-from rag_loop.engines.lake import day_file, export_lake, lake_days
+from rag_loop.engines.lake import day_file, export_lake, export_table, lake_days, lake_query
 from rag_loop.engines.sampling import SampleDays, novelty_sample_expression, novelty_traffic_expression
 from rag_loop.ingest import ingest_directory
 from rag_loop.online.quality import OnlineQualitySettings, online_quality_day
@@ -117,9 +117,9 @@ def test_a_days_run_on_spark_opens_no_other_days_chunk_or_feedback_file(spark, d
     """Chunks and feedback carry their trace's day, the lake's partition: two days' signals on
     Spark read the files of the days they need (those and the next) and never open another's.
     Every other day's chunk and feedback file is made unreadable (but the first, whose footer
-    gives Spark the columns), and the days' rows are still DuckDB's. The database's table (stored
-    on DuckDB) keeps its other days, in the lake now, and a day file the lake kept from another
-    database is gone."""
+    gives Spark the columns), and the days' rows are still DuckDB's. The database's table, a view
+    of another lake, keeps its other days, in this lake now, and a day file this lake kept from
+    another database is gone."""
     con = demo_copy(demo_run, tmp_path)
     lake, days = tmp_path / "lake", [date(2026, 11, 9), date(2026, 11, 10)]
     export_lake(con, lake)
@@ -127,10 +127,13 @@ def test_a_days_run_on_spark_opens_no_other_days_chunk_or_feedback_file(spark, d
         for day in lake_days(lake, table)[1:]:
             if day not in (*days, date(2026, 11, 11)):
                 day_file(lake, table, day).write_bytes(b"not a parquet file")
-    stale = day_file(lake, "trace_signals", date(2026, 10, 1))  # an older database's: the table is the truth
+    stale = day_file(lake, "trace_signals", date(2026, 10, 1))  # another database's: the view is the truth
     stale.parent.mkdir(parents=True)
     stale.write_bytes(day_file(lake, "trace_chunks", lake_days(lake, "trace_chunks")[0]).read_bytes())
     expected = con.execute("SELECT * FROM trace_signals").df()
+    export_table(con, tmp_path / "moved", "trace_signals")  # the table is a view of another lake now
+    con.execute("DROP TABLE trace_signals")
+    con.execute(f"CREATE VIEW trace_signals AS {lake_query(tmp_path / 'moved', 'trace_signals')}")
     assert compute_signals(con, SignalSettings(), SparkEngine(spark, lake), days=days) == \
         expected.day.dt.date.isin(days).sum() > 500
     assert_same_rows(con.execute("SELECT * FROM trace_signals").df(), expected, "trace_id")
