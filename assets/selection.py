@@ -31,8 +31,17 @@ from rag_loop.selection.signals import (
     signal_coverage,
     signal_inputs,
 )
+from rag_loop.store.tables import relation_kind
 
 _SIGNAL_DEFAULTS = SignalSettings()
+
+
+def _stored_in(con, name: str, paths: RagLoopPaths) -> str:
+    """Where the table's rows are: the trace lake (a Spark run's; the database has a view) or the database."""
+    if relation_kind(con, name) == "view":
+        return f"trace lake: {paths.lake / name} (the control database holds a view of its day files)"
+    return "control database"
+
 _POLICY_DEFAULTS = SamplingPolicy()
 _NOVELTY_DEFAULTS = NoveltySettings()
 
@@ -57,6 +66,7 @@ def trace_signals(context: AssetExecutionContext, config: SignalConfig, duckdb: 
         computed = changed_days(context, con, duckdb.database, "trace_signals", signal_inputs(con, settings),
                                 lambda days: compute_signals(con, settings, on, days=days))
         traces = con.execute("SELECT count(*) FROM trace_signals").fetchall()[0][0]
+        stored_in = _stored_in(con, "trace_signals", paths)
         counts = signal_counts(con)
         coverage = signal_coverage(con)
         documents = con.execute("SELECT count(*) FROM documents").fetchall()[0][0]
@@ -67,7 +77,7 @@ def trace_signals(context: AssetExecutionContext, config: SignalConfig, duckdb: 
     chart = plots.bars({k: v for k, v in counts.items() if k != "any_signal"},
                        "Traces per bad signal", "traces")
     return MaterializeResult(metadata={
-        "dagster/row_count": traces, **computed,
+        "dagster/row_count": traces, **computed, "stored_in": stored_in,
         **{f"signal_{name}": n for name, n in counts.items()},
         "any_signal_share": counts["any_signal"] / traces if traces else 0.0,
         "retrieval_unknown": unknown,  # unreadable retrieval output: not counted as empty
@@ -147,6 +157,7 @@ def failure_candidates(context: AssetExecutionContext, config: SamplingConfig, d
         computed = changed_days(context, con, duckdb.database, "failure_candidates", candidate_inputs(con, policy),
                                 lambda days: select_candidates(con, policy, on, days=days))
         summary = selection_summary(con, policy)
+        stored_in = _stored_in(con, "failure_candidates", paths)
         selected_signals = con.sql(
             "SELECT s AS signal, count(*) AS selected FROM "
             "(SELECT unnest(signals) AS s FROM failure_candidates) GROUP BY 1 ORDER BY 2 DESC").df()
@@ -155,7 +166,7 @@ def failure_candidates(context: AssetExecutionContext, config: SamplingConfig, d
             "round(min(thinning), 3) AS thinning, round(avg(inclusion_probability), 3) AS mean_pi "
             "FROM failure_candidates GROUP BY 1 ORDER BY 1").df()
     return MaterializeResult(metadata={
-        "dagster/row_count": summary["selected"], **summary, **computed,
+        "dagster/row_count": summary["selected"], **summary, **computed, "stored_in": stored_in,
         **{f"selected_{row.signal}": int(row.selected) for row in selected_signals.itertuples()},
         "sampling_policy": policy.fingerprint(),
         "policy": MetadataValue.json(config.model_dump()),

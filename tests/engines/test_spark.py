@@ -223,6 +223,8 @@ def test_the_spark_resource_on_a_spark_connect_url_stores_what_duckdb_does_and_a
     outcome = json.loads(done.stdout.strip().splitlines()[-1])
     assert outcome["success"] == [True, True] and outcome["connect"]
     assert outcome["files_again"] == outcome["files"]
+    assert outcome["stored_in"] == {name: f"trace lake: {tmp_path / 'lake' / name} (the control database holds a "
+                                          "view of its day files)" for name in PORTED}
     assert {Path(f).parts[0] for f in outcome["files"]} == {"documents", "failure_candidates", "raw_traces",
                                                              "trace_chunks", "trace_spans", "trace_feedback",
                                                              "trace_signals"}
