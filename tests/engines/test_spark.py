@@ -143,8 +143,8 @@ def test_a_days_run_on_spark_opens_no_other_days_chunk_or_feedback_file(spark, d
 def _day_by_day_on_spark(spark, con: duckdb.DuckDBPyConnection, lake, signals: pd.DataFrame) -> None:
     """Two days again on Spark: their lake files rewritten, the same rows, and the database's
     table a view of the lake. Then a day on DuckDB (the view's other days become the table's, the
-    lake copy is retired), the table on DuckDB, and one day on Spark: the lake's copy is whole
-    again."""
+    lake copy is retired), a day on Spark (the table's other days go to the lake: its copy is
+    whole again), and the whole table on DuckDB over that view: the same rows every time."""
     engine, days = SparkEngine(spark, lake), [date(2026, 11, 9), date(2026, 11, 10)]
     files = {d: day_file(lake, "trace_signals", d).stat().st_mtime_ns for d in days}
     assert compute_signals(con, SignalSettings(), engine, days=days) == (signals.day.dt.date.isin(days)).sum()
@@ -154,12 +154,15 @@ def _day_by_day_on_spark(spark, con: duckdb.DuckDBPyConnection, lake, signals: p
     compute_signals(con, SignalSettings(), DuckDBEngine(lake), days=days[1:])  # the view's other days kept
     assert relation_kind(con, "trace_signals") == "table" and not (lake / "trace_signals").exists()
     assert_same_rows(con.execute("SELECT * FROM trace_signals").df(), signals, "trace_id")
-    compute_signals(con, SignalSettings(), DuckDBEngine(lake))
     compute_signals(con, SignalSettings(), engine, days=days[:1])
+    assert relation_kind(con, "trace_signals") == "view"
     assert lake_days(lake, "trace_signals") == sorted(set(signals.day.dt.date))
     from_lake = engine.frame(con, ("trace_signals",), lambda t, columns, _: t["trace_signals"].select(*columns),
                              list(signals.columns))
     assert_same_rows(from_lake, signals, "trace_id")
+    compute_signals(con, SignalSettings(), DuckDBEngine(lake))
+    assert relation_kind(con, "trace_signals") == "table" and not (lake / "trace_signals").exists()
+    assert_same_rows(con.execute("SELECT * FROM trace_signals").df(), signals, "trace_id")
 
 
 def _online_quality_is_duckdbs(spark, con: duckdb.DuckDBPyConnection, lake) -> None:
