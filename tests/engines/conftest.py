@@ -32,14 +32,18 @@ def spark():
 
 def _connect_server() -> dict[str, str]:
     """The same JVM also serves Spark Connect on a free loopback port (the plugin ships with
-    pyspark): the stand-in for a Spark Connect cluster, `spark_connect_url`."""
+    pyspark): the stand-in for a Spark Connect cluster, `spark_connect_url`. The port was free a
+    moment ago; if something took it since, the server tries the next ones."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     return {"spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
-            "spark.connect.grpc.binding.address": "127.0.0.1", "spark.connect.grpc.binding.port": str(port)}
+            "spark.connect.grpc.binding.address": "127.0.0.1", "spark.connect.grpc.binding.port": str(port),
+            "spark.connect.grpc.port.maxRetries": "16"}
 
 
 @pytest.fixture(scope="session")
 def spark_connect_url(spark) -> str:
-    return f"sc://127.0.0.1:{spark.conf.get('spark.connect.grpc.binding.port')}"
+    """The port the server bound (the one asked for, or a later one)."""
+    service = getattr(spark._jvm.org.apache.spark.sql.connect.service, "SparkConnectService$")
+    return f"sc://127.0.0.1:{service.__getattr__('MODULE$').localPort()}"
