@@ -32,7 +32,8 @@ from rag_loop.engines.lake import (
     export_table,
     lake_days,
     lake_query,
-    quoted,
+    lake_view_folder,
+    mark_lake_view,
     write_parquet,
 )
 from rag_loop.engines.literals import from_sentinel_era, same_sql, to_sentinel_era
@@ -281,10 +282,7 @@ class SparkEngine(Engine):
 
     def _reads_lake(self, con: duckdb.DuckDBPyConnection, name: str) -> bool:
         """Whether the database's `name` is a view of this lake's files of `name`."""
-        views = con.execute("SELECT sql FROM duckdb_views() WHERE view_name = ? AND NOT internal "
-                            "AND schema_name = current_schema()", [name]).fetchall()
-        folder = quoted(self.lake.resolve() / name)[:-1] + "/"  # its day files', or its schema file
-        return bool(views) and folder in views[0][0]
+        return lake_view_folder(con, name) == self.lake.resolve() / name
 
     def _expose(self, con: duckdb.DuckDBPyConnection, name: str, expression: ir.Table) -> int:
         """The database's `name` becomes a view of the lake's day files (the rows stay there:
@@ -298,6 +296,7 @@ class SparkEngine(Engine):
                 con.execute(f'DROP TABLE "{name}"')
             con.execute(f'CREATE OR REPLACE VIEW "{name}" AS SELECT {columns} FROM '
                         f"({lake_query(self.lake.resolve(), name)})")
+            mark_lake_view(con, name, self.lake.resolve() / name)
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")

@@ -6,7 +6,8 @@ the rows it left (`DayState`). The next run computes a day again when the finger
 inputs differs (new or late traffic, traffic gone, other settings or documents) or when that
 of its rows does (the table was rebuilt, restored or edited since); with no recorded state, or
 one of another database, the whole table. Fingerprints are DuckDB hashes over the control
-database's tables: a scan of a few columns, far cheaper than the stage itself.
+database's tables: a scan of a few columns, far cheaper than the stage itself; a Spark stage's
+rows, which stay in the trace lake, are fingerprinted by their day files instead.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 import duckdb
 
+from rag_loop.engines.lake import day_file_fingerprints, lake_view_folder
 from rag_loop.store.ddl import utc_day
 from rag_loop.store.tables import has_table
 
@@ -83,9 +85,13 @@ def table_fingerprints(con: duckdb.DuckDBPyConnection, table: str, columns: str 
                        day: str = "day") -> Fingerprints:
     """Per day of `table` (`day`: a SQL expression of a date or an instant), its row count and
     the xor of its rows' hashes (of `columns`, default every column); empty when the table does
-    not exist."""
+    not exist. A Spark stage's rows (a view of the lake's day files) are fingerprinted by their
+    files (`day_file_fingerprints`): no scan of the history on the run's machine."""
     if not has_table(con, table):
         return {}
+    folder = lake_view_folder(con, table) if columns is None and day == "day" else None
+    if folder is not None:
+        return day_file_fingerprints(folder)
     hashed = f"hash({columns})" if columns else "hash(t)"
     rows = con.execute(f"SELECT CAST({day} AS DATE) AS day, count(*), bit_xor({hashed}) FROM {table} t "
                        "GROUP BY 1").fetchall()

@@ -34,6 +34,7 @@ LAKE_TABLES = (*DAY_OF, *WHOLE)  # what trace_lake exports; the Spark engine add
 PART = "part-0.parquet"
 SCHEMA = "_schema.parquet"  # no rows, the table's columns: what a reader gets while no day exists
 FINGERPRINTS = "_days.json"
+LAKE_VIEW = "rag-loop lake: "  # the comment on a database view of a lake table's day files
 
 
 def day_file(lake: Path, table: str, day: date) -> Path:
@@ -105,6 +106,30 @@ def export_lake(con: duckdb.DuckDBPyConnection, lake: Path, days: Iterable[date]
     staged.write_text(json.dumps(stored, indent=1, sort_keys=True))
     os.replace(staged, stored_path)
     return {"days_written": len(changed), "days_unchanged": len(wanted) - len(changed)}
+
+
+def mark_lake_view(con: duckdb.DuckDBPyConnection, name: str, folder: Path) -> None:
+    """Say on the database's view `name` that it reads the day files of the lake table `folder`."""
+    comment = (LAKE_VIEW + str(folder)).replace("'", "''")
+    con.execute(f"""COMMENT ON VIEW "{name}" IS '{comment}'""")
+
+
+def lake_view_folder(con: duckdb.DuckDBPyConnection, name: str) -> Path | None:
+    """The lake table folder whose day files the database's view `name` reads, as
+    `mark_lake_view` said; None for a table, or a view it did not mark."""
+    comments = con.execute("SELECT comment FROM duckdb_views() WHERE view_name = ? AND NOT internal "
+                           "AND schema_name = current_schema()", [name]).fetchall()
+    comment = comments[0][0] if comments else None
+    return Path(comment.removeprefix(LAKE_VIEW)) if comment and comment.startswith(LAKE_VIEW) else None
+
+
+def day_file_fingerprints(folder: Path) -> dict[date, str]:
+    """Per day file of the lake table `folder`, its size and modification time: every rewrite of
+    a day renames a new file over it, so a day's fingerprint changes when its file is replaced,
+    and reading it opens no file."""
+    lake, table = folder.parent, folder.name
+    return {day: f"file:{stat.st_size}:{stat.st_mtime_ns}"
+            for day in lake_days(lake, table) for stat in [day_file(lake, table, day).stat()]}
 
 
 def read_lake(con: duckdb.DuckDBPyConnection, lake: Path, table: str) -> duckdb.DuckDBPyRelation:

@@ -1,6 +1,6 @@
 """The trace lake: every row of the trace tables lands in its UTC day's file, an unchanged day
-is not rewritten, a failed export leaves each day whole (old or new) and is redone, and a stage
-stored on DuckDB retires its Spark copy."""
+is not rewritten, a failed export leaves each day whole (old or new) and is redone, a stage
+stored on DuckDB retires its Spark copy, and a Spark stage's view is fingerprinted by its files."""
 
 from datetime import UTC, date, datetime, timedelta
 
@@ -11,8 +11,21 @@ from hypothesis import strategies as st
 
 from rag_loop.engines import lake as lake_module
 from rag_loop.engines.engine import DuckDBEngine
-from rag_loop.engines.lake import DAY_OF, day_file, export_lake, lake_days, read_lake
+from rag_loop.engines.incremental import table_fingerprints
+from rag_loop.engines.lake import (
+    DAY_OF,
+    day_file,
+    export_lake,
+    export_table,
+    lake_days,
+    lake_query,
+    lake_view_folder,
+    mark_lake_view,
+    read_lake,
+    write_parquet,
+)
 from rag_loop.selection.signals import SignalSettings, compute_signals
+from rag_loop.store.ddl import utc_day
 from rag_loop.store.tables import create_tables
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
@@ -120,3 +133,27 @@ def test_a_stage_stored_on_duckdb_removes_its_older_spark_copy_from_the_lake(tmp
         assert not (lake / "trace_signals").exists()
         assert lake_days(lake, "raw_traces") == [date(2026, 11, 1)]  # the lake's own tables stay
         assert con.execute("SELECT count(*) FROM trace_signals").fetchall() == [(1,)]
+
+
+def test_a_spark_stages_view_is_fingerprinted_by_its_day_files_without_reading_them(tmp_path):
+    """A view of the lake's day files (as the Spark engine leaves a stage) gets per-day
+    fingerprints from the files themselves: a rewritten day alone changes, and a file that
+    could not even be read is not opened. An unmarked view is hashed as a table is."""
+    with _world(tmp_path / "w.duckdb", [(0, 1, False, "a"), (86_400_000_000, 1, False, "b")]) as con:
+        lake = tmp_path / "o'brien" / "lake"
+        con.execute(f"CREATE TABLE stage AS SELECT trace_id, {utc_day()} AS day FROM raw_traces")
+        export_table(con, lake, "stage")
+        hashed = table_fingerprints(con, "stage")
+        con.execute("DROP TABLE stage")
+        con.execute(f"CREATE VIEW stage AS {lake_query(lake, 'stage')}")
+        assert table_fingerprints(con, "stage") == hashed  # not marked: read and hashed
+        mark_lake_view(con, "stage", lake / "stage")
+        assert lake_view_folder(con, "stage") == lake / "stage"
+        before = table_fingerprints(con, "stage")
+        assert set(before) == {date(2026, 11, 1), date(2026, 11, 2)} and before != hashed
+        write_parquet(con, "SELECT 'c' AS trace_id", day_file(lake, "stage", date(2026, 11, 2)))
+        after = table_fingerprints(con, "stage")
+        assert after[date(2026, 11, 1)] == before[date(2026, 11, 1)]
+        assert after[date(2026, 11, 2)] != before[date(2026, 11, 2)]
+        day_file(lake, "stage", date(2026, 11, 1)).write_bytes(b"not a parquet file")
+        assert set(table_fingerprints(con, "stage")) == set(before)

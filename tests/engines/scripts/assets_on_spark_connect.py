@@ -1,7 +1,8 @@
 """Run by tests/engines/test_spark.py in its own process, as a Dagster run worker runs: the
 assets from raw_traces to quality_estimates on the Spark resource pointed at a Spark Connect
-server (argv: url, traces folder, lake folder, database), then trace_signals again. Prints a
-JSON line: whether both runs succeeded, whether pyspark ran as a Spark Connect client, the
+server (argv: url, traces folder, lake folder, database), then trace_signals in a daily run
+(nothing changed) and again from scratch (no recorded state). Prints a JSON line: whether the
+runs succeeded, the daily run's days computed, whether pyspark ran as a Spark Connect client, the
 lake's files after each run, and where the first run says trace_signals and failure_candidates
 are stored."""
 
@@ -9,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from dagster import materialize
+from dagster import DagsterInstance, materialize
 from dagster_duckdb import DuckDBResource
 
 from assets.ingestion import raw_traces, trace_lake
@@ -25,15 +26,18 @@ def lake_files() -> list[str]:
     return sorted(str(p.relative_to(lake)) for p in Path(lake).rglob("*.parquet"))
 
 
+instance = DagsterInstance.ephemeral()
 run = materialize([raw_traces, trace_lake, trace_signals, failure_candidates, quality_estimates],
-                  resources=resources,
+                  resources=resources, instance=instance,
                   run_config={"ops": {"quality_estimates": {"config": {"slices": ["language"]}}}})
 first = run.success
 stored_in = {name: run.asset_materializations_for_node(name)[0].metadata["stored_in"].value
              for name in ("trace_signals", "failure_candidates")}
 files = lake_files()
-again = materialize([trace_signals], resources=resources).success  # the same lake, computed again
+daily = materialize([trace_signals], resources=resources, instance=instance)  # nothing changed since
+days_computed = daily.asset_materializations_for_node("trace_signals")[0].metadata["days_computed"].value
+again = materialize([trace_signals], resources=resources).success  # no recorded state: computed again
 from pyspark.sql.utils import is_remote  # noqa: E402 (imported by the resource, not before)
 
-print(json.dumps({"success": [first, again], "connect": is_remote(), "files": files, "files_again": lake_files(),
-                  "stored_in": stored_in}))
+print(json.dumps({"success": [first, daily.success, again], "connect": is_remote(), "files": files,
+                  "files_again": lake_files(), "stored_in": stored_in, "days_computed_daily": days_computed}))
