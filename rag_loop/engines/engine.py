@@ -269,11 +269,12 @@ class SparkEngine(Engine):
                      days: Collection[date]) -> int:
         """As `Engine.replace_days`. The lake's copy is the table's only while the database's
         `name` is a view of it: a table there (stored on DuckDB since), or a view of another
-        lake, first replaces the lake's other days; with neither, the lake's stale days go."""
+        lake, first writes its other days over the lake's, and a lake day it does not have
+        (another database's) goes."""
         if not self._reads_lake(con, name):
-            shutil.rmtree(self.lake / name, ignore_errors=True)
-            if has_table(con, name):
-                export_table(con, self.lake, name, skip=days)
+            kept = export_table(con, self.lake, name, skip=days) if has_table(con, name) else []
+            for day in set(lake_days(self.lake, name)) - set(kept) - set(days):  # another database's
+                day_file(self.lake, name, day).unlink()
         written = self._write_days(name, expression)
         for day in set(days) - written:  # a day without rows any more
             day_file(self.lake, name, day).unlink(missing_ok=True)

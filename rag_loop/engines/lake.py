@@ -47,12 +47,15 @@ def lake_days(lake: Path, table: str) -> list[date]:
                   for p in (lake / table).glob(f"day=*/{PART}"))
 
 
-def export_table(con: duckdb.DuckDBPyConnection, lake: Path, table: str, skip: Iterable[date] = ()) -> None:
+def export_table(con: duckdb.DuckDBPyConnection, lake: Path, table: str, skip: Iterable[date] = ()) -> list[date]:
     """A day-partitioned table of the database (it has `day`) as the lake's day files, but for
-    the days in `skip`: what a stage computed on DuckDB gives the Spark engine to build on."""
+    the days in `skip`: what a stage computed on DuckDB gives the Spark engine to build on.
+    Returns the days written."""
     days = [d for (d,) in con.execute(f'SELECT DISTINCT day FROM "{table}" WHERE day IS NOT NULL').fetchall()]
-    for day in sorted(set(days) - set(skip)):
+    written = sorted(set(days) - set(skip))
+    for day in written:
         write_parquet(con, f'SELECT * EXCLUDE (day) FROM "{table}" WHERE day = ?', day_file(lake, table, day), [day])
+    return written
 
 
 def write_parquet(con: duckdb.DuckDBPyConnection, query: str, target: Path, parameters: list | None = None) -> None:
