@@ -30,10 +30,9 @@ from rag_loop.engines.lake import (
     SCHEMA,
     day_file,
     export_table,
+    expose_lake_table,
     lake_days,
-    lake_query,
     lake_view_folder,
-    mark_lake_view,
     write_parquet,
 )
 from rag_loop.engines.literals import from_sentinel_era, same_sql, to_sentinel_era
@@ -290,18 +289,7 @@ class SparkEngine(Engine):
         a trace-sized table is never copied into the control database); returns its rows."""
         with _empty(con, expression) as empty:  # no day yet: the view still has the columns
             write_parquet(con, f"SELECT * EXCLUDE (day) FROM {empty}", self.lake / name / SCHEMA)
-        columns = ", ".join(f'"{c}"' for c in expression.columns)
-        con.execute("BEGIN")
-        try:
-            if relation_kind(con, name) == "table":
-                con.execute(f'DROP TABLE "{name}"')
-            con.execute(f'CREATE OR REPLACE VIEW "{name}" AS SELECT {columns} FROM '
-                        f"({lake_query(self.lake.resolve(), name)})")
-            mark_lake_view(con, name, self.lake.resolve() / name)
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
+        expose_lake_table(con, self.lake, name, expression.columns)
         return con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]
 
     def _write_days(self, name: str, expression: ir.Table) -> set[date]:

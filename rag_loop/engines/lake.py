@@ -21,6 +21,7 @@ from pathlib import Path
 import duckdb
 
 from rag_loop.store.ddl import utc_day
+from rag_loop.store.tables import relation_kind
 
 # table → its rows with their UTC day (child tables carry their trace's)
 DAY_OF = {
@@ -109,6 +110,23 @@ def export_lake(con: duckdb.DuckDBPyConnection, lake: Path, days: Iterable[date]
     staged.write_text(json.dumps(stored, indent=1, sort_keys=True))
     os.replace(staged, stored_path)
     return {"days_written": len(changed), "days_unchanged": len(wanted) - len(changed)}
+
+
+def expose_lake_table(con: duckdb.DuckDBPyConnection, lake: Path, name: str, columns: Sequence[str]) -> None:
+    """The database's `name` becomes a marked view of the lake's table `name` (its day files, or
+    its schema file while it has none) with `columns` in that order, in place of the table of
+    that name if there is one, in one transaction."""
+    listed = ", ".join(f'"{c}"' for c in columns)
+    con.execute("BEGIN")
+    try:
+        if relation_kind(con, name) == "table":
+            con.execute(f'DROP TABLE "{name}"')
+        con.execute(f'CREATE OR REPLACE VIEW "{name}" AS SELECT {listed} FROM ({lake_query(lake.resolve(), name)})')
+        mark_lake_view(con, name, lake.resolve() / name)
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
 
 
 def mark_lake_view(con: duckdb.DuckDBPyConnection, name: str, folder: Path) -> None:

@@ -1,0 +1,77 @@
+"""A stage switched between engines in any order keeps a whole run's rows: Spark leaves it as a
+marked view of its lake day files, DuckDB as a table. The Spark engine's own lake and view code
+runs here with DuckDB in place of Spark's executors (`LakeOnDuckDB`), so this needs no Java;
+tests/engines/test_spark.py runs the same switches on real Spark."""
+
+from dataclasses import dataclass, field
+from datetime import date
+
+import duckdb
+import ibis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rag_loop.engines.engine import DuckDBEngine, SparkEngine
+from rag_loop.engines.functions import DUCKDB, Functions
+from rag_loop.engines.incremental import table_fingerprints
+from rag_loop.engines.lake import day_file, export_lake, lake_days, write_parquet
+from rag_loop.selection.signals import SignalSettings, compute_signals
+from rag_loop.store.tables import relation_kind
+from tests.engines.test_lake import _world
+
+DAYS = [date(2026, 11, 1), date(2026, 11, 2), date(2026, 11, 3)]
+ROWS = [(d * 86_400_000_000 + n * 3_600_000_000, n % 3, n % 2 == 0, f"query {d} {n}")
+        for d in range(3) for n in range(4)]
+
+
+@dataclass
+class LakeOnDuckDB(SparkEngine):
+    """SparkEngine's lake and view handling; its executors' work (the expression's rows, one
+    file per day) done by DuckDB on the control database."""
+
+    functions: Functions = field(default=DUCKDB, init=False)
+
+    def __post_init__(self) -> None:
+        self.con: duckdb.DuckDBPyConnection | None = None
+
+    def inputs(self, con, names):
+        self.con = con
+        return DuckDBEngine().inputs(con, names)
+
+    def _write_days(self, name, expression) -> set[date]:
+        self.con.execute("SET lambda_syntax = 'ENABLE_SINGLE_ARROW'")
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE _rows AS {ibis.to_sql(expression, dialect='duckdb')}")
+        written = {d for (d,) in self.con.execute("SELECT DISTINCT day FROM _rows").fetchall()}
+        for day in written:
+            write_parquet(self.con, "SELECT * EXCLUDE (day) FROM _rows WHERE day = ?",
+                          day_file(self.lake, name, day), [day])
+        return written
+
+
+def _rows(con) -> list[tuple]:
+    return con.execute("SELECT * EXCLUDE (day), day FROM trace_signals ORDER BY trace_id").fetchall()
+
+
+runs = st.lists(st.tuples(st.booleans(), st.none() | st.sets(st.sampled_from(DAYS), min_size=1)),
+                min_size=1, max_size=4)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(runs=runs)
+def test_any_order_of_engines_whole_or_daily_keeps_a_whole_runs_rows(tmp_path_factory, runs):
+    root = tmp_path_factory.mktemp("views")
+    with _world(root / "w.duckdb", ROWS) as con:
+        lake = root / "lake"
+        export_lake(con, lake)
+        compute_signals(con, SignalSettings())
+        expected = _rows(con)
+        for on_spark, days in runs:
+            engine = LakeOnDuckDB(None, lake) if on_spark else DuckDBEngine(lake)
+            compute_signals(con, SignalSettings(), engine, days=sorted(days) if days else None)
+            assert _rows(con) == expected
+            assert relation_kind(con, "trace_signals") == ("view" if on_spark else "table")
+            if on_spark:  # the lake's copy is whole, and the rows are only there
+                assert lake_days(lake, "trace_signals") == DAYS
+                assert all(f.startswith("file:") for f in table_fingerprints(con, "trace_signals").values())
+            else:
+                assert not (lake / "trace_signals").exists()
