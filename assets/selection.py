@@ -13,6 +13,7 @@ from pydantic import Field
 
 from assets.resources import EmbedderResource, EngineResource, RagLoopPaths
 from assets.stage import changed_days
+from rag_loop.engines.lake import lake_view_folder
 from rag_loop.reporting import plots
 from rag_loop.selection.estimates import (
     DEFAULT_SLICES,
@@ -31,19 +32,18 @@ from rag_loop.selection.signals import (
     signal_coverage,
     signal_inputs,
 )
-from rag_loop.store.tables import relation_kind
 
 _SIGNAL_DEFAULTS = SignalSettings()
-
-
-def _stored_in(con, name: str, paths: RagLoopPaths) -> str:
-    """Where the table's rows are: the trace lake (a Spark run's; the database has a view) or the database."""
-    if relation_kind(con, name) == "view":
-        return f"trace lake: {paths.lake / name} (the control database holds a view of its day files)"
-    return "control database"
-
 _POLICY_DEFAULTS = SamplingPolicy()
 _NOVELTY_DEFAULTS = NoveltySettings()
+
+
+def _stored_in(con, name: str) -> str:
+    """Where the table's rows are: a Spark run's in the trace lake (the database has a view of
+    its day files), or the control database."""
+    folder = lake_view_folder(con, name)
+    return f"trace lake: {folder} (the control database holds a view of its day files)" if folder \
+        else "control database"
 
 
 class SignalConfig(Config):
@@ -66,7 +66,7 @@ def trace_signals(context: AssetExecutionContext, config: SignalConfig, duckdb: 
         computed = changed_days(context, con, duckdb.database, "trace_signals", signal_inputs(con, settings),
                                 lambda days: compute_signals(con, settings, on, days=days))
         traces = con.execute("SELECT count(*) FROM trace_signals").fetchall()[0][0]
-        stored_in = _stored_in(con, "trace_signals", paths)
+        stored_in = _stored_in(con, "trace_signals")
         counts = signal_counts(con)
         coverage = signal_coverage(con)
         documents = con.execute("SELECT count(*) FROM documents").fetchall()[0][0]
@@ -157,7 +157,7 @@ def failure_candidates(context: AssetExecutionContext, config: SamplingConfig, d
         computed = changed_days(context, con, duckdb.database, "failure_candidates", candidate_inputs(con, policy),
                                 lambda days: select_candidates(con, policy, on, days=days))
         summary = selection_summary(con, policy)
-        stored_in = _stored_in(con, "failure_candidates", paths)
+        stored_in = _stored_in(con, "failure_candidates")
         selected_signals = con.sql(
             "SELECT s AS signal, count(*) AS selected FROM "
             "(SELECT unnest(signals) AS s FROM failure_candidates) GROUP BY 1 ORDER BY 2 DESC").df()

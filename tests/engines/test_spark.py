@@ -227,8 +227,9 @@ def test_the_spark_resource_on_a_spark_connect_url_stores_what_duckdb_does_and_a
     assert outcome["success"] == [True, True, True] and outcome["connect"]
     assert outcome["days_computed_daily"] == 0  # the lake's day files unchanged: their fingerprints too
     assert outcome["files_again"] == outcome["files"]
-    assert outcome["stored_in"] == {name: f"trace lake: {tmp_path / 'lake' / name} (the control database holds a "
-                                          "view of its day files)" for name in PORTED}
+    lake = (tmp_path / "lake").resolve()
+    assert outcome["stored_in"] == {name: f"trace lake: {lake / name} (the control database holds a view of its "
+                                          "day files)" for name in PORTED}
     assert {Path(f).parts[0] for f in outcome["files"]} == {"documents", "failure_candidates", "raw_traces",
                                                              "trace_chunks", "trace_spans", "trace_feedback",
                                                              "trace_signals"}
