@@ -38,7 +38,7 @@ from rag_loop.engines.lake import (
 from rag_loop.engines.literals import from_sentinel_era, same_sql, to_sentinel_era
 from rag_loop.ingest.pipeline import IngestReport, ingest_directory
 from rag_loop.store.ddl import CHILD_TABLES
-from rag_loop.store.tables import add_child_days, has_table, relation_kind
+from rag_loop.store.tables import add_child_days, has_table, relation_kind, transaction
 
 # Spark settings every session needs: instants in UTC (the day of a trace), Parquet timestamps
 # that DuckDB reads as instants, no UI; ANSI mode stays on (a bad cast fails instead of
@@ -123,8 +123,7 @@ class DuckDBEngine(Engine):
     def _replace_days(self, con: duckdb.DuckDBPyConnection, name: str, sql: str, days: Collection[date]) -> int:
         self._lambdas(con)
         wanted = f"SELECT * FROM ({sql}) WHERE day IN (SELECT unnest($days::DATE[]))"
-        con.execute("BEGIN")
-        try:
+        with transaction(con):
             if relation_kind(con, name) == "view":  # a Spark run's: its other days become the table's
                 con.execute(f'CREATE TABLE "{name}__kept" AS SELECT * FROM "{name}"')
                 con.execute(f'DROP VIEW "{name}"')
@@ -132,10 +131,6 @@ class DuckDBEngine(Engine):
             con.execute(f'CREATE TABLE IF NOT EXISTS "{name}" AS SELECT * FROM ({sql}) WHERE false')
             con.execute(f'DELETE FROM "{name}" WHERE day IN (SELECT unnest($days::DATE[]))', {"days": sorted(days)})
             con.execute(f'INSERT INTO "{name}" BY NAME {wanted}', {"days": sorted(days)})
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
         self._forget_lake_copy(name)
         return _rows_of_days(con, name, days)
 
@@ -190,15 +185,10 @@ class DuckDBEngine(Engine):
 
     def _create(self, con: duckdb.DuckDBPyConnection, name: str, sql: str) -> int:
         self._lambdas(con)
-        con.execute("BEGIN")
-        try:
+        with transaction(con):
             if relation_kind(con, name) == "view":
                 con.execute(f'DROP VIEW "{name}"')
             con.execute(f'CREATE OR REPLACE TABLE "{name}" AS {sql}')
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
         self._forget_lake_copy(name)
         return con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import duckdb
 
 from rag_loop.store.ddl import utc_day
-from rag_loop.store.tables import relation_kind
+from rag_loop.store.tables import relation_kind, transaction
 
 # table → its rows with their UTC day (child tables carry their trace's)
 DAY_OF = {
@@ -117,16 +117,11 @@ def expose_lake_table(con: duckdb.DuckDBPyConnection, lake: Path, name: str, col
     its schema file while it has none) with `columns` in that order, in place of the table of
     that name if there is one, in one transaction."""
     listed = ", ".join(f'"{c}"' for c in columns)
-    con.execute("BEGIN")
-    try:
+    with transaction(con):
         if relation_kind(con, name) == "table":
             con.execute(f'DROP TABLE "{name}"')
         con.execute(f'CREATE OR REPLACE VIEW "{name}" AS SELECT {listed} FROM ({lake_query(lake.resolve(), name)})')
         mark_lake_view(con, name, lake.resolve() / name)
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
 
 
 def mark_lake_view(con: duckdb.DuckDBPyConnection, name: str, folder: Path) -> None:

@@ -3,7 +3,8 @@ tables."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from datetime import date
 
 import duckdb
@@ -35,6 +36,18 @@ def add_child_days(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(CHILD_DAY_BACKFILL.format(table=table))
         if not con.execute(f"SELECT count(*) FROM {table} WHERE day IS NULL").fetchall()[0][0]:
             con.execute(f"ALTER TABLE {table} ALTER COLUMN day SET NOT NULL")
+
+
+@contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """The block's statements in one transaction: committed at its end, rolled back if it raises."""
+    con.execute("BEGIN")
+    try:
+        yield
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
 
 
 def has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
@@ -73,15 +86,10 @@ def replace_days(con: duckdb.DuckDBPyConnection, table: str, days: Collection[da
     if not frame.empty:
         con.register("_day_rows", frame)
     try:
-        con.execute("BEGIN")
-        try:
+        with transaction(con):
             con.execute(f"DELETE FROM {table} WHERE day IN (SELECT unnest($days::DATE[]))", {"days": sorted(days)})
             if not frame.empty:
                 con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _day_rows")
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
     finally:
         if not frame.empty:
             con.unregister("_day_rows")
