@@ -32,7 +32,7 @@ from rag_loop.engines.lake import (
     export_table,
     expose_lake_table,
     lake_days,
-    lake_view_folder,
+    in_lake,
     write_parquet,
 )
 from rag_loop.engines.literals import from_sentinel_era, same_sql, to_sentinel_era
@@ -209,9 +209,9 @@ class SparkEngine(Engine):
 
     def ingest(self, con: duckdb.DuckDBPyConnection, directory: Path, **options: Any) -> IngestReport:
         """Files parsed, and OTLP traces assembled, by Spark tasks, staged in the lake's hidden
-        `.ingest` folder (rag_loop.engines.ingest)."""
+        `.ingest` folder; the traces kept in the lake (rag_loop.engines.ingest)."""
         from rag_loop.engines.ingest import ingest_directory_on_spark
-        return ingest_directory_on_spark(self.session, con, directory, self.lake / ".ingest", **options)
+        return ingest_directory_on_spark(self.session, con, directory, self.lake, **options)
 
     def inputs(self, con: duckdb.DuckDBPyConnection, names: Sequence[str]) -> dict[str, ir.Table]:
         """Each table from the lake where it is there, else from the control database (the small
@@ -240,10 +240,11 @@ class SparkEngine(Engine):
         if lake_days(self.lake, name):
             return self.session.read.parquet(str(self.lake / name))
         from pyspark.sql import functions
-        if (self.lake / name / SCHEMA).exists():  # no day yet: the columns, no rows
-            return self.session.read.parquet(str(self.lake / name / SCHEMA)).withColumn(
-                "day", functions.lit(None).cast("date"))
         from pyspark.sql.pandas.types import from_arrow_schema
+        if (self.lake / name / SCHEMA).exists():  # no day yet: the columns, no rows (Spark reads no `_` file)
+            import pyarrow.parquet as pq
+            columns = from_arrow_schema(pq.read_schema(self.lake / name / SCHEMA))
+            return self.session.createDataFrame([], schema=columns).withColumn("day", functions.lit(None).cast("date"))
         table = con.table(name).arrow().read_all()  # with its schema: Spark Connect infers none from no rows
         return self.session.createDataFrame(table, schema=from_arrow_schema(table.schema))
 
@@ -272,7 +273,7 @@ class SparkEngine(Engine):
 
     def _reads_lake(self, con: duckdb.DuckDBPyConnection, name: str) -> bool:
         """Whether the database's `name` is a view of this lake's files of `name`."""
-        return lake_view_folder(con, name) == self.lake.resolve() / name
+        return in_lake(con, self.lake, name)
 
     def _expose(self, con: duckdb.DuckDBPyConnection, name: str, expression: ir.Table) -> int:
         """The database's `name` becomes a view of the lake's day files (the rows stay there:

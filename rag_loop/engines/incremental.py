@@ -101,7 +101,11 @@ def table_fingerprints(con: duckdb.DuckDBPyConnection, table: str, columns: str 
 def traffic_fingerprints(con: duckdb.DuckDBPyConnection) -> Fingerprints:
     """Per UTC day of raw_traces: its traces and when each was stored (a trace stored again,
     e.g. an OTLP trace assembled again after a late span, has a new ingestion time; its chunks,
-    spans and feedback are stored with it)."""
+    spans and feedback are stored with it). Traces kept in the trace lake (a Spark ingestion's)
+    are fingerprinted by their day files: every change of a day's traces writes one."""
+    folder = lake_view_folder(con, "raw_traces")
+    if folder is not None:
+        return day_file_fingerprints(folder)
     return table_fingerprints(con, "raw_traces", 'trace_id, "timestamp", ingested_at',
                               day=utc_day())
 

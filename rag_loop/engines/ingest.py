@@ -11,13 +11,15 @@ control database gets exactly the rows, and the caller exactly the report, that
    its traces and their children; an OTLP file its spans (rag_loop.engines.spans).
 3. A Spark window over the staged copies and those already stored picks each trace id's (each
    span's) first copy: rag_loop.engines.resolve. Losers' chunks, spans and feedback are dropped.
-4. DuckDB reads the staged and resolved Parquet into the control database with the files'
-   `ingested_files` rows, in one transaction for all files: a failure leaves the database
-   unchanged, and the run is redone whole. The run's staging folder is removed.
+4. The traces that stay are added to the trace lake, where raw_traces and its child tables
+   live (rag_loop.engines.raw_lake: the database has views of their files), and the rest
+   (ingested_files, quarantine, duplicates, spans) is stored in the control database, in one
+   transaction for all files: a failure leaves the database unchanged, and the run is redone
+   whole. The run's staging folder is removed.
 5. The OTLP traces that are ready are assembled by Spark tasks grouped by trace id, and stored
-   as on the DuckDB path (`assemble_ready` with `spark_assembler`).
+   as on the DuckDB path (`assemble_ready` with `spark_assembler`), into the lake too.
 
-The executors must see the trace folder and `staging` at the same paths as the driver (local
+The executors must see the trace folder and the lake at the same paths as the driver (local
 mode, or a shared file system: give both as absolute paths), and run a Python that has
 rag_loop (`PYSPARK_PYTHON`). A task gets the file's path as listed, so that the messages
 quoting it (readers' fallbacks, unreadable files' reasons) are the DuckDB path's own.
@@ -41,6 +43,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rag_loop.engines.lake import write_parquet
+from rag_loop.engines.raw_lake import LakeTraces, move_raw_tables_to_lake
 from rag_loop.engines.resolve import resolve, staged, staged_file, store_set_aside, verdict
 from rag_loop.engines.spans import SPAN_TABLES, spark_assembler, store_staged_spans
 from rag_loop.ingest.lines import Rejected
@@ -84,14 +87,16 @@ class TaskSettings:
 
 
 def ingest_directory_on_spark(session: Any, con: duckdb.DuckDBPyConnection, directory: Path,
-                              staging: Path, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+                              lake: Path, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
                               log: Log = quiet, batch_bytes: int = DEFAULT_BATCH_BYTES,
                               grace: timedelta = DEFAULT_GRACE, now: datetime | None = None,
                               memory_limit: str | None = DEFAULT_MEMORY_LIMIT,
                               workers: int | None = None) -> IngestReport:
     """`ingest_directory(con, directory, ...)` with the files parsed, and the OTLP traces
-    assembled, by Spark tasks (`session`), staged under `staging/<run id>/`; `memory_limit` is
-    each task's DuckDB's. `workers` is accepted for `ingest_directory`'s signature: the
+    assembled, by Spark tasks (`session`), staged under `<lake>/.ingest/<run id>/`, with
+    raw_traces and its child tables kept in the trace lake `lake` (moved there on the first
+    run: the database's tables become views of the lake's files); `memory_limit` is each
+    task's DuckDB's. `workers` is accepted for `ingest_directory`'s signature: the
     parallelism is Spark's.
 
     A file whose task fails (its worker crashed, its DuckDB failed) is quarantined whole and
@@ -103,22 +108,31 @@ def ingest_directory_on_spark(session: Any, con: duckdb.DuckDBPyConnection, dire
     other format reads or writes, and OTLP traces are assembled after every file was read, on
     either path.
     """
+    staging = lake / ".ingest"
+    move_raw_tables_to_lake(con, lake)
+    traces = LakeTraces(session, lake, staging / f"lake-{uuid.uuid4().hex}")
+
     def read_files(pool: LazyPool) -> IngestReport:
         report = IngestReport()
         listed = list(listed_files(con, directory, report))
         new = [entry for entry in listed if isinstance(entry, NewFile)]
         stored = _store_on_spark(session, con, new, staging,
-                                 TaskSettings(max_record_bytes, batch_bytes, memory_limit), log)
+                                 TaskSettings(max_record_bytes, batch_bytes, memory_limit), log, traces)
         report.files = [stored[e.order] if isinstance(e, NewFile) else e for e in listed]
         return report
 
-    return run_ingestion(con, read_files, max_record_bytes, log, memory_limit, grace, now, workers,
-                         assembler=spark_assembler(session, staging))
+    try:
+        with traces.shadowing(con):
+            return run_ingestion(con, read_files, max_record_bytes, log, memory_limit, grace, now, workers,
+                                 assembler=spark_assembler(session, staging), traces=traces)
+    finally:
+        shutil.rmtree(traces.run, ignore_errors=True)
 
 
 def _store_on_spark(session: Any, con: duckdb.DuckDBPyConnection, files: list[NewFile],
-                    staging: Path, settings: TaskSettings, log: Log) -> dict[int, FileReport]:
-    """Parse `files` on Spark and store them in one transaction; their reports by file order."""
+                    staging: Path, settings: TaskSettings, log: Log, traces: LakeTraces) -> dict[int, FileReport]:
+    """Parse `files` on Spark and store them in one transaction (the traces in the lake,
+    through `traces`); their reports by file order."""
     if not files:
         return {}
     run = staging / uuid.uuid4().hex
@@ -133,13 +147,14 @@ def _store_on_spark(session: Any, con: duckdb.DuckDBPyConnection, files: list[Ne
         native, otlp = read("native"), read("otlp")
         con.execute("BEGIN")
         _forget_earlier_reads(con, [f.relative for f in files])
-        losers = _store_staged(session, con, run) if any_read(native) else {}
+        losers = _store_staged(session, con, run, traces) if any_read(native) else {}
         changes = store_staged_spans(session, con, run) if any_read(otlp) else {}
         reports = {f.order: _file_report(f, rows[f.order], losers.get(f.order, 0)) for f in native}
         reports |= {f.order: _span_file_report(f, rows[f.order], *changes.get(f.order, (0, 0)))
                     for f in otlp}
         _quarantine_failures(con, [(f, rows[f.order]) for f in files if rows[f.order]["failure"]])
         mark_ingested(con, [(f, reports[f.order]) for f in files])
+        traces.flush(con)
         con.execute("COMMIT")
     finally:
         shutil.rmtree(run, ignore_errors=True)
@@ -279,9 +294,11 @@ def _discard_staged(run: Path, order: int) -> None:
 # --- first copy wins, and into the control database ----------------------------------------
 
 
-def _store_staged(session: Any, con: duckdb.DuckDBPyConnection, run: Path) -> dict[int, int]:
+def _store_staged(session: Any, con: duckdb.DuckDBPyConnection, run: Path, traces: LakeTraces) -> dict[int, int]:
     """Resolve the staged traces against the stored ones on Spark and insert what stays, inside
     the caller's transaction; returns each file's staged traces that lost (duplicates now)."""
+    traces.load(con, f"SELECT trace_id FROM {staged(run, 'raw_traces')} "
+                     f"UNION ALL SELECT trace_id FROM {staged(run, 'trace_duplicates')}")
     resolve(session, con, run, "raw_traces", ("trace_id",), "raw_traces", "trace_duplicates",
             "_resolved")
     try:

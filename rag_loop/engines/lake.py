@@ -1,11 +1,13 @@
-"""The trace lake: trace-sized tables as Parquet, one file per table and UTC day
-(`<lake>/<table>/day=YYYY-MM-DD/part-0.parquet`, Hive-style, so Spark and DuckDB both read
-`day` from the path; `_schema.parquet` beside them has the columns and no rows), plus the small
-tables the stages join (`<lake>/documents/part-0.parquet`).
+"""The trace lake: trace-sized tables as Parquet, partitioned by UTC day
+(`<lake>/<table>/day=YYYY-MM-DD/*.parquet`, Hive-style, so Spark and DuckDB both read `day`
+from the path; `_schema.parquet` beside them has the columns and no rows), plus the small
+tables the stages join (`<lake>/documents/part-0.parquet`). An export from the database, and a
+Spark stage, write one file per day (`part-0.parquet`); Spark ingestion adds a file to each day
+it stores traces of (rag_loop.engines.raw_lake).
 
-A day is replaced by writing its file beside the old one and renaming it over it, so a reader
-sees the old day or the new one, never half of either; a day whose rows have not changed since
-the last export (same count, same newest ingestion time) is not rewritten. `_days.json` keeps
+A file is replaced by writing it beside the old one and renaming it over it, so a reader sees
+the old file or the new one, never half of either; a day whose rows have not changed since the
+last export (same count, same newest ingestion time) is not rewritten. `_days.json` keeps
 those fingerprints.
 """
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import date
 from pathlib import Path
 
@@ -33,6 +35,7 @@ DAY_OF = {
 WHOLE = ("documents",)  # small tables, one file each
 LAKE_TABLES = (*DAY_OF, *WHOLE)  # what trace_lake exports; the Spark engine adds its stages' tables
 PART = "part-0.parquet"
+FILES = "*.parquet"  # a day's files (hidden ones, being written, end in .tmp)
 SCHEMA = "_schema.parquet"  # no rows, the table's columns: what a reader gets while no day exists
 FINGERPRINTS = "_days.json"
 LAKE_VIEW = "rag-loop lake: "  # the comment on a database view of a lake table's day files
@@ -43,9 +46,24 @@ def day_file(lake: Path, table: str, day: date) -> Path:
 
 
 def lake_days(lake: Path, table: str) -> list[date]:
-    """The days `table` has in the lake, in order."""
-    return sorted(date.fromisoformat(p.parent.name.removeprefix("day="))
-                  for p in (lake / table).glob(f"day=*/{PART}"))
+    """The days `table` has in the lake (a file), in order."""
+    return sorted({date.fromisoformat(p.parent.name.removeprefix("day="))
+                   for p in (lake / table).glob(f"day=*/{FILES}")})
+
+
+def day_files(lake: Path, table: str, day: date) -> list[Path]:
+    """The files of a day of `table`, in name order."""
+    return sorted(day_file(lake, table, day).parent.glob(FILES))
+
+
+def replace_day(con: duckdb.DuckDBPyConnection, query: str, lake: Path, table: str, day: date,
+                parameters: list | None = None) -> None:
+    """`query`'s rows as the day's only file (the others go after it is in place)."""
+    target = day_file(lake, table, day)
+    write_parquet(con, query, target, parameters)
+    for other in day_files(lake, table, day):
+        if other != target:
+            other.unlink()
 
 
 def export_table(con: duckdb.DuckDBPyConnection, lake: Path, table: str, skip: Iterable[date] = ()) -> list[date]:
@@ -55,20 +73,31 @@ def export_table(con: duckdb.DuckDBPyConnection, lake: Path, table: str, skip: I
     days = [d for (d,) in con.execute(f'SELECT DISTINCT day FROM "{table}" WHERE day IS NOT NULL').fetchall()]
     written = sorted(set(days) - set(skip))
     for day in written:
-        write_parquet(con, f'SELECT * EXCLUDE (day) FROM "{table}" WHERE day = ?', day_file(lake, table, day), [day])
+        replace_day(con, f'SELECT * EXCLUDE (day) FROM "{table}" WHERE day = ?', lake, table, day, [day])
     return written
 
 
 def write_parquet(con: duckdb.DuckDBPyConnection, query: str, target: Path, parameters: list | None = None) -> None:
     """`query`'s rows as the Parquet file `target`, which readers see whole or not at all
     (written hidden beside it, then renamed over it)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staged = target.with_name(f".{uuid.uuid4().hex}.tmp")  # hidden: neither engine reads it
+    staged = hidden_parquet(con, query, target, parameters)
     try:
-        con.execute(f"COPY ({query}) TO {quoted(staged)} (FORMAT parquet)", parameters or [])
         os.replace(staged, target)
     finally:
         staged.unlink(missing_ok=True)
+
+
+def hidden_parquet(con: duckdb.DuckDBPyConnection, query: str, target: Path, parameters: list | None = None) -> Path:
+    """`query`'s rows as a hidden Parquet file beside `target` (neither engine reads it), for
+    the caller to rename over `target`; returns its path."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staged = target.with_name(f".{uuid.uuid4().hex}.tmp")
+    try:
+        con.execute(f"COPY ({query}) TO {quoted(staged)} (FORMAT parquet)", parameters or [])
+    except BaseException:
+        staged.unlink(missing_ok=True)
+        raise
+    return staged
 
 
 def quoted(path: Path) -> str:
@@ -87,8 +116,13 @@ def _fingerprints(path: Path) -> dict:
 
 def export_lake(con: duckdb.DuckDBPyConnection, lake: Path, days: Iterable[date] | None = None) -> dict[str, int]:
     """Write the changed days (or just `days`) of every trace table, and the whole small
-    tables, from the database to the lake. Returns days written and days unchanged."""
+    tables, from the database to the lake. Returns days written and days unchanged. Trace
+    tables that Spark ingestion keeps in this lake (the database has views of their files)
+    are there already: only the small tables are written."""
     lake.mkdir(parents=True, exist_ok=True)
+    if all(in_lake(con, lake, table) for table in DAY_OF):
+        _export_whole(con, lake)
+        return {"days_written": 0, "days_unchanged": 0}
     current = {str(day): [count, str(newest)] for day, count, newest in con.execute(
         f"SELECT {utc_day()} AS day, count(*), max(ingested_at) FROM raw_traces GROUP BY day ORDER BY day"
     ).fetchall()}
@@ -96,15 +130,15 @@ def export_lake(con: duckdb.DuckDBPyConnection, lake: Path, days: Iterable[date]
     stored = _fingerprints(stored_path)
     wanted = set(map(str, days)) & set(current) if days is not None else set(current)
     changed = sorted(d for d in wanted if stored.get(d) != current[d]
-                     or any(not day_file(lake, t, date.fromisoformat(d)).exists() for t in DAY_OF))
+                     or any(day_files(lake, t, date.fromisoformat(d)) != [day_file(lake, t, date.fromisoformat(d))]
+                            for t in DAY_OF))
     for table, query in DAY_OF.items():
         for day in changed:
-            write_parquet(con, f"SELECT * EXCLUDE (day) FROM ({query}) WHERE day = $1",
-                     day_file(lake, table, date.fromisoformat(day)), [date.fromisoformat(day)])
+            replace_day(con, f"SELECT * EXCLUDE (day) FROM ({query}) WHERE day = $1", lake, table,
+                        date.fromisoformat(day), [date.fromisoformat(day)])
     for table, query in DAY_OF.items():
         write_parquet(con, f"SELECT * EXCLUDE (day) FROM ({query}) LIMIT 0", lake / table / SCHEMA)
-    for table in WHOLE:
-        write_parquet(con, f"SELECT * FROM {table}", lake / table / PART)
+    _export_whole(con, lake)
     stored.update({d: current[d] for d in changed})
     staged = stored_path.with_name(f".{FINGERPRINTS}.tmp")
     staged.write_text(json.dumps(stored, indent=1, sort_keys=True))
@@ -112,22 +146,50 @@ def export_lake(con: duckdb.DuckDBPyConnection, lake: Path, days: Iterable[date]
     return {"days_written": len(changed), "days_unchanged": len(wanted) - len(changed)}
 
 
+def _export_whole(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
+    for table in WHOLE:
+        write_parquet(con, f"SELECT * FROM {table}", lake / table / PART)
+
+
+def in_lake(con: duckdb.DuckDBPyConnection, lake: Path, name: str) -> bool:
+    """Whether the database's `name` is a view of this lake's files of `name`."""
+    return lake_view_folder(con, name) == lake.resolve() / name
+
+
 def expose_lake_table(con: duckdb.DuckDBPyConnection, lake: Path, name: str, columns: Sequence[str]) -> None:
     """The database's `name` becomes a marked view of the lake's table `name` (its day files, or
     its schema file while it has none) with `columns` in that order, in place of the table of
     that name if there is one, in one transaction."""
-    listed = ", ".join(f'"{c}"' for c in columns)
+    expose_lake_tables(con, lake, {name: columns})
+
+
+def expose_lake_tables(con: duckdb.DuckDBPyConnection, lake: Path, columns: Mapping[str, Sequence[str]]) -> None:
+    """`expose_lake_table` for each table (name: its columns), all in one transaction."""
     with transaction(con):
-        if relation_kind(con, name) == "table":
-            con.execute(f'DROP TABLE "{name}"')
-        con.execute(f'CREATE OR REPLACE VIEW "{name}" AS SELECT {listed} FROM ({lake_query(lake.resolve(), name)})')
-        mark_lake_view(con, name, lake.resolve() / name)
+        for name in columns:
+            if relation_kind(con, name) == "table":
+                con.execute(f'DROP TABLE "{name}"')
+        create_lake_views(con, lake, columns)
 
 
-def mark_lake_view(con: duckdb.DuckDBPyConnection, name: str, folder: Path) -> None:
-    """Say on the database's view `name` that it reads the day files of the lake table `folder`."""
+def create_lake_views(con: duckdb.DuckDBPyConnection, lake: Path, columns: Mapping[str, Sequence[str]],
+                      catalog: str | None = None) -> None:
+    """(Re)create the marked view of each lake table (name: its columns) in the database's
+    schema, or in `catalog`'s (a name that a temp table of the connection shadows); inside
+    the caller's transaction. A view made while its table had no day reads the schema file
+    until made again."""
+    for name, listed in columns.items():
+        view = f'"{catalog}".main."{name}"' if catalog else f'"{name}"'
+        selected = ", ".join(f'"{c}"' for c in listed)
+        con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT {selected} FROM ({lake_query(lake.resolve(), name)})")
+        mark_lake_view(con, view, lake.resolve() / name)
+
+
+def mark_lake_view(con: duckdb.DuckDBPyConnection, view: str, folder: Path) -> None:
+    """Say on the database's view `view` (SQL: a quoted, maybe qualified, name) that it reads
+    the day files of the lake table `folder`."""
     comment = (LAKE_VIEW + str(folder)).replace("'", "''")
-    con.execute(f"""COMMENT ON VIEW "{name}" IS '{comment}'""")
+    con.execute(f"COMMENT ON VIEW {view} IS '{comment}'")
 
 
 def lake_view_folder(con: duckdb.DuckDBPyConnection, name: str) -> Path | None:
@@ -140,12 +202,13 @@ def lake_view_folder(con: duckdb.DuckDBPyConnection, name: str) -> Path | None:
 
 
 def day_file_fingerprints(folder: Path) -> dict[date, str]:
-    """Per day file of the lake table `folder`, its size and modification time: every rewrite of
-    a day renames a new file over it, so a day's fingerprint changes when its file is replaced,
-    and reading it opens no file."""
+    """Per day of the lake table `folder`, its files' names, sizes and modification times: every
+    change of a day writes a file (renamed over an old one, or added), so a day's fingerprint
+    changes with its rows, and reading it opens no file."""
     lake, table = folder.parent, folder.name
-    return {day: f"file:{stat.st_size}:{stat.st_mtime_ns}"
-            for day in lake_days(lake, table) for stat in [day_file(lake, table, day).stat()]}
+    return {day: " ".join(f"file:{path.name}:{stat.st_size}:{stat.st_mtime_ns}"
+                          for path in day_files(lake, table, day) for stat in [path.stat()])
+            for day in lake_days(lake, table)}
 
 
 def read_lake(con: duckdb.DuckDBPyConnection, lake: Path, table: str) -> duckdb.DuckDBPyRelation:
@@ -155,11 +218,11 @@ def read_lake(con: duckdb.DuckDBPyConnection, lake: Path, table: str) -> duckdb.
 
 def lake_query(lake: Path, table: str, days: Sequence[date] | None = None) -> str:
     """DuckDB SQL reading a table of the lake, or only those days of a day-partitioned one
-    (each must have its file)."""
+    (each must have a file)."""
     if table in WHOLE:
         return f"SELECT * FROM read_parquet({quoted(lake / table / PART)})"
     if days is None and not lake_days(lake, table):
         return f"SELECT *, NULL::DATE AS day FROM read_parquet({quoted(lake / table / SCHEMA)})"
-    files = quoted(lake / table / f"day=*/{PART}") if days is None else \
-        "[" + ", ".join(quoted(day_file(lake, table, day)) for day in days) + "]"
+    files = quoted(lake / table / f"day=*/{FILES}") if days is None else \
+        "[" + ", ".join(quoted(path) for day in days for path in day_files(lake, table, day)) + "]"
     return f"SELECT * FROM read_parquet({files}, hive_partitioning = true, hive_types = {{'day': DATE}})"

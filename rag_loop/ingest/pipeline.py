@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Protocol
 
 import duckdb
 import pyarrow as pa
@@ -34,7 +35,8 @@ from rag_loop.ingest.otlp.spans import read_spans
 from rag_loop.ingest.parallel import LazyPool
 from rag_loop.ingest.records import BatchCounts, load_batch, quarantine_rejected
 from rag_loop.logs import Log, quiet
-from rag_loop.store.tables import create_tables
+from rag_loop.store.ddl import RAW_TABLES
+from rag_loop.store.tables import create_tables, tables_from_views
 
 TRACE_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")
 DEFAULT_MAX_RECORD_BYTES = 1 << 20
@@ -158,15 +160,29 @@ def ingest_directory(con: duckdb.DuckDBPyConnection, directory: Path,
     Large OTLP files and many ready traces are parsed and assembled by `workers` processes
     (default: one per core; 1: all in this process).
     """
+    tables_from_views(con, RAW_TABLES)  # a Spark ingestion's trace lake: the traces come back here
     return run_ingestion(
         con, lambda pool: _ingest_directory(con, directory, max_record_bytes, log, batch_bytes, pool),
         max_record_bytes, log, memory_limit, grace, now, workers)
 
 
+class TraceStore(Protocol):
+    """Where raw_traces and its child tables are kept when not in the database (the Spark
+    engine's trace lake): during a run those names are temp tables that hold the stored rows
+    of the trace ids the run touches."""
+
+    def load(self, con: duckdb.DuckDBPyConnection, trace_ids: str) -> None:
+        """The stored rows of the trace ids `trace_ids` (SQL) selects into the temp tables."""
+
+    def flush(self, con: duckdb.DuckDBPyConnection) -> None:
+        """What the run changed in the temp tables, written where the rows are kept, inside
+        the run's transaction before it commits."""
+
+
 def run_ingestion(con: duckdb.DuckDBPyConnection, read_files: Callable[[LazyPool], IngestReport],
                   max_record_bytes: int, log: Log, memory_limit: str | None, grace: timedelta,
                   now: datetime | None, workers: int | None,
-                  assembler: Assembler | None = None) -> IngestReport:
+                  assembler: Assembler | None = None, traces: TraceStore | None = None) -> IngestReport:
     """`read_files(pool)` (which stores the new files) with ingestion's tables and settings, then
     the assembly of the OTLP traces that are ready by `assembler` (default: in this process and
     `pool`), in one transaction; an open transaction is rolled back on any failure. Both engines
@@ -183,7 +199,10 @@ def run_ingestion(con: duckdb.DuckDBPyConnection, read_files: Callable[[LazyPool
             report = read_files(pool)
             con.execute("BEGIN")
             report.assembly = assemble_ready(con, now_ns, grace, max_record_bytes,
-                                             ASSEMBLY_BATCH_TRACES, pool=pool.get, assembler=assembler)
+                                             ASSEMBLY_BATCH_TRACES, pool=pool.get, assembler=assembler,
+                                             load_stored=traces.load if traces else None)
+            if traces is not None:
+                traces.flush(con)
             con.execute("COMMIT")
         except BaseException:
             _rollback(con)  # the error is the statement's own, not a later one on an aborted transaction

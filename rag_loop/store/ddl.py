@@ -29,13 +29,6 @@ CREATE TABLE IF NOT EXISTS trace_chunks (
     trace_id VARCHAR NOT NULL, doc_id VARCHAR, chunk_id VARCHAR, doc_version VARCHAR,
     score DOUBLE, rank BIGINT, rerank_score DOUBLE, rerank_rank BIGINT, selected BOOLEAN,
     text VARCHAR, doc_id_from VARCHAR, day DATE NOT NULL);
--- columns added after the first release: databases made before get them here (the child
--- tables' `day`, with its values, in rag_loop.store.tables.add_child_days)
-ALTER TABLE trace_chunks ADD COLUMN IF NOT EXISTS doc_id_from VARCHAR;
-ALTER TABLE raw_traces ADD COLUMN IF NOT EXISTS llm_calls BIGINT;
-ALTER TABLE raw_traces ADD COLUMN IF NOT EXISTS final_input_tokens BIGINT;
-ALTER TABLE raw_traces ADD COLUMN IF NOT EXISTS final_output_tokens BIGINT;
-ALTER TABLE raw_traces ADD COLUMN IF NOT EXISTS retrieval_unreadable VARCHAR;
 CREATE TABLE IF NOT EXISTS trace_spans (
     trace_id VARCHAR NOT NULL, span_id VARCHAR, parent_span_id VARCHAR, name VARCHAR,
     kind VARCHAR, start_time TIMESTAMPTZ, duration_ms DOUBLE, status VARCHAR, day DATE NOT NULL);
@@ -70,9 +63,19 @@ CREATE TABLE IF NOT EXISTS document_chunks (
     text VARCHAR NOT NULL);
 """
 
+# columns added after the first release, by table: databases made before get them (the child
+# tables' `day`, with its values, in rag_loop.store.tables.add_child_days); a table that is a
+# view of the trace lake's files is left as it is
+ADDED_COLUMNS = {
+    "trace_chunks": ("doc_id_from VARCHAR",),
+    "raw_traces": ("llm_calls BIGINT", "final_input_tokens BIGINT", "final_output_tokens BIGINT",
+                   "retrieval_unreadable VARCHAR"),
+}
+
 # the tables kept with their trace: each row carries its trace's UTC day (the trace lake's
 # partition), so a stage reading some days' traces reads only those days' rows of these too
 CHILD_TABLES = ("trace_chunks", "trace_spans", "trace_feedback")
+RAW_TABLES = ("raw_traces", *CHILD_TABLES)  # a trace's rows; in the trace lake after Spark ingestion
 
 
 def utc_day(instant: str = '"timestamp"') -> str:

@@ -10,13 +10,34 @@ from datetime import date
 import duckdb
 import pandas as pd
 
-from rag_loop.store.ddl import CHILD_DAY_BACKFILL, CHILD_TABLES, DRIFT_DAY_COLUMNS, INGESTION_DDL
+from rag_loop.store.ddl import ADDED_COLUMNS, CHILD_DAY_BACKFILL, CHILD_TABLES, DRIFT_DAY_COLUMNS, INGESTION_DDL
 
 
 def create_tables(con: duckdb.DuckDBPyConnection) -> None:
-    """Create every ingestion table that does not exist yet, and bring older ones up to date."""
+    """Create every ingestion table that does not exist yet, and bring older ones up to date
+    (a view of that name, the trace lake's files of a Spark ingestion, is left as it is)."""
     con.execute(INGESTION_DDL)
+    for table, columns in ADDED_COLUMNS.items():
+        if relation_kind(con, table) == "table":
+            for column in columns:
+                con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column}")
     add_child_days(con)
+
+
+def tables_from_views(con: duckdb.DuckDBPyConnection, names: Collection[str]) -> list[str]:
+    """Each of the ingestion tables `names` that is a view (of the trace lake's files) becomes
+    a table of the database with the view's rows, all in one transaction; returns those names."""
+    views = [name for name in names if relation_kind(con, name) == "view"]
+    if not views:
+        return []
+    with transaction(con):
+        for name in views:
+            con.execute(f'ALTER VIEW "{name}" RENAME TO "{name}__lake"')
+        create_tables(con)
+        for name in views:
+            con.execute(f'INSERT INTO "{name}" BY NAME SELECT * FROM "{name}__lake"')
+            con.execute(f'DROP VIEW "{name}__lake"')
+    return views
 
 
 def add_child_days(con: duckdb.DuckDBPyConnection) -> None:

@@ -147,7 +147,7 @@ def test_a_spark_stages_view_is_fingerprinted_by_its_day_files_without_reading_t
         con.execute("DROP TABLE stage")
         con.execute(f"CREATE VIEW stage AS {lake_query(lake, 'stage')}")
         assert table_fingerprints(con, "stage") == hashed  # not marked: read and hashed
-        mark_lake_view(con, "stage", lake / "stage")
+        mark_lake_view(con, '"stage"', lake / "stage")
         assert lake_view_folder(con, "stage") == lake / "stage"
         before = table_fingerprints(con, "stage")
         assert set(before) == {date(2026, 11, 1), date(2026, 11, 2)} and before != hashed

@@ -230,9 +230,9 @@ def test_the_spark_resource_on_a_spark_connect_url_stores_what_duckdb_does_and_a
     lake = (tmp_path / "lake").resolve()
     assert outcome["stored_in"] == {name: f"trace lake: {lake / name} (the control database holds a view of its "
                                           "day files)" for name in PORTED}
-    assert {Path(f).parts[0] for f in outcome["files"]} == {"documents", "failure_candidates", "raw_traces",
-                                                             "trace_chunks", "trace_spans", "trace_feedback",
-                                                             "trace_signals"}
+    assert {Path(f).parts[0] for f in outcome["files"] if not Path(f).name.startswith("_")} == {
+        "documents", "failure_candidates", "raw_traces", "trace_chunks", "trace_spans",
+        "trace_signals"}  # no feedback in the OTLP fixtures: trace_feedback has no day file
     with duckdb.connect(str(database)) as con:
         for table, rows in expected.items():
             assert_same_rows(con.execute(f"SELECT * FROM {table}").df(), rows, "trace_id")

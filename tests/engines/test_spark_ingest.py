@@ -18,7 +18,9 @@ from hypothesis import strategies as st
 import rag_loop.engines.ingest as spark_ingest
 import rag_loop.ingest.pipeline as pipeline
 from rag_loop.engines.ingest import ingest_directory_on_spark
+from rag_loop.engines.lake import lake_view_folder
 from rag_loop.ingest import IngestReport, ingest_directory
+from rag_loop.store.ddl import RAW_TABLES
 from tests.engines.conftest import needs_spark
 from tests.helpers import DEMO, trace_line
 from tests.helpers.otlp import AFTER, hostile_span, request_spans
@@ -44,15 +46,16 @@ def tables(con) -> dict[str, list[tuple]]:
                                "ORDER BY ALL").fetchall() for table, clock in WALL_CLOCK.items()}
 
 
-def on_both(session, cons, directory, staging, now=NOW) -> tuple[IngestReport, IngestReport]:
-    """Ingest `directory` into cons[0] by `ingest_directory`, into cons[1] on Spark, and check
-    that both give the same tables and the same report."""
+def on_both(session, cons, directory, lake, now=NOW) -> tuple[IngestReport, IngestReport]:
+    """Ingest `directory` into cons[0] by `ingest_directory`, into cons[1] on Spark (its traces
+    in `lake`), and check that both give the same tables and the same report."""
     sequential = ingest_directory(cons[0], directory, now=now)
-    on_spark = ingest_directory_on_spark(session, cons[1], directory, staging, now=now)
+    on_spark = ingest_directory_on_spark(session, cons[1], directory, lake, now=now)
     assert tables(cons[1]) == tables(cons[0])
     assert on_spark.files == sequential.files
     assert (on_spark.ignored, on_spark.assembly) == (sequential.ignored, sequential.assembly)
-    assert not staging.exists() or not any(staging.iterdir())
+    assert not (lake / ".ingest").exists() or not any((lake / ".ingest").iterdir())
+    assert all(lake_view_folder(cons[1], table) == lake.resolve() / table for table in RAW_TABLES)
     return sequential, on_spark
 
 
@@ -67,12 +70,12 @@ def test_the_demo_folder_a_rerun_and_a_changed_file_give_the_same_tables(session
         shutil.copy(DEMO / "traces" / name, directory / name)
     with duckdb.connect() as sequential, duckdb.connect() as on_spark:
         cons = (sequential, on_spark)
-        first, _ = on_both(session, cons, directory, tmp_path / "staging")
+        first, _ = on_both(session, cons, directory, tmp_path / "lake")
         by_path = {f.path: f for f in first.files}
         assert by_path["native/redelivery.jsonl.gz"].counts.duplicates > 0  # across files
         assert {f.format for f in first.files} == {"native", "otlp"}
         stored = tables(on_spark)
-        again, _ = on_both(session, cons, directory, tmp_path / "staging")
+        again, _ = on_both(session, cons, directory, tmp_path / "lake")
         assert all(f.skipped for f in again.files) and tables(on_spark) == stored
 
         changed = directory / "native" / "2026-11-14.jsonl.gz"
@@ -80,7 +83,7 @@ def test_the_demo_folder_a_rerun_and_a_changed_file_give_the_same_tables(session
         other = gzip.decompress((directory / "native" / "2026-11-01.jsonl.gz").read_bytes()).splitlines()
         appended = [other[0], own[0], trace_line("new-one").encode(), b"{oops", own[2]]
         changed.write_bytes(gzip.compress(b"\n".join(own + appended) + b"\n"))
-        _, last = on_both(session, cons, directory, tmp_path / "staging")
+        _, last = on_both(session, cons, directory, tmp_path / "lake")
         read = [f for f in last.files if not f.skipped]
         assert [f.path for f in read] == ["native/2026-11-14.jsonl.gz"]
         assert (read[0].counts.ingested, read[0].counts.quarantined) == (1, 1)
@@ -110,7 +113,7 @@ def test_hostile_folders_give_the_same_tables(session, tmp_path_factory, files, 
     if corrupt_gzip:
         (directory / "corrupt.jsonl.gz").write_bytes(b"\x1f\x8b" + b"not gzip at all")
     with duckdb.connect() as sequential, duckdb.connect() as on_spark:
-        on_both(session, (sequential, on_spark), directory, tmp_path_factory.mktemp("staging"))
+        on_both(session, (sequential, on_spark), directory, tmp_path_factory.mktemp("lake"))
 
 
 @st.composite
@@ -142,13 +145,13 @@ def otlp_runs(draw):
 @settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(runs=otlp_runs(), late=st.booleans())
 def test_otlp_files_over_two_runs_give_the_same_tables(session, tmp_path_factory, runs, late):
-    directory, staging = tmp_path_factory.mktemp("otlp"), tmp_path_factory.mktemp("staging")
+    directory, lake = tmp_path_factory.mktemp("otlp"), tmp_path_factory.mktemp("lake")
     with duckdb.connect() as sequential, duckdb.connect() as on_spark:
         for run, files in enumerate(runs):
             for name, content in files.items():
                 (directory / name).write_text("".join(text + "\n" for text in content))
             # the second run may come after the grace period: traces without a root are assembled
-            on_both(session, (sequential, on_spark), directory, staging,
+            on_both(session, (sequential, on_spark), directory, lake,
                     now=LATER if run and late else AFTER)
 
 
@@ -160,7 +163,7 @@ def small_folder(directory, *names: str) -> None:
 
 
 def test_a_failure_while_storing_leaves_the_database_as_it_was(session, tmp_path, monkeypatch):
-    directory, staging = tmp_path / "traces", tmp_path / "staging"
+    directory, lake = tmp_path / "traces", tmp_path / "lake"
     small_folder(directory, "a")
     with duckdb.connect() as sequential, duckdb.connect() as on_spark:
         for con in (sequential, on_spark):
@@ -176,11 +179,11 @@ def test_a_failure_while_storing_leaves_the_database_as_it_was(session, tmp_path
             raise RuntimeError("the disk is full")
         monkeypatch.setattr(spark_ingest, "mark_ingested", failing)  # after the rows are inserted
         with pytest.raises(RuntimeError, match="disk is full"):
-            ingest_directory_on_spark(session, on_spark, directory, staging, now=NOW)
+            ingest_directory_on_spark(session, on_spark, directory, lake, now=NOW)
         assert tables(on_spark) == before
-        assert not any(staging.iterdir())
+        assert not (lake / ".ingest").exists() or not any((lake / ".ingest").iterdir())
         monkeypatch.undo()
-        on_both(session, (sequential, on_spark), directory, staging)  # the run redone whole
+        on_both(session, (sequential, on_spark), directory, lake)  # the run redone whole
 
 
 def test_files_that_cannot_be_read_whole_are_set_aside_as_on_the_duckdb_path(session, tmp_path, monkeypatch):
@@ -223,13 +226,13 @@ def test_files_that_cannot_be_read_whole_are_set_aside_as_on_the_duckdb_path(ses
         return run
     monkeypatch.setattr(spark_ingest, "task_function", with_broken_readers)
     with duckdb.connect() as sequential, duckdb.connect() as on_spark:
-        _, report = on_both(session, (sequential, on_spark), directory, tmp_path / "staging")
+        _, report = on_both(session, (sequential, on_spark), directory, tmp_path / "lake")
     assert [(f.path, f.reader) for f in report.files] == [
         ("a.jsonl", "read_json"), ("crash.jsonl", "none"), ("locked.jsonl", "retry")]
 
 
 def test_a_task_that_crashes_its_worker_gives_up_only_its_own_file(session, tmp_path, monkeypatch):
-    directory, staging = tmp_path / "traces", tmp_path / "staging"
+    directory, lake = tmp_path / "traces", tmp_path / "lake"
     small_folder(directory, "a", "b", "c")
     real = spark_ingest.task_function
 
@@ -244,7 +247,7 @@ def test_a_task_that_crashes_its_worker_gives_up_only_its_own_file(session, tmp_
         return run
     monkeypatch.setattr(spark_ingest, "task_function", crashing)
     with duckdb.connect() as on_spark:
-        report = ingest_directory_on_spark(session, on_spark, directory, staging, now=NOW)
+        report = ingest_directory_on_spark(session, on_spark, directory, lake, now=NOW)
         assert [(f.path, f.reader) for f in report.files] == [
             ("a.jsonl", "read_json"), ("b.jsonl", "retry"), ("c.jsonl", "read_json")]
         assert on_spark.execute("SELECT trace_id, source_file FROM raw_traces ORDER BY ALL").fetchall() == [
@@ -255,4 +258,4 @@ def test_a_task_that_crashes_its_worker_gives_up_only_its_own_file(session, tmp_
                                  "Python worker exited unexpectedly (crashed)")
         assert on_spark.execute("SELECT path FROM ingested_files ORDER BY ALL").fetchall() == [
             ("a.jsonl",), ("c.jsonl",)]  # b is read again next time
-        assert not any(staging.iterdir())
+        assert not (lake / ".ingest").exists() or not any((lake / ".ingest").iterdir())

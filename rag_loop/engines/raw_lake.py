@@ -1,0 +1,201 @@
+"""raw_traces and its child tables in the trace lake: where Spark ingestion keeps them, so that a
+day's hundreds of millions of traces, chunks and spans never pass into the control database.
+The database has marked views of their day files under the tables' names (every reader reads
+them as before); a run of Spark ingestion adds one file to each day it stores traces of.
+
+Ingestion itself is the DuckDB path's (rag_loop.ingest): it reads and writes `raw_traces` and
+its child tables by name. During a Spark ingestion run those names are temp tables of the
+connection, which shadow the views and hold, of the lake, exactly the rows of the trace ids the
+run touches (each file's staged traces, the OTLP traces ready for assembly), found by Spark:
+every verdict that reads stored traces (first copy wins, a trace assembled again) sees every
+stored copy it needs. Before the run's transaction commits, `LakeTraces.flush` writes what
+changed: a trace id whose stored rows changed (an OTLP trace assembled again) is removed from
+the files that held it, and the new rows are added as one new file per day. All files are
+written hidden first and renamed into place together, so a failure while writing them leaves
+the lake as it was; a failure after the renames (the commit) leaves rows in the lake whose
+files are not marked ingested, which the next run reads again and drops as read before (the
+first-copy-wins rule for a record read again from the same line).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from rag_loop.engines.lake import (
+    DAY_OF,
+    SCHEMA,
+    create_lake_views,
+    day_file,
+    expose_lake_tables,
+    hidden_parquet,
+    in_lake,
+    lake_days,
+    quoted,
+    replace_day,
+    write_parquet,
+)
+from rag_loop.store.ddl import RAW_TABLES, utc_day
+from rag_loop.store.tables import create_tables
+
+
+def move_raw_tables_to_lake(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
+    """Each raw table that is not yet a view of this lake (a table of the database, or a view
+    of another lake) is written to the lake, one file per day, and becomes a view of it; the
+    views replace the tables in one transaction."""
+    create_tables(con)
+    moving = [table for table in RAW_TABLES if not in_lake(con, lake, table)]
+    columns = {}
+    for table in moving:
+        days = [d for (d,) in con.execute(f"SELECT DISTINCT day FROM ({DAY_OF[table]}) WHERE day IS NOT NULL").fetchall()]
+        for day in days:
+            replace_day(con, f"SELECT * EXCLUDE (day) FROM ({DAY_OF[table]}) WHERE day = $1", lake, table, day, [day])
+        for day in set(lake_days(lake, table)) - set(days):  # another database's
+            for path in day_file(lake, table, day).parent.glob("*.parquet"):
+                path.unlink()
+        write_parquet(con, f"SELECT * EXCLUDE (day) FROM ({DAY_OF[table]}) LIMIT 0", lake / table / SCHEMA)
+        columns[table] = [name for (name, *_) in con.execute(f'DESCRIBE "{table}"').fetchall()]
+    if columns:
+        expose_lake_tables(con, lake, columns)
+
+
+@dataclass
+class LakeTraces:
+    """The raw tables of a Spark ingestion run (see the module): `load` the lake's rows of some
+    trace ids into the connection's shadowing temp tables, `flush` what the run changed."""
+
+    session: Any  # pyspark.sql.SparkSession
+    lake: Path
+    run: Path  # the run's staging folder
+    loads: int = field(default=0, init=False)
+
+    @contextmanager
+    def shadowing(self, con: duckdb.DuckDBPyConnection) -> Iterator[LakeTraces]:
+        """The raw tables' names as empty temp tables for the block (the database's views stay
+        as they are)."""
+        for table in RAW_TABLES:
+            con.execute(f'CREATE OR REPLACE TEMP TABLE "{table}" AS SELECT * FROM "{table}" LIMIT 0')
+        con.execute("CREATE OR REPLACE TEMP TABLE _lake_loaded (trace_id VARCHAR)")
+        try:
+            yield self
+        finally:
+            for table in (*RAW_TABLES, *_before_tables(), "_lake_loaded"):
+                con.execute(f'DROP TABLE IF EXISTS temp.main."{table}"')
+
+    def load(self, con: duckdb.DuckDBPyConnection, trace_ids: str) -> None:
+        """The lake's rows of the trace ids `trace_ids` (SQL) selects, in the temp tables, each
+        trace id loaded once until the next flush; inside the caller's transaction."""
+        if not lake_days(self.lake, "raw_traces"):
+            return
+        self.loads += 1
+        folder = self.run / f"loaded-{self.loads}"
+        write_parquet(con, f"""SELECT DISTINCT trace_id FROM ({trace_ids}) WHERE trace_id IS NOT NULL
+                               EXCEPT SELECT trace_id FROM _lake_loaded""", folder / "ids" / "part-0.parquet")
+        new = con.execute(f"INSERT INTO _lake_loaded SELECT trace_id FROM "
+                          f"read_parquet({quoted(folder / 'ids' / '*.parquet')})").fetchall()[0][0]
+        if not new:
+            return
+        ids = self.session.read.parquet(str(folder / "ids"))
+        days = self._load_rows(con, "raw_traces", ids, lake_days(self.lake, "raw_traces"), folder)
+        for table in RAW_TABLES[1:]:  # a child row is in its trace's day
+            self._load_rows(con, table, ids, sorted(set(days) & set(lake_days(self.lake, table))), folder)
+
+    def _load_rows(self, con: duckdb.DuckDBPyConnection, table: str, ids: Any, days: list[date],
+                   folder: Path) -> list[date]:
+        """The lake's rows of `table` on `days` with these ids, found by Spark, into the temp
+        table and its copy as loaded (with each row's file); returns their days."""
+        from pyspark.sql import functions
+
+        before = _before(table)
+        con.execute(f'CREATE TEMP TABLE IF NOT EXISTS "{before}" AS '
+                    f'SELECT *, NULL::DATE AS _day, NULL::VARCHAR AS _file FROM "{table}" LIMIT 0')
+        if not days:
+            return []
+        base = self.lake / table
+        rows = (self.session.read.option("basePath", str(base))
+                .parquet(*(str(day_file(self.lake, table, day).parent) for day in days))
+                .withColumn("_file", functions.col("_metadata.file_name"))  # before a join hides it
+                .withColumn("_day", functions.col("day"))
+                .join(ids, "trace_id", "left_semi"))
+        if table == "raw_traces":  # its day is its timestamp's, not a column
+            rows = rows.drop("day")
+        target = folder / table
+        rows.write.parquet(str(target))
+        loaded = f"read_parquet({quoted(target / '*.parquet')})"
+        if not any(target.glob("*.parquet")):
+            return []
+        con.execute(f'INSERT INTO "{before}" BY NAME SELECT * FROM {loaded}')
+        con.execute(f'INSERT INTO "{table}" BY NAME SELECT * EXCLUDE (_day, _file) FROM "{before}"')
+        return [d for (d,) in con.execute(f'SELECT DISTINCT _day FROM "{before}"').fetchall()]
+
+    def flush(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Write what the run changed in the temp tables to the lake (see the module), then
+        empty them; inside the caller's transaction, before it commits."""
+        writes: list[tuple[Path, Path | None]] = []  # (target, its new content hidden, or None: remove)
+        without_days = [table for table in RAW_TABLES if not lake_days(self.lake, table)]
+        try:
+            for table in RAW_TABLES:
+                self._changes(con, table, writes)
+            for target, hidden in writes:
+                if hidden is None:
+                    target.unlink()
+                else:
+                    os.replace(hidden, target)
+        finally:
+            for _, hidden in writes:
+                if hidden is not None:
+                    hidden.unlink(missing_ok=True)
+        first_days = [table for table in without_days if lake_days(self.lake, table)]
+        if first_days:  # their views read the schema file: now they read the day files
+            catalog = con.execute("SELECT current_database()").fetchall()[0][0]
+            create_lake_views(con, self.lake, {table: [name for (name, *_) in con.execute(
+                f'DESCRIBE "{catalog}".main."{table}"').fetchall()] for table in first_days}, catalog)
+        for table in RAW_TABLES:
+            con.execute(f'DELETE FROM "{table}"')
+            con.execute(f'DROP TABLE IF EXISTS "{_before(table)}"')
+        con.execute("DELETE FROM _lake_loaded")
+
+    def _changes(self, con: duckdb.DuckDBPyConnection, table: str, writes: list[tuple[Path, Path | None]]) -> None:
+        """Add to `writes` the files to write for `table`, each written hidden: the files that
+        held a trace id whose rows changed, without that id's rows, and one new file per day
+        with the rows added (all of that id's rows among them)."""
+        before = _before(table)
+        con.execute(f'CREATE TEMP TABLE IF NOT EXISTS "{before}" AS '
+                    f'SELECT *, NULL::DATE AS _day, NULL::VARCHAR AS _file FROM "{table}" LIMIT 0')
+        columns = ", ".join(f'"{name}"' for (name, *_) in con.execute(f'DESCRIBE "{table}"').fetchall())
+        con.execute(f"""CREATE OR REPLACE TEMP TABLE _lake_removed AS SELECT DISTINCT trace_id FROM
+                        (SELECT {columns} FROM "{before}" EXCEPT ALL SELECT {columns} FROM "{table}")""")
+        for day, name in con.execute(f'SELECT DISTINCT _day, _file FROM "{before}" '
+                                     "SEMI JOIN _lake_removed USING (trace_id) ORDER BY ALL").fetchall():
+            target = day_file(self.lake, table, day).with_name(name)
+            kept = (f"SELECT * FROM read_parquet({quoted(target)}, hive_partitioning = false) "
+                    "ANTI JOIN _lake_removed USING (trace_id)")
+            remains = con.execute(f"SELECT count(*) FROM ({kept})").fetchall()[0][0]
+            writes.append((target, hidden_parquet(con, kept, target) if remains else None))
+        day = utc_day() if table == "raw_traces" else "day"
+        con.execute(f"""CREATE OR REPLACE TEMP TABLE _lake_added AS
+                        SELECT {columns} FROM "{table}" EXCEPT ALL
+                        SELECT {columns} FROM "{before}" ANTI JOIN _lake_removed USING (trace_id)""")
+        listed = columns if table == "raw_traces" else "* EXCLUDE (day)"
+        part = f"part-{uuid.uuid4().hex}.parquet"
+        for (added_day,) in con.execute(f"SELECT DISTINCT {day} FROM _lake_added ORDER BY 1").fetchall():
+            target = day_file(self.lake, table, added_day).with_name(part)
+            writes.append((target, hidden_parquet(con, f"SELECT {listed} FROM _lake_added WHERE {day} = $1",
+                                                  target, [added_day])))
+        con.execute("DROP TABLE _lake_added; DROP TABLE _lake_removed")
+
+
+def _before(table: str) -> str:
+    return f"_lake_before_{table}"
+
+
+def _before_tables() -> list[str]:
+    return [_before(table) for table in RAW_TABLES]
