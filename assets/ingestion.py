@@ -113,7 +113,9 @@ def raw_traces(context: AssetExecutionContext, config: IngestConfig, duckdb: Duc
 @asset(group_name="ingestion", deps=["raw_traces", "trace_chunks", "trace_spans", "trace_feedback", "documents"],
        description="The trace lake: raw_traces, trace_chunks, trace_spans and trace_feedback as Parquet, one file "
                    "per table and UTC day (each day replaced whole), and documents; what the Spark "
-                   "engine reads, and what notebooks read instead of the database.")
+                   "engine reads, and what notebooks read instead of the database. After Spark "
+                   "ingestion the traces are in the lake already (the database has views of "
+                   "their files): only the documents are written.")
 def trace_lake(duckdb: DuckDBResource, paths: RagLoopPaths) -> MaterializeResult:
     with duckdb.get_connection() as con:
         report = export_lake(con, paths.lake)

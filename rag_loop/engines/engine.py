@@ -31,8 +31,8 @@ from rag_loop.engines.lake import (
     day_file,
     export_table,
     expose_lake_table,
-    lake_days,
     in_lake,
+    lake_days,
     write_parquet,
 )
 from rag_loop.engines.literals import from_sentinel_era, same_sql, to_sentinel_era

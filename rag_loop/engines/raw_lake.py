@@ -55,13 +55,14 @@ def move_raw_tables_to_lake(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
     moving = [table for table in RAW_TABLES if not in_lake(con, lake, table)]
     columns = {}
     for table in moving:
-        days = [d for (d,) in con.execute(f"SELECT DISTINCT day FROM ({DAY_OF[table]}) WHERE day IS NOT NULL").fetchall()]
+        rows = DAY_OF[table]
+        days = [d for (d,) in con.execute(f"SELECT DISTINCT day FROM ({rows}) WHERE day IS NOT NULL").fetchall()]
         for day in days:
-            replace_day(con, f"SELECT * EXCLUDE (day) FROM ({DAY_OF[table]}) WHERE day = $1", lake, table, day, [day])
+            replace_day(con, f"SELECT * EXCLUDE (day) FROM ({rows}) WHERE day = $1", lake, table, day, [day])
         for day in set(lake_days(lake, table)) - set(days):  # another database's
             for path in day_file(lake, table, day).parent.glob("*.parquet"):
                 path.unlink()
-        write_parquet(con, f"SELECT * EXCLUDE (day) FROM ({DAY_OF[table]}) LIMIT 0", lake / table / SCHEMA)
+        write_parquet(con, f"SELECT * EXCLUDE (day) FROM ({rows}) LIMIT 0", lake / table / SCHEMA)
         columns[table] = [name for (name, *_) in con.execute(f'DESCRIBE "{table}"').fetchall()]
     if columns:
         expose_lake_tables(con, lake, columns)

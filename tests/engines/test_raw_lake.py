@@ -1,0 +1,98 @@
+"""raw_traces and its child tables in the trace lake (rag_loop.engines.raw_lake): an OTLP trace
+assembled again is removed from the file that held it and added anew; a failure while writing
+the lake's files leaves the database and the lake as they were; DuckDB ingestion after Spark's
+takes the traces back into the database, and Spark's after it moves them to the lake again,
+with the same rows as DuckDB alone; the traffic fingerprints are the day files'."""
+
+import duckdb
+import pytest
+
+import rag_loop.engines.raw_lake as raw_lake
+from rag_loop.engines.incremental import traffic_fingerprints
+from rag_loop.engines.ingest import ingest_directory_on_spark
+from rag_loop.engines.lake import day_files, lake_days, lake_view_folder
+from rag_loop.ingest import ingest_directory
+from rag_loop.store.ddl import RAW_TABLES
+from rag_loop.store.tables import create_tables, relation_kind
+from tests.engines.conftest import needs_spark
+from tests.engines.test_spark_ingest import NOW, on_both, session, small_folder, tables  # noqa: F401 (fixture)
+from tests.helpers import trace_line
+from tests.helpers.otlp import AFTER, line, request_spans, write
+
+pytestmark = needs_spark
+
+
+def test_a_trace_assembled_again_is_rewritten_in_the_lake(session, tmp_path):  # noqa: F811
+    directory, lake = tmp_path / "traces", tmp_path / "lake"
+    first, second = request_spans(1), request_spans(2)
+    write(directory / "a.otlp.jsonl", [line(first[:2]), line(second)])  # trace 1 without its LLM span
+    (directory / "native.jsonl").write_text(trace_line("native", timestamp="2026-11-11T09:00:00Z") + "\n")  # same day
+    with duckdb.connect() as sequential, duckdb.connect() as on_spark:
+        on_both(session, (sequential, on_spark), directory, lake, now=AFTER)
+        (day,) = lake_days(lake, "raw_traces")
+        files = day_files(lake, "raw_traces", day)
+        write(directory / "b.otlp.jsonl", [line(first[2:])])  # the late span: trace 1 assembled again
+        _, report = on_both(session, (sequential, on_spark), directory, lake, now=AFTER)
+        assert report.assembly.reassembled == 1
+        after = day_files(lake, "raw_traces", day)
+        assert len(after) == len(files) + 1  # the file that held trace 1 rewritten, one file added
+        assert [p for p in files if p in after and p.stat().st_mtime_ns] == files
+        held = on_spark.execute("SELECT trace_id, count(*) FROM raw_traces GROUP BY ALL HAVING count(*) > 1").fetchall()
+        assert held == []
+
+
+def test_a_failure_while_writing_the_lake_leaves_database_and_lake_as_they_were(session, tmp_path, monkeypatch):  # noqa: F811
+    directory, lake = tmp_path / "traces", tmp_path / "lake"
+    small_folder(directory, "a")
+    with duckdb.connect() as sequential, duckdb.connect() as on_spark:
+        on_both(session, (sequential, on_spark), directory, lake)
+        before, files = tables(on_spark), sorted(lake.rglob("*"))
+        for name, day in (("b", "01"), ("c", "02")):  # two days: two new files
+            (directory / f"{name}.jsonl").write_text(trace_line(name, timestamp=f"2026-11-{day}T08:00:00Z") + "\n")
+        real, calls = raw_lake.hidden_parquet, []
+
+        def failing(*args):
+            calls.append(args)
+            if len(calls) == 2:  # the first day's new file is written, the second's is not
+                raise OSError("the disk is full")
+            return real(*args)
+        monkeypatch.setattr(raw_lake, "hidden_parquet", failing)
+        with pytest.raises(OSError, match="disk is full"):
+            ingest_directory_on_spark(session, on_spark, directory, lake, now=NOW)
+        assert tables(on_spark) == before
+        assert sorted(p for p in lake.rglob("*") if ".ingest" not in p.parts) == \
+            [p for p in files if ".ingest" not in p.parts]  # no file added, none left hidden
+        monkeypatch.undo()
+        on_both(session, (sequential, on_spark), directory, lake)  # the run redone whole
+
+
+def test_duckdb_and_spark_ingestion_take_turns_on_one_database(session, tmp_path):  # noqa: F811
+    directory, lake = tmp_path / "traces", tmp_path / "lake"
+    with duckdb.connect() as sequential, duckdb.connect(str(tmp_path / "turns.duckdb")) as turns:
+        small_folder(directory, "a")
+        on_both(session, (sequential, turns), directory, lake)
+        fingerprints = traffic_fingerprints(turns)
+        assert set(fingerprints) == set(lake_days(lake, "raw_traces"))
+        assert all(value.startswith("file:") for value in fingerprints.values())
+
+        small_folder(directory, "b")
+        (directory / "late.jsonl").write_text(trace_line("late", timestamp="2026-11-20T10:00:00Z") + "\n")
+        ingest_directory(sequential, directory, now=NOW)
+        ingest_directory(turns, directory, now=NOW)  # the lake's traces back into the database
+        assert {relation_kind(turns, table) for table in RAW_TABLES} == {"table"}
+        create_tables(turns)
+        assert tables(turns) == tables(sequential)
+
+        small_folder(directory, "c")
+        on_both(session, (sequential, turns), directory, lake)  # and into the lake again
+        create_tables(turns)  # a stage's: the views are left as they are
+        assert all(lake_view_folder(turns, table) == lake.resolve() / table for table in RAW_TABLES)
+        assert tables(turns) == tables(sequential)
+        now = traffic_fingerprints(turns)
+        changed = {day for day in now if now[day] != fingerprints.get(day)}
+        assert changed == set(now)  # every day was moved (rewritten) once: a new fingerprint each
+        small_folder(directory, "d")  # a trace of 1 November, and "shared" again
+        on_both(session, (sequential, turns), directory, lake)
+        again = traffic_fingerprints(turns)
+        assert {day.isoformat() for day in again if again[day] != now[day]} == {"2026-11-01"}
+        assert {day.isoformat() for day in again} == {"2026-11-01", "2026-11-20"}
