@@ -295,12 +295,12 @@ def _discard_staged(run: Path, order: int) -> None:
 
 
 def _store_staged(session: Any, con: duckdb.DuckDBPyConnection, run: Path, traces: LakeTraces) -> dict[int, int]:
-    """Resolve the staged traces against the stored ones on Spark and insert what stays, inside
-    the caller's transaction; returns each file's staged traces that lost (duplicates now)."""
-    traces.load(con, f"SELECT trace_id FROM {staged(run, 'raw_traces')} "
-                     f"UNION ALL SELECT trace_id FROM {staged(run, 'trace_duplicates')}")
-    resolve(session, con, run, "raw_traces", ("trace_id",), "raw_traces", "trace_duplicates",
-            "_resolved")
+    """Resolve the staged traces against the stored ones (the lake's, read by Spark) on Spark
+    and insert what stays, inside the caller's transaction; returns each file's staged traces
+    that lost (duplicates now). The traces kept have no stored copy: nothing stored is loaded."""
+    stored = traces.stored()
+    resolve(session, con, run, "raw_traces" if stored is None else stored, ("trace_id",), "raw_traces",
+            "trace_duplicates", "_resolved")
     try:
         _insert_resolved(con, run)
         return dict(con.execute("""

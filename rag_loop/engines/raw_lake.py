@@ -5,16 +5,18 @@ them as before); a run of Spark ingestion adds one file to each day it stores tr
 
 Ingestion itself is the DuckDB path's (rag_loop.ingest): it reads and writes `raw_traces` and
 its child tables by name. During a Spark ingestion run those names are temp tables of the
-connection, which shadow the views and hold, of the lake, exactly the rows of the trace ids the
-run touches (each file's staged traces, the OTLP traces ready for assembly), found by Spark:
-every verdict that reads stored traces (first copy wins, a trace assembled again) sees every
-stored copy it needs. Before the run's transaction commits, `LakeTraces.flush` writes what
-changed: a trace id whose stored rows changed (an OTLP trace assembled again) is removed from
-the files that held it, and the new rows are added as one new file per day. All files are
-written hidden first and renamed into place together, so a failure while writing them leaves
-the lake as it was; a failure after the renames (the commit) leaves rows in the lake whose
-files are not marked ingested, which the next run reads again and drops as read before (the
-first-copy-wins rule for a record read again from the same line).
+connection, which shadow the views. First copy wins for a file's traces reads the stored
+copies' keys from the lake with Spark (`LakeTraces.stored`): the traces kept are new, and go
+into the temp tables. OTLP assembly reads and removes stored rows by SQL: the lake's rows of
+the traces ready for assembly are loaded into the temp tables first, found by Spark
+(`LakeTraces.load`), so that every verdict sees every stored copy it needs. Before the run's
+transaction commits, `LakeTraces.flush` writes what changed: a trace id whose stored rows
+changed (an OTLP trace assembled again) is removed from the files that held it, and the new
+rows are added as one new file per day. All files are written hidden first and renamed into
+place together, so a failure while writing them leaves the lake as it was; a failure after the
+renames (the commit) leaves rows in the lake whose files are not marked ingested, which the
+next run reads again and drops as read before (the first-copy-wins rule for a record read
+again from the same line).
 """
 
 from __future__ import annotations
@@ -84,44 +86,64 @@ class LakeTraces:
         as they are)."""
         for table in RAW_TABLES:
             con.execute(f'CREATE OR REPLACE TEMP TABLE "{table}" AS SELECT * FROM "{table}" LIMIT 0')
-        con.execute("CREATE OR REPLACE TEMP TABLE _lake_loaded (trace_id VARCHAR)")
+            con.execute(f'CREATE OR REPLACE TEMP TABLE "{_before(table)}" AS '
+                        f'SELECT *, NULL::DATE AS _day, NULL::VARCHAR AS _file FROM "{table}" LIMIT 0')
+        con.execute("CREATE OR REPLACE TEMP TABLE _lake_loaded (trace_id VARCHAR, children BOOLEAN)")
         try:
             yield self
         finally:
             for table in (*RAW_TABLES, *_before_tables(), "_lake_loaded"):
                 con.execute(f'DROP TABLE IF EXISTS temp.main."{table}"')
 
-    def load(self, con: duckdb.DuckDBPyConnection, trace_ids: str) -> None:
-        """The lake's rows of the trace ids `trace_ids` (SQL) selects, in the temp tables, each
-        trace id loaded once until the next flush; inside the caller's transaction."""
+    def stored(self) -> Any | None:
+        """The lake's raw_traces as a Spark frame (None while it has no day): the stored copies
+        that first copy wins reads, found by Spark without loading them."""
+        if not lake_days(self.lake, "raw_traces"):
+            return None
+        return self.session.read.parquet(str(self.lake / "raw_traces"))
+
+    def load(self, con: duckdb.DuckDBPyConnection, trace_ids: str, children_of: str | None = None) -> None:
+        """The lake's raw_traces rows of the trace ids `trace_ids` (SQL) selects, and the child
+        tables' rows of those `children_of` selects (the only ones whose children the run may
+        change: a trace assembled again), into the temp tables; each loaded once until the
+        next flush; inside the caller's transaction."""
         if not lake_days(self.lake, "raw_traces"):
             return
         self.loads += 1
         folder = self.run / f"loaded-{self.loads}"
-        write_parquet(con, f"""SELECT DISTINCT trace_id FROM ({trace_ids}) WHERE trace_id IS NOT NULL
-                               EXCEPT SELECT trace_id FROM _lake_loaded""", folder / "ids" / "part-0.parquet")
-        new = con.execute(f"INSERT INTO _lake_loaded SELECT trace_id FROM "
-                          f"read_parquet({quoted(folder / 'ids' / '*.parquet')})").fetchall()[0][0]
-        if not new:
-            return
-        ids = self.session.read.parquet(str(folder / "ids"))
-        days = self._load_rows(con, "raw_traces", ids, lake_days(self.lake, "raw_traces"), folder)
-        for table in RAW_TABLES[1:]:  # a child row is in its trace's day
-            self._load_rows(con, table, ids, sorted(set(days) & set(lake_days(self.lake, table))), folder)
+        wanted = {"ids": f"""SELECT trace_id FROM ({trace_ids}) WHERE trace_id IS NOT NULL
+                             EXCEPT SELECT trace_id FROM _lake_loaded""",
+                  "children": f"""SELECT trace_id FROM ({children_of or "SELECT NULL AS trace_id"})
+                                  WHERE trace_id IS NOT NULL
+                                  EXCEPT SELECT trace_id FROM _lake_loaded WHERE children"""}
+        counts = {}
+        for name, query in wanted.items():
+            write_parquet(con, f"SELECT DISTINCT trace_id FROM ({query})", folder / name / "part-0.parquet")
+            counts[name] = con.execute(f"SELECT count(*) FROM read_parquet({quoted(folder / name / '*.parquet')})"
+                                       ).fetchall()[0][0]
+        if counts["ids"]:
+            con.execute(f"INSERT INTO _lake_loaded SELECT trace_id, false FROM "
+                        f"read_parquet({quoted(folder / 'ids' / '*.parquet')})")
+            self._load_rows(con, "raw_traces", self.session.read.parquet(str(folder / "ids")),
+                            lake_days(self.lake, "raw_traces"), folder)
+        if counts["children"]:
+            chosen = f"read_parquet({quoted(folder / 'children' / '*.parquet')})"
+            con.execute(f"UPDATE _lake_loaded SET children = true WHERE trace_id IN (SELECT trace_id FROM {chosen})")
+            days = {d for (d,) in con.execute(f'SELECT DISTINCT _day FROM "{_before("raw_traces")}" '
+                                              f"SEMI JOIN {chosen} USING (trace_id)").fetchall()}
+            ids = self.session.read.parquet(str(folder / "children"))
+            for table in RAW_TABLES[1:]:  # a child row is in its trace's day
+                self._load_rows(con, table, ids, sorted(days & set(lake_days(self.lake, table))), folder)
 
     def _load_rows(self, con: duckdb.DuckDBPyConnection, table: str, ids: Any, days: list[date],
-                   folder: Path) -> list[date]:
+                   folder: Path) -> None:
         """The lake's rows of `table` on `days` with these ids, found by Spark, into the temp
-        table and its copy as loaded (with each row's file); returns their days."""
+        table and its copy as loaded (with each row's day and file)."""
         from pyspark.sql import functions
 
-        before = _before(table)
-        con.execute(f'CREATE TEMP TABLE IF NOT EXISTS "{before}" AS '
-                    f'SELECT *, NULL::DATE AS _day, NULL::VARCHAR AS _file FROM "{table}" LIMIT 0')
         if not days:
-            return []
-        base = self.lake / table
-        rows = (self.session.read.option("basePath", str(base))
+            return
+        rows = (self.session.read.option("basePath", str(self.lake / table))
                 .parquet(*(str(day_file(self.lake, table, day).parent) for day in days))
                 .withColumn("_file", functions.col("_metadata.file_name"))  # before a join hides it
                 .withColumn("_day", functions.col("day"))
@@ -130,12 +152,10 @@ class LakeTraces:
             rows = rows.drop("day")
         target = folder / table
         rows.write.parquet(str(target))
-        loaded = f"read_parquet({quoted(target / '*.parquet')})"
-        if not any(target.glob("*.parquet")):
-            return []
-        con.execute(f'INSERT INTO "{before}" BY NAME SELECT * FROM {loaded}')
-        con.execute(f'INSERT INTO "{table}" BY NAME SELECT * EXCLUDE (_day, _file) FROM "{before}"')
-        return [d for (d,) in con.execute(f'SELECT DISTINCT _day FROM "{before}"').fetchall()]
+        if any(target.glob("*.parquet")):
+            loaded = f"read_parquet({quoted(target / '*.parquet')})"
+            con.execute(f'INSERT INTO "{_before(table)}" BY NAME SELECT * FROM {loaded}')
+            con.execute(f'INSERT INTO "{table}" BY NAME SELECT * EXCLUDE (_day, _file) FROM {loaded}')
 
     def flush(self, con: duckdb.DuckDBPyConnection) -> None:
         """Write what the run changed in the temp tables to the lake (see the module), then
@@ -159,39 +179,39 @@ class LakeTraces:
             catalog = con.execute("SELECT current_database()").fetchall()[0][0]
             create_lake_views(con, self.lake, {table: [name for (name, *_) in con.execute(
                 f'DESCRIBE "{catalog}".main."{table}"').fetchall()] for table in first_days}, catalog)
-        for table in RAW_TABLES:
+        for table in (*RAW_TABLES, *_before_tables(), "_lake_loaded"):
             con.execute(f'DELETE FROM "{table}"')
-            con.execute(f'DROP TABLE IF EXISTS "{_before(table)}"')
-        con.execute("DELETE FROM _lake_loaded")
 
     def _changes(self, con: duckdb.DuckDBPyConnection, table: str, writes: list[tuple[Path, Path | None]]) -> None:
         """Add to `writes` the files to write for `table`, each written hidden: the files that
-        held a trace id whose rows changed, without that id's rows, and one new file per day
-        with the rows added (all of that id's rows among them)."""
+        held a trace id whose loaded rows changed, without that id's rows, and one new file
+        per day with the rows of the ids not loaded (new) and all rows of those changed."""
         before = _before(table)
-        con.execute(f'CREATE TEMP TABLE IF NOT EXISTS "{before}" AS '
-                    f'SELECT *, NULL::DATE AS _day, NULL::VARCHAR AS _file FROM "{table}" LIMIT 0')
         columns = ", ".join(f'"{name}"' for (name, *_) in con.execute(f'DESCRIBE "{table}"').fetchall())
-        con.execute(f"""CREATE OR REPLACE TEMP TABLE _lake_removed AS SELECT DISTINCT trace_id FROM
-                        (SELECT {columns} FROM "{before}" EXCEPT ALL SELECT {columns} FROM "{table}")""")
+        loaded = "_lake_loaded" + ("" if table == "raw_traces" else " WHERE children")
+        now = f'SELECT {columns} FROM "{table}" SEMI JOIN (SELECT trace_id FROM {loaded}) USING (trace_id)'
+        then = f'SELECT {columns} FROM "{before}"'
+        con.execute(f"""CREATE OR REPLACE TEMP TABLE _lake_changed AS SELECT DISTINCT trace_id FROM
+                        (SELECT * FROM ({then} EXCEPT ALL {now}) UNION ALL SELECT * FROM ({now} EXCEPT ALL {then}))""")
         for day, name in con.execute(f'SELECT DISTINCT _day, _file FROM "{before}" '
-                                     "SEMI JOIN _lake_removed USING (trace_id) ORDER BY ALL").fetchall():
+                                     "SEMI JOIN _lake_changed USING (trace_id) ORDER BY ALL").fetchall():
             target = day_file(self.lake, table, day).with_name(name)
             kept = (f"SELECT * FROM read_parquet({quoted(target)}, hive_partitioning = false) "
-                    "ANTI JOIN _lake_removed USING (trace_id)")
+                    "ANTI JOIN _lake_changed USING (trace_id)")
             remains = con.execute(f"SELECT count(*) FROM ({kept})").fetchall()[0][0]
             writes.append((target, hidden_parquet(con, kept, target) if remains else None))
-        day = utc_day() if table == "raw_traces" else "day"
         con.execute(f"""CREATE OR REPLACE TEMP TABLE _lake_added AS
-                        SELECT {columns} FROM "{table}" EXCEPT ALL
-                        SELECT {columns} FROM "{before}" ANTI JOIN _lake_removed USING (trace_id)""")
+                        SELECT {columns} FROM "{table}" ANTI JOIN (SELECT trace_id FROM {loaded}) USING (trace_id)
+                        UNION ALL
+                        SELECT {columns} FROM "{table}" SEMI JOIN _lake_changed USING (trace_id)""")
+        day = utc_day() if table == "raw_traces" else "day"
         listed = columns if table == "raw_traces" else "* EXCLUDE (day)"
         part = f"part-{uuid.uuid4().hex}.parquet"
         for (added_day,) in con.execute(f"SELECT DISTINCT {day} FROM _lake_added ORDER BY 1").fetchall():
             target = day_file(self.lake, table, added_day).with_name(part)
             writes.append((target, hidden_parquet(con, f"SELECT {listed} FROM _lake_added WHERE {day} = $1",
                                                   target, [added_day])))
-        con.execute("DROP TABLE _lake_added; DROP TABLE _lake_removed")
+        con.execute("DROP TABLE _lake_added; DROP TABLE _lake_changed")
 
 
 def _before(table: str) -> str:

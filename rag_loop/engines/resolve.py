@@ -45,29 +45,36 @@ def staged(run: Path, folder: str) -> str:
     return f"read_parquet({quoted(run / folder / 'file-*.parquet')})"
 
 
-def resolve(session: Any, con: duckdb.DuckDBPyConnection, run: Path, stored_table: str,
+def resolve(session: Any, con: duckdb.DuckDBPyConnection, run: Path, stored_table: str | Any,
             key: tuple[str, ...], firsts: str, repeats: str, table: str) -> None:
     """Every staged copy's verdict, as the control database's temp table `table` (tier,
     file_order, line_no, key..., verdict): the staged folders `firsts` (key, source_file,
-    source_line) and `repeats` (key, source_file, line_no) against `stored_table`'s copies of
-    the keys staged (only those: a key nobody staged has no verdict to give)."""
+    source_line) and `repeats` (key, source_file, line_no) against the stored copies of the
+    keys staged (only those: a key nobody staged has no verdict to give). `stored_table`: the
+    database's table of stored copies, or a Spark frame of them (the trace lake's), which
+    Spark narrows to the keys staged."""
     columns = ", ".join(key)
-    stored = run / f"{table}-stored"
-    write_parquet(con, f"""
-        SELECT {columns}, source_file, source_line FROM {stored_table}
-        SEMI JOIN (SELECT {columns} FROM {staged(run, firsts)}
-                   UNION SELECT {columns} FROM {staged(run, repeats)}) USING ({columns})""",
-                  stored / "part-0.parquet")
 
     def read(path: Path, line: str, staged_copies: bool = True) -> Any:  # these columns, as Spark reads them
         names = "".join(f"{column} string, " for column in key)
         order = ", file_order long" if staged_copies else ""
         return session.read.schema(f"{names}source_file string, {line} long{order}").parquet(str(path))
 
+    staged_firsts, staged_repeats = read(run / firsts, "source_line"), read(run / repeats, "line_no")
+    if isinstance(stored_table, str):
+        path = run / f"{table}-stored"
+        write_parquet(con, f"""
+            SELECT {columns}, source_file, source_line FROM {stored_table}
+            SEMI JOIN (SELECT {columns} FROM {staged(run, firsts)}
+                       UNION SELECT {columns} FROM {staged(run, repeats)}) USING ({columns})""",
+                      path / "part-0.parquet")
+        stored = read(path, "source_line", staged_copies=False)
+    else:
+        keys = staged_firsts.select(*key).union(staged_repeats.select(*key))
+        stored = stored_table.select(*key, "source_file", "source_line").join(keys.distinct(), list(key), "left_semi")
     target = run / f"{table}-verdicts"
-    session.sql(RESOLVE_SQL.format(key=columns), stored=read(stored, "source_line", staged_copies=False),
-                firsts=read(run / firsts, "source_line"),
-                repeats=read(run / repeats, "line_no")).write.parquet(str(target))
+    session.sql(RESOLVE_SQL.format(key=columns), stored=stored, firsts=staged_firsts,
+                repeats=staged_repeats).write.parquet(str(target))
     con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT * FROM "
                 f"read_parquet({quoted(target / '*.parquet')})")
 

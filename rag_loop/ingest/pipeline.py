@@ -171,8 +171,9 @@ class TraceStore(Protocol):
     engine's trace lake): during a run those names are temp tables that hold the stored rows
     of the trace ids the run touches."""
 
-    def load(self, con: duckdb.DuckDBPyConnection, trace_ids: str) -> None:
-        """The stored rows of the trace ids `trace_ids` (SQL) selects into the temp tables."""
+    def load(self, con: duckdb.DuckDBPyConnection, trace_ids: str, children_of: str | None = None) -> None:
+        """The stored raw_traces rows of the trace ids `trace_ids` (SQL) selects into the temp
+        tables, and the child tables' rows of those `children_of` selects."""
 
     def flush(self, con: duckdb.DuckDBPyConnection) -> None:
         """What the run changed in the temp tables, written where the rows are kept, inside

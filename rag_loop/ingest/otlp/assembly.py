@@ -102,12 +102,13 @@ def assemble_ready(con: duckdb.DuckDBPyConnection, now_ns: int, grace: timedelta
                    max_record_bytes: int = 1 << 20, batch_traces: int = 20_000,
                    pool: Callable[[], Executor | None] = lambda: None,
                    assembler: Assembler | None = None,
-                   load_stored: Callable[[duckdb.DuckDBPyConnection, str], None] | None = None) -> AssemblyCounts:
+                   load_stored: Callable[[duckdb.DuckDBPyConnection, str, str], None] | None = None
+                   ) -> AssemblyCounts:
     """Assemble every trace id that is ready and new (or has new spans), inside one transaction
     the caller ends. `assembler` turns the ready traces' spans into records (default
     `assemble_here(pool)`); each batch it gives is stored before the next is asked for.
-    `load_stored(con, trace_ids_sql)` first makes the ready traces' stored rows readable, when
-    they are kept outside the database (rag_loop.ingest.pipeline.TraceStore)."""
+    `load_stored(con, trace_ids_sql, children_of_sql)` first makes the ready traces' stored rows
+    readable, when they are kept outside the database (rag_loop.ingest.pipeline.TraceStore)."""
     grace_ns = int(grace.total_seconds() * 1e9)
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _trace_stats AS
@@ -123,8 +124,8 @@ def assemble_ready(con: duckdb.DuckDBPyConnection, now_ns: int, grace: timedelta
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _ready AS SELECT * FROM _trace_stats
         WHERE has_root OR coalesce(newest_ns, 0) + ? <= ?""", [grace_ns, now_ns])
-    if load_stored is not None:
-        load_stored(con, "SELECT trace_id FROM _ready")
+    if load_stored is not None:  # a trace assembled before may change: its children too
+        load_stored(con, "SELECT trace_id FROM _ready", "SELECT trace_id FROM _ready WHERE assembled_before")
     _forget_assembled(con)
     ready = con.execute("SELECT count(*) FROM _ready").fetchall()[0][0]
     for assembled in (assembler or assemble_here(pool))(con, ready, batch_traces):

@@ -1,0 +1,87 @@
+"""Ingestion on Spark, with the traces kept in the trace lake, against DuckDB's ingestion of the
+same files, in the same process (these machines are noisy: compare, don't time absolutely).
+
+    PYTHONPATH=bench python bench/spark_ingest.py [--traces 200000] [--files 8] [--new 10000]
+
+Writes `--files` native files of demo-shaped traces (bench/ingest.py's), then (1) ingests them
+into a fresh DuckDB file with `ingest_directory`, and (2) on Spark `local[2]`
+(`ingest_directory_on_spark`: the traces go to the lake, the database gets views); then adds
+one file of `--new` traces, of which a tenth repeat stored ids, and ingests again on both
+(the incremental run: Spark finds the stored copies of the new file's trace ids in the lake).
+Prints each run's seconds, Spark's as a multiple of DuckDB's, both database files' sizes and
+the lake's, and checks that both give the same rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from pathlib import Path
+
+import duckdb
+from ingest import write_traces
+
+from rag_loop.engines.engine import spark_session
+from rag_loop.engines.ingest import ingest_directory_on_spark
+from rag_loop.ingest import ingest_directory
+
+CHECKED = {"raw_traces": "trace_id, source_file, source_line", "trace_chunks": "trace_id, chunk_id, rank",
+           "trace_duplicates": "trace_id, source_file, line_no"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--traces", type=int, default=200_000)
+    parser.add_argument("--files", type=int, default=8)
+    parser.add_argument("--new", type=int, default=10_000)
+    parser.add_argument("--workdir", type=Path, default=Path("bench/out/spark-ingest"))
+    args = parser.parse_args()
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    traces = args.workdir / "traces"
+    traces.mkdir(parents=True)
+    for n in range(args.files):
+        write_traces(traces / f"part-{n}.jsonl", args.traces // args.files, seed=n)
+        _renumber(traces / f"part-{n}.jsonl", n * (args.traces // args.files))
+    session = spark_session("local[2]", {"spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "4"})
+    session.sparkContext.setLogLevel("ERROR")
+    duck = duckdb.connect(str(args.workdir / "duckdb.duckdb"))
+    spark = duckdb.connect(str(args.workdir / "spark.duckdb"))
+    lake = args.workdir / "lake"
+    figures = {}
+    for run in ("first", "incremental"):
+        if run == "incremental":
+            write_traces(traces / "new.jsonl", args.new, seed=99)
+            _renumber(traces / "new.jsonl", args.traces - args.new // 10)  # a tenth are stored already
+        start = time.perf_counter()
+        on_duckdb = ingest_directory(duck, traces)
+        figures[f"{run}_duckdb"] = time.perf_counter() - start
+        start = time.perf_counter()
+        on_spark = ingest_directory_on_spark(session, spark, traces, lake)
+        figures[f"{run}_spark"] = time.perf_counter() - start
+        assert on_spark.files == on_duckdb.files, "the reports differ"
+        for table, key in CHECKED.items():
+            query = f"SELECT {key} FROM {table} ORDER BY ALL"
+            assert duck.execute(query).fetchall() == spark.execute(query).fetchall(), f"{table} differs"
+        print(f"{run}: {on_duckdb.total()}; DuckDB {figures[f'{run}_duckdb']:.2f} s, Spark "
+              f"{figures[f'{run}_spark']:.2f} s ({figures[f'{run}_spark'] / figures[f'{run}_duckdb']:.1f}x)")
+    for con in (duck, spark):
+        con.execute("CHECKPOINT")
+    sizes = {name: (args.workdir / f"{name}.duckdb").stat().st_size / 1e6 for name in ("duckdb", "spark")}
+    sizes["lake"] = sum(p.stat().st_size for p in lake.rglob("*.parquet") if ".ingest" not in p.parts) / 1e6
+    print(f"database files: DuckDB's {sizes['duckdb']:.1f} MB, Spark's {sizes['spark']:.1f} MB "
+          f"(the traces are in the lake: {sizes['lake']:.1f} MB of Parquet)")
+    print(json.dumps({**{k: round(v, 2) for k, v in figures.items()},
+                      **{f"{k}_mb": round(v, 1) for k, v in sizes.items()}}))
+
+
+def _renumber(path: Path, first: int) -> None:
+    """Trace ids from `first` on (write_traces numbers every file from 0)."""
+    lines = path.read_text().splitlines()
+    path.write_text("".join(line.replace(f'"tr-{i:012d}"', f'"tr-{first + i:012d}"', 1) + "\n"
+                            for i, line in enumerate(lines)))
+
+
+if __name__ == "__main__":
+    main()
