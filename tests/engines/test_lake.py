@@ -1,6 +1,7 @@
 """The trace lake: every row of the trace tables lands in its UTC day's file, an unchanged day
 is not rewritten, a failed export leaves each day whole (old or new) and is redone, a stage
-stored on DuckDB retires its Spark copy, and a Spark stage's view is fingerprinted by its files."""
+stored on DuckDB retires its Spark copy, a Spark stage's view is fingerprinted by its files,
+and a day of several files (Spark ingestion's) is read and fingerprinted whole."""
 
 from datetime import UTC, date, datetime, timedelta
 
@@ -15,6 +16,8 @@ from rag_loop.engines.incremental import table_fingerprints
 from rag_loop.engines.lake import (
     DAY_OF,
     day_file,
+    day_file_fingerprints,
+    day_files,
     export_lake,
     export_table,
     lake_days,
@@ -157,3 +160,19 @@ def test_a_spark_stages_view_is_fingerprinted_by_its_day_files_without_reading_t
         assert after[date(2026, 11, 2)] != before[date(2026, 11, 2)]
         day_file(lake, "stage", date(2026, 11, 1)).write_bytes(b"not a parquet file")
         assert set(table_fingerprints(con, "stage")) == set(before)
+
+
+def test_a_day_of_several_files_is_read_whole_fingerprinted_by_each_and_exported_as_one(tmp_path):
+    con = _world(tmp_path / "db.duckdb", [(0, 1, True, "a"), (3_600_000_000, 1, False, "b")])
+    lake = tmp_path / "lake"
+    export_lake(con, lake)
+    day, folder = date(2026, 11, 1), lake.resolve() / "raw_traces"
+    before = day_file_fingerprints(folder)
+    first = day_file(lake, "raw_traces", day)  # split in two, as Spark ingestion leaves a day
+    rows = f"SELECT * FROM read_parquet('{first}', hive_partitioning = false)"
+    write_parquet(con, f"{rows} WHERE trace_id = 't1'", first.with_name("part-1234.parquet"))
+    write_parquet(con, f"{rows} WHERE trace_id = 't0'", first)
+    assert len(day_files(lake, "raw_traces", day)) == 2 and _same_rows(con, lake, "raw_traces")
+    assert day_file_fingerprints(folder)[day] != before[day]
+    assert export_lake(con, lake)["days_written"] == 1  # its rows did not change: its files did
+    assert day_files(lake, "raw_traces", day) == [first] and _same_rows(con, lake, "raw_traces")
