@@ -25,7 +25,7 @@ from pydantic import Field
 
 from assets.resources import DUCKDB_WRITER, EngineResource, RagLoopPaths
 from assets.sensors import request_for_input
-from assets.stage import stage_asset
+from assets.stage import stage_asset, stored_in
 from rag_loop.engines.lake import export_lake, lake_days
 from rag_loop.ingest.documents import load_knowledge_base
 from rag_loop.ingest.otlp.assembly import DEFAULT_GRACE
@@ -91,10 +91,12 @@ def raw_traces(context: AssetExecutionContext, config: IngestConfig, duckdb: Duc
             con, Path(paths.traces_dir), max_record_bytes=config.max_record_bytes, log=context.log.info,
             grace=timedelta(minutes=config.otlp_grace_minutes))
         summary = trace_table_summary(con)
+        where = stored_in(con, "raw_traces")
         preview = con.sql('SELECT trace_id, "timestamp", language, tenant, original_query, '
                           'status FROM raw_traces ORDER BY "timestamp" DESC LIMIT 10').df()
     metadata: dict[str, object] = {
         "dagster/row_count": summary["traces"],
+        "stored_in": where,
         "files_read": sum(not f.skipped for f in report.files),
         "files_skipped": sum(f.skipped for f in report.files),
         "files_ignored": MetadataValue.json(report.ignored),

@@ -12,8 +12,7 @@ from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
 from assets.resources import EmbedderResource, EngineResource, RagLoopPaths
-from assets.stage import changed_days
-from rag_loop.engines.lake import lake_view_folder
+from assets.stage import changed_days, stored_in
 from rag_loop.reporting import plots
 from rag_loop.selection.estimates import (
     DEFAULT_SLICES,
@@ -38,14 +37,6 @@ _POLICY_DEFAULTS = SamplingPolicy()
 _NOVELTY_DEFAULTS = NoveltySettings()
 
 
-def _stored_in(con, name: str) -> str:
-    """Where the table's rows are: a Spark run's in the trace lake (the database has a view of
-    its day files), or the control database."""
-    folder = lake_view_folder(con, name)
-    return f"trace lake: {folder} (the control database holds a view of its day files)" if folder \
-        else "control database"
-
-
 class SignalConfig(Config):
     low_rerank_threshold: float = Field(_SIGNAL_DEFAULTS.low_rerank_threshold,
                                         description="Top rerank score below this is low.")
@@ -66,7 +57,7 @@ def trace_signals(context: AssetExecutionContext, config: SignalConfig, duckdb: 
         computed = changed_days(context, con, duckdb.database, "trace_signals", signal_inputs(con, settings),
                                 lambda days: compute_signals(con, settings, on, days=days))
         traces = con.execute("SELECT count(*) FROM trace_signals").fetchall()[0][0]
-        stored_in = _stored_in(con, "trace_signals")
+        where = stored_in(con, "trace_signals")
         counts = signal_counts(con)
         coverage = signal_coverage(con)
         documents = con.execute("SELECT count(*) FROM documents").fetchall()[0][0]
@@ -77,7 +68,7 @@ def trace_signals(context: AssetExecutionContext, config: SignalConfig, duckdb: 
     chart = plots.bars({k: v for k, v in counts.items() if k != "any_signal"},
                        "Traces per bad signal", "traces")
     return MaterializeResult(metadata={
-        "dagster/row_count": traces, **computed, "stored_in": stored_in,
+        "dagster/row_count": traces, **computed, "stored_in": where,
         **{f"signal_{name}": n for name, n in counts.items()},
         "any_signal_share": counts["any_signal"] / traces if traces else 0.0,
         "retrieval_unknown": unknown,  # unreadable retrieval output: not counted as empty
@@ -157,7 +148,7 @@ def failure_candidates(context: AssetExecutionContext, config: SamplingConfig, d
         computed = changed_days(context, con, duckdb.database, "failure_candidates", candidate_inputs(con, policy),
                                 lambda days: select_candidates(con, policy, on, days=days))
         summary = selection_summary(con, policy)
-        stored_in = _stored_in(con, "failure_candidates")
+        where = stored_in(con, "failure_candidates")
         selected_signals = con.sql(
             "SELECT s AS signal, count(*) AS selected FROM "
             "(SELECT unnest(signals) AS s FROM failure_candidates) GROUP BY 1 ORDER BY 2 DESC").df()
@@ -166,7 +157,7 @@ def failure_candidates(context: AssetExecutionContext, config: SamplingConfig, d
             "round(min(thinning), 3) AS thinning, round(avg(inclusion_probability), 3) AS mean_pi "
             "FROM failure_candidates GROUP BY 1 ORDER BY 1").df()
     return MaterializeResult(metadata={
-        "dagster/row_count": summary["selected"], **summary, **computed, "stored_in": stored_in,
+        "dagster/row_count": summary["selected"], **summary, **computed, "stored_in": where,
         **{f"selected_{row.signal}": int(row.selected) for row in selected_signals.itertuples()},
         "sampling_policy": policy.fingerprint(),
         "policy": MetadataValue.json(config.model_dump()),

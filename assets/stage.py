@@ -22,6 +22,7 @@ from dagster import (
 )
 
 from rag_loop.engines.incremental import DayState, Fingerprints, compute_changed
+from rag_loop.engines.lake import lake_view_folder
 from rag_loop.store.tables import has_table
 
 DAY_STATE = "day_state"  # the metadata entry a day-by-day asset records its DayState in
@@ -78,3 +79,11 @@ def _recorded_state(context: AssetExecutionContext) -> DayState | None:
     materialization = event.asset_materialization if event else None
     entry = materialization.metadata.get(DAY_STATE) if materialization else None
     return DayState.from_json(entry.value) if entry is not None else None
+
+
+def stored_in(con: duckdb.DuckDBPyConnection, name: str) -> str:
+    """Where the table's rows are, for the asset's metadata: in the trace lake (a Spark run's;
+    the database has a view of its day files), or in the control database."""
+    folder = lake_view_folder(con, name)
+    return f"trace lake: {folder} (the control database holds a view of its day files)" if folder \
+        else "control database"

@@ -7,6 +7,7 @@ changes nothing, in the table or in the lake."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from datetime import date
@@ -219,17 +220,20 @@ def test_the_spark_resource_on_a_spark_connect_url_stores_what_duckdb_does_and_a
     own process, as Dagster runs it."""
     expected, estimates = _otlp_on_duckdb(tmp_path)
     database = tmp_path / "over-connect.duckdb"
-    done = subprocess.run([sys.executable, str(CONNECT_RUN), spark_connect_url, str(OTLP), str(tmp_path / "lake"),
+    shutil.copytree(OTLP, tmp_path / "traces")  # the run adds files to it
+    done = subprocess.run([sys.executable, str(CONNECT_RUN), spark_connect_url, str(tmp_path / "traces"),
+                           str(tmp_path / "lake"),
                            str(database)], env={**os.environ, "PYTHONPATH": str(PROJECT)},
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     outcome = json.loads(done.stdout.strip().splitlines()[-1])
-    assert outcome["success"] == [True, True, True] and outcome["connect"]
+    assert outcome["success"] == [True, True, True, True] and outcome["connect"]
+    assert outcome["raw_traces_rows"] == [132, 134]  # the traces added later are stored once
     assert outcome["days_computed_daily"] == 0  # the lake's day files unchanged: their fingerprints too
     assert outcome["files_again"] == outcome["files"]
     lake = (tmp_path / "lake").resolve()
     assert outcome["stored_in"] == {name: f"trace lake: {lake / name} (the control database holds a view of its "
-                                          "day files)" for name in PORTED}
+                                          "day files)" for name in ("raw_traces", *PORTED)}
     assert {Path(f).parts[0] for f in outcome["files"] if not Path(f).name.startswith("_")} == {
         "documents", "failure_candidates", "raw_traces", "trace_chunks", "trace_spans",
         "trace_signals"}  # no feedback in the OTLP fixtures: trace_feedback has no day file

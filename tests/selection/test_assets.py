@@ -25,6 +25,7 @@ def test_materializations_report_counts_per_stream_signal_and_priority(demo_run)
     assert candidates["expected_judge_cost_usd"] == pytest.approx(candidates["selected"] * 0.003)
     assert candidates["days_thinned"] == 14  # the default budget binds on every demo day
     assert signals["stored_in"] == candidates["stored_in"] == "control database"  # on DuckDB: tables
+    assert metadata_of(result, "raw_traces")["stored_in"] == "control database"
     estimates = metadata_of(result, "quality_estimates")
     assert estimates["any_signal_naive_rate_biased"] > estimates["any_signal_population_rate"]
     assert abs(estimates["any_signal_ht_rate"] - estimates["any_signal_population_rate"]) < 0.02

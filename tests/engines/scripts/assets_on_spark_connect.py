@@ -1,10 +1,11 @@
 """Run by tests/engines/test_spark.py in its own process, as a Dagster run worker runs: the
 assets from raw_traces to quality_estimates on the Spark resource pointed at a Spark Connect
 server (argv: url, traces folder, lake folder, database), then trace_signals in a daily run
-(nothing changed) and again from scratch (no recorded state). Prints a JSON line: whether the
-runs succeeded, the daily run's days computed, whether pyspark ran as a Spark Connect client, the
-lake's files after each run, and where the first run says trace_signals and failure_candidates
-are stored."""
+(nothing changed) and again from scratch (no recorded state), then raw_traces again with a
+native and an OTLP file added. Prints a JSON line: whether the runs succeeded, raw_traces' rows
+after the first run and the last, the daily run's days computed, whether pyspark ran as a Spark
+Connect client, the lake's files after each run, and where the first run says raw_traces,
+trace_signals and failure_candidates are stored."""
 
 import json
 import sys
@@ -16,6 +17,8 @@ from dagster_duckdb import DuckDBResource
 from assets.ingestion import raw_traces, trace_lake
 from assets.resources import RagLoopPaths, SparkEngineResource
 from assets.selection import failure_candidates, quality_estimates, trace_signals
+from tests.helpers import trace_line
+from tests.helpers.otlp import line, request_spans, write
 
 url, traces, lake, database = sys.argv[1:5]
 resources = {"duckdb": DuckDBResource(database=database), "engine": SparkEngineResource(master=url),
@@ -32,12 +35,21 @@ run = materialize([raw_traces, trace_lake, trace_signals, failure_candidates, qu
                   run_config={"ops": {"quality_estimates": {"config": {"slices": ["language"]}}}})
 first = run.success
 stored_in = {name: run.asset_materializations_for_node(name)[0].metadata["stored_in"].value
-             for name in ("trace_signals", "failure_candidates")}
+             for name in ("raw_traces", "trace_signals", "failure_candidates")}
 files = lake_files()
 daily = materialize([trace_signals], resources=resources, instance=instance)  # nothing changed since
 days_computed = daily.asset_materializations_for_node("trace_signals")[0].metadata["days_computed"].value
 again = materialize([trace_signals], resources=resources).success  # no recorded state: computed again
+files_again = lake_files()
+# a native trace and a new OTLP request: first copy wins reads the lake's stored keys and the
+# assembly the lake's rows of the ready trace, both through Spark Connect
+(Path(traces) / "later.jsonl").write_text(trace_line("later-native") + "\n")
+write(Path(traces) / "later.otlp.jsonl", [line(request_spans(77))])
+later = materialize([raw_traces], resources=resources, instance=instance)
+row_counts = [result.asset_materializations_for_node("raw_traces")[0].metadata["dagster/row_count"].value
+              for result in (run, later)]
 from pyspark.sql.utils import is_remote  # noqa: E402 (imported by the resource, not before)
 
-print(json.dumps({"success": [first, daily.success, again], "connect": is_remote(), "files": files,
-                  "files_again": lake_files(), "stored_in": stored_in, "days_computed_daily": days_computed}))
+print(json.dumps({"success": [first, daily.success, again, later.success], "connect": is_remote(), "files": files,
+                  "raw_traces_rows": row_counts,
+                  "files_again": files_again, "stored_in": stored_in, "days_computed_daily": days_computed}))
