@@ -83,7 +83,12 @@ class LakeTraces:
     @contextmanager
     def shadowing(self, con: duckdb.DuckDBPyConnection) -> Iterator[LakeTraces]:
         """The raw tables' names as empty temp tables for the block (the database's views stay
-        as they are)."""
+        as they are). Hidden files a crashed run left in the raw tables' day folders go first:
+        ingestion is the only writer of those folders, one run at a time (the control
+        database's one writer)."""
+        for table in RAW_TABLES:
+            for leftover in (self.lake / table).glob("day=*/.*.tmp"):
+                leftover.unlink(missing_ok=True)
         for table in RAW_TABLES:
             con.execute(f'CREATE OR REPLACE TEMP TABLE "{table}" AS SELECT * FROM "{table}" LIMIT 0')
             con.execute(f'CREATE OR REPLACE TEMP TABLE "{_before(table)}" AS '

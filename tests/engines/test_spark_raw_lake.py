@@ -84,7 +84,10 @@ def test_duckdb_and_spark_ingestion_take_turns_on_one_database(session, tmp_path
         assert tables(turns) == tables(sequential)
 
         small_folder(directory, "c")
+        crashed = day_files(lake, "raw_traces", min(lake_days(lake, "raw_traces")))[0].with_name(".crashed.tmp")
+        crashed.write_bytes(b"half a file")  # what a run killed while writing leaves
         on_both(session, (sequential, turns), directory, lake)  # and into the lake again
+        assert not crashed.exists()
         create_tables(turns)  # a stage's: the views are left as they are
         assert all(lake_view_folder(turns, table) == lake.resolve() / table for table in RAW_TABLES)
         assert tables(turns) == tables(sequential)
