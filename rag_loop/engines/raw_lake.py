@@ -109,9 +109,9 @@ class LakeTraces:
 
     def load(self, con: duckdb.DuckDBPyConnection, trace_ids: str, children_of: str | None = None) -> None:
         """The lake's raw_traces rows of the trace ids `trace_ids` (SQL) selects, and the child
-        tables' rows of those `children_of` selects (the only ones whose children the run may
-        change: a trace assembled again), into the temp tables; each loaded once until the
-        next flush; inside the caller's transaction."""
+        tables' rows of those of them `children_of` selects (the only ones whose children the
+        run may change: a trace assembled again; it must be a subset), into the temp tables;
+        each loaded once until the next flush; inside the caller's transaction."""
         if not lake_days(self.lake, "raw_traces"):
             return
         self.loads += 1
