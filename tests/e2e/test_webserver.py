@@ -119,10 +119,10 @@ def dagster_dev(tmp_path_factory, demo_run):
                     raise RuntimeError((root / "dagster-dev.log").read_text()[-3000:]) from None
                 time.sleep(0.25)
         yield Dagster(url), root
-    finally:
+    finally:  # an idle server stops in about a second; one busy (a sensor's run) is killed
         os.killpg(process.pid, signal.SIGTERM)
         try:
-            process.wait(30)
+            process.wait(5)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
         log.close()
