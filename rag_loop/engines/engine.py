@@ -13,7 +13,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -203,9 +203,31 @@ class SparkEngine(Engine):
     session: Any  # pyspark.sql.SparkSession
     lake: Path
     functions: Functions = field(default=SPARK, init=False)
+    _cached: list[ir.Table] = field(default_factory=list, init=False, repr=False)  # by `reuse`, this query
 
     def __post_init__(self) -> None:
         self.backend = ibis.pyspark.connect(self.session)
+        self.functions = replace(SPARK, reuse=self.reuse)
+
+    def reuse(self, table: ir.Table) -> ir.Table:
+        """`table` cached by the executors (in memory, spilling to disk) when the query first
+        reads it, released after the query (`_caching`): one computation for all its readings."""
+        cached = table.cache()
+        self._cached.append(cached)
+        return cached
+
+    @contextmanager
+    def _caching(self) -> Iterator[None]:
+        try:
+            yield
+        finally:
+            while self._cached:
+                self._cached.pop().release()
+
+    def run(self, con: duckdb.DuckDBPyConnection, name: str, inputs: Sequence[str], build: Build,
+            settings: Any, days: Collection[date] | None = None) -> int:
+        with self._caching():
+            return super().run(con, name, inputs, build, settings, days)
 
     def ingest(self, con: duckdb.DuckDBPyConnection, directory: Path, **options: Any) -> IngestReport:
         """Files parsed, and OTLP traces assembled, by Spark tasks, staged in the lake's hidden
@@ -224,9 +246,10 @@ class SparkEngine(Engine):
         return tables
 
     def frame(self, con: duckdb.DuckDBPyConnection, inputs: Sequence[str], build: Build, settings: Any) -> pd.DataFrame:
-        expression = build(self.inputs(con, inputs), settings, self.functions)
-        schema = expression.schema()
-        result = _as_declared(self.session.sql(str(self.backend.compile(expression))), schema).toPandas()
+        with self._caching():
+            expression = build(self.inputs(con, inputs), settings, self.functions)
+            schema = expression.schema()
+            result = _as_declared(self.session.sql(str(self.backend.compile(expression))), schema).toPandas()
         for column, dtype in schema.items():  # as DuckDB's .df() gives them: µs, instants in UTC
             if dtype.is_date():
                 result[column] = pd.to_datetime(result[column]).astype("datetime64[us]")

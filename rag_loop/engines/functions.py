@@ -11,6 +11,7 @@ registry per engine. A stage takes a `Functions` and builds one Ibis expression 
 - `utc_day`: the UTC calendar day of an instant (the Spark session runs in UTC).
 - `uniform`: a uniform draw in [0, 1) from 8 hex digits of an md5 (the sampling streams).
 - `distinct`: a list's distinct values without NULLs (`list_distinct` / `array_distinct`).
+- `reuse`: a part of the expression read several times, computed once (Spark: cached).
 
 `bit_xor`, an aggregate both spell alike, is here too: Ibis compiles it for DuckDB only.
 """
@@ -122,6 +123,10 @@ class Functions:
     # the distinct values of a list of strings, NULLs dropped (Ibis's own `unique` keeps a NULL
     # and spells it with the list three times over, which multiplies what feeds it)
     distinct: Callable[[ir.ArrayValue], ir.ArrayValue]
+    # a table the expression reads several times: DuckDB computes such a CTE once by itself;
+    # Spark inlines it and computes it again from the files at every reading, so the Spark
+    # engine has it cached for the one query (`SparkEngine.reuse`)
+    reuse: Callable[[ir.Table], ir.Table] = lambda table: table
 
     def md5(self, text: ir.StringValue) -> ir.StringValue:
         return _md5(text)

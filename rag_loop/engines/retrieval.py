@@ -44,10 +44,10 @@ def retrieval_expression(tables: Mapping[str, ir.Table], window: DriftWindow, fn
     figures, with `ks_d` (the largest distance between the two empirical distributions of the
     top-1 rerank score, over `rerank_n` and `baseline_rerank_n` scores) and `rerank_psi` (PSI
     over the baseline's decile bins)."""
-    rows = by_slice(_window_rows(tables, window, fn), "is_today", "is_baseline", "top_retrieval_score",
+    rows = by_slice(fn.reuse(_window_rows(tables, window, fn)), "is_today", "is_baseline", "top_retrieval_score",
                     "top_rerank_score", "empty_retrieval", "documents", "overlap")
-    levels = _score_levels(rows, "top_rerank_score", now="is_today", before="is_baseline")
-    figures = _figures(rows, levels, _score_levels(rows, "top_retrieval_score", now="is_today"))
+    levels = _score_levels(rows, "top_rerank_score", fn, now="is_today", before="is_baseline")
+    figures = _figures(rows, levels, _score_levels(rows, "top_retrieval_score", fn, now="is_today"))
     figures = figures.filter((figures.slice == "all") | (figures.n > 0))
     distance, psi = _ks_distance(levels), _psi(levels, figures)
     joined = (figures.left_join(distance, (figures.slice_order == distance.k_order)
@@ -165,13 +165,13 @@ def _edges() -> tuple[str, ...]:
     return tuple(f"q{i}" for i in range(1, len(DECILES) - 1))
 
 
-def _score_levels(part: ir.Table, column: str, **counts: str) -> ir.Table:
+def _score_levels(part: ir.Table, column: str, fn: Functions, **counts: str) -> ir.Table:
     """Per slice value and distinct score of `column`: how many of the rows each boolean column
     of `counts` (name: column) marks have it. The quantiles, the KS distance and the PSI read
-    these, not the rows (on Spark each reading of the rows computes them again)."""
+    these, not the rows; computed once for all of them (`fn.reuse`)."""
     scored = part.filter(part[column].notnull())
-    return scored.group_by(["slice_order", "slice_value", scored[column].name("score")]).aggregate(
-        **{name: scored.count(where=scored[mask]) for name, mask in counts.items()})
+    return fn.reuse(scored.group_by(["slice_order", "slice_value", scored[column].name("score")]).aggregate(
+        **{name: scored.count(where=scored[mask]) for name, mask in counts.items()}))
 
 
 def _ks_distance(levels: ir.Table) -> ir.Table:
