@@ -80,7 +80,9 @@ class IngestConfig(Config):
            "ingested_files": "Files read: size, mtime, counts (incremental ingestion)",
            "otlp_spans": "Every OTLP span received, keyed by trace and span id",
            "otlp_traces": "What became of each OTLP trace id: ingested, duplicate, quarantined, "
-                          "not_a_request, waiting"})
+                          "not_a_request, waiting",
+           "otlp_pending": "OTLP trace ids with spans not yet in an assembled record: what the next "
+                           "assembly looks at"})
 def raw_traces(context: AssetExecutionContext, config: IngestConfig, duckdb: DuckDBResource,
                paths: RagLoopPaths, engine: EngineResource) -> MaterializeResult:
     if not paths.traces_dir:

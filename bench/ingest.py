@@ -13,6 +13,8 @@ copy whose last line is cut off, which the fallback readers take.
 `--otlp [--spans 1000000]` does the same for a Collector-style OTLP JSON file: export batches
 of 512 spans per line, each trace's root span a few traces later than its children (as a
 BatchSpanProcessor exports them), so traces are split across lines. Target ratio <= 3.
+`--increment N` then adds a file of N spans of new traces and times the next run over the
+stored ones (a run's cost as the stored spans grow).
 """
 
 from __future__ import annotations
@@ -108,8 +110,10 @@ def _otlp_trace(i: int, rng: random.Random) -> list[dict]:
     return children + [root]
 
 
-def write_otlp(path: Path, spans: int, per_line: int = 512, root_delay: int = 7, seed: int = 1) -> None:
-    """About `spans` spans as Collector file-exporter lines of `per_line` spans."""
+def write_otlp(path: Path, spans: int, per_line: int = 512, root_delay: int = 7, seed: int = 1,
+               first: int = 0) -> None:
+    """About `spans` spans as Collector file-exporter lines of `per_line` spans, of the traces
+    numbered from `first`."""
     rng = random.Random(seed)
     roots: list[dict] = []
     batch: list[dict] = []
@@ -119,7 +123,7 @@ def write_otlp(path: Path, spans: int, per_line: int = 512, root_delay: int = 7,
             if len(batch) == per_line:
                 _write_export(handle, batch)
                 batch.clear()
-        for i in range(spans // 4):
+        for i in range(first, first + spans // 4):
             *children, root = _otlp_trace(i, rng)
             for span in children:
                 emit(span)
@@ -151,6 +155,8 @@ def main() -> None:
                         help="also ingest a copy with one malformed last line (the fallback readers)")
     parser.add_argument("--otlp", action="store_true", help="an OTLP file of --spans spans instead")
     parser.add_argument("--spans", type=int, default=1_000_000)
+    parser.add_argument("--increment", type=int, default=0,
+                        help="with --otlp: then a file of this many new spans, ingested over the first")
     args = parser.parse_args()
     if args.otlp:
         return _main_otlp(args)
@@ -199,6 +205,15 @@ def _main_otlp(args: argparse.Namespace) -> None:
     print(f"ratio ingest/bare: {ingest / bare:.2f}  (target <= 3)")
     print(f"peak RSS of the ingestion process plus its largest worker: {ingest_peak:.2f} GB  "
           "(target < 4)")
+    if args.increment:
+        new = traces_dir / f"new-{args.increment}.otlp.jsonl"
+        write_otlp(new, args.increment, first=args.spans)
+        try:
+            seconds, total, peak = _in_process(_ingest_more, args.workdir, traces_dir, args.memory_limit)
+        finally:
+            new.unlink()
+        print(f"a file of {args.increment:,} new spans over the {args.spans:,} stored: {seconds:.2f} s, "
+              f"{total}, peak {peak:.2f} GB")
 
 
 def _fresh_database(path: Path) -> duckdb.DuckDBPyConnection:
@@ -227,6 +242,14 @@ def _ingest(workdir: Path, traces_dir: Path, batch_mb: int, memory_limit: str) -
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
     worker = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1e6  # the largest worker's
     return time.perf_counter() - start, f"{report.total()} by {readers}", peak + worker
+
+
+def _ingest_more(workdir: Path, traces_dir: Path, memory_limit: str) -> tuple:
+    """The next run on the database `_ingest` left: only the new file is read."""
+    start = time.perf_counter()
+    with duckdb.connect(str(workdir / "ingest.duckdb")) as con:
+        report = ingest_directory(con, traces_dir, memory_limit=memory_limit)
+    return time.perf_counter() - start, str(report.total()), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
 
 
 def _bare(workdir: Path, source: Path) -> tuple:

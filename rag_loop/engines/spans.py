@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from rag_loop.engines.lake import quoted, write_parquet
 from rag_loop.engines.resolve import resolve, staged, store_set_aside, verdict
-from rag_loop.ingest.otlp.assembly import READY_SPANS_SQL, Assembled, Assembler, assemble_spans
+from rag_loop.ingest.otlp.assembly import READY_SPANS_SQL, Assembled, Assembler, assemble_spans, mark_pending
 
 # what a task stages of an OTLP file (table: folder)
 SPAN_TABLES = {"otlp_spans": "otlp_spans", "quarantine": "otlp_quarantine",
@@ -43,6 +43,7 @@ def store_staged_spans(session: Any, con: duckdb.DuckDBPyConnection, run: Path) 
         kept = verdict("_span_verdicts", 1, "keep", "file_order, trace_id, span_id")
         con.execute(f"""INSERT INTO otlp_spans BY NAME SELECT * EXCLUDE (file_order)
                         REPLACE (now() AS received_at) FROM {staged(run, 'otlp_spans')} {kept}""")
+        mark_pending(con, f"SELECT trace_id FROM {staged(run, 'otlp_spans')} {kept}")
         store_set_aside(con, run, "_span_verdicts", "trace_id, span_id",
                         ("otlp_quarantine", "otlp_duplicates", "otlp_spans"),
                         "source_file, source_line AS line_no, trace_id, 'otlp' AS format, span_id")

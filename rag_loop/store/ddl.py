@@ -63,6 +63,14 @@ CREATE TABLE IF NOT EXISTS document_chunks (
     text VARCHAR NOT NULL);
 """
 
+# otlp_pending: the trace ids with spans stored since their last assembly, or never assembled,
+# the only ones assembly looks at (not every span stored). Created in one statement from the
+# stored spans (none in a new database), so a database made before it loses no waiting trace.
+PENDING_FROM_SPANS = """
+    CREATE TABLE otlp_pending AS
+    SELECT s.trace_id FROM otlp_spans s LEFT JOIN otlp_traces t USING (trace_id)
+    GROUP BY s.trace_id, t.trace_id, t.spans HAVING t.trace_id IS NULL OR count(*) > t.spans"""
+
 # columns added after the first release, by table: databases made before get them (the child
 # tables' `day`, with its values, in rag_loop.store.tables.add_child_days); a table that is a
 # view of the trace lake's files is left as it is

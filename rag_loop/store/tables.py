@@ -10,13 +10,22 @@ from datetime import date
 import duckdb
 import pandas as pd
 
-from rag_loop.store.ddl import ADDED_COLUMNS, CHILD_DAY_BACKFILL, CHILD_TABLES, DRIFT_DAY_COLUMNS, INGESTION_DDL
+from rag_loop.store.ddl import (
+    ADDED_COLUMNS,
+    CHILD_DAY_BACKFILL,
+    CHILD_TABLES,
+    DRIFT_DAY_COLUMNS,
+    INGESTION_DDL,
+    PENDING_FROM_SPANS,
+)
 
 
 def create_tables(con: duckdb.DuckDBPyConnection) -> None:
     """Create every ingestion table that does not exist yet, and bring older ones up to date
     (a view of that name, the trace lake's files of a Spark ingestion, is left as it is)."""
     con.execute(INGESTION_DDL)
+    if relation_kind(con, "otlp_pending") is None:
+        con.execute(PENDING_FROM_SPANS)
     for table, columns in ADDED_COLUMNS.items():
         if relation_kind(con, table) == "table":
             for column in columns:

@@ -183,13 +183,15 @@ def _online_quality_is_duckdbs(spark, con: duckdb.DuckDBPyConnection, lake) -> N
 
 def _the_drift_days_are_duckdbs(spark, con: duckdb.DuckDBPyConnection, lake) -> None:
     """The planted index rebuild (11-09: the rerank score shift) and stale password policy
-    (11-11: stale retrieval) give the same figures and verdicts on Spark."""
+    (11-11: stale retrieval) give the same figures and verdicts on Spark, whose caches of the
+    parts read several times (`Functions.reuse`) are released after the query."""
     for run, table, day, planted in ((retrieval_day, "retrieval_scores", date(2026, 11, 9), "retrieval_score_shift"),
                                      (freshness_day, "stale_retrieval", date(2026, 11, 11), "stale_retrieval_rate")):
         settings = RetrievalSettings() if run is retrieval_day else FreshnessSettings()
         on_duckdb = run(con, day, settings)
         expected = con.execute(f"SELECT * FROM {table} WHERE day = ?", [day]).df()
         on_spark = run(con, day, settings, SparkEngine(spark, lake))
+        assert not [t.name for t in spark.catalog.listTables() if t.name.startswith("ibis_cached")]  # released
         pd.testing.assert_frame_equal(con.execute(f"SELECT * FROM {table} WHERE day = ?", [day]).df(), expected,
                                       check_exact=False, rtol=0, atol=1e-12)
         assert [(v.name, v.fired, v.severity, v.n) for v in on_spark] == [

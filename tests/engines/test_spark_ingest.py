@@ -31,7 +31,8 @@ NOW = datetime(2026, 12, 1, tzinfo=UTC)  # OTLP assembly's clock, the same on bo
 LATER = datetime(2026, 11, 11, 11, 1, tzinfo=UTC)  # the grace period after tests.helpers.otlp's spans
 WALL_CLOCK = {"raw_traces": "ingested_at", "trace_chunks": None, "trace_spans": None,
               "trace_feedback": None, "quarantine": "quarantined_at", "trace_duplicates": "seen_at",
-              "ingested_files": "ingested_at", "otlp_spans": "received_at", "otlp_traces": "assembled_at"}
+              "ingested_files": "ingested_at", "otlp_spans": "received_at", "otlp_traces": "assembled_at",
+              "otlp_pending": None}
 
 
 @pytest.fixture(scope="module")

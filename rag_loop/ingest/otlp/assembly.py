@@ -82,6 +82,7 @@ def stage_spans(con: duckdb.DuckDBPyConnection, batch: SpanBatch, source_file: s
             INSERT INTO otlp_spans BY NAME
             SELECT * EXCLUDE (position, seen, reread), ? AS source_file, now() AS received_at
             FROM _span_new""", [source_file])
+        mark_pending(con, "SELECT trace_id FROM _span_new")
         con.execute("""
             INSERT INTO trace_duplicates (source_file, line_no, trace_id, format, seen_at, span_id)
             SELECT ?, source_line, trace_id, 'otlp', now(), span_id FROM _span_verdict
@@ -98,6 +99,13 @@ def stage_spans(con: duckdb.DuckDBPyConnection, batch: SpanBatch, source_file: s
     return counts
 
 
+def mark_pending(con: duckdb.DuckDBPyConnection, stored_spans_sql: str) -> None:
+    """The trace ids of the spans just stored (`stored_spans_sql` selects their trace_id) wait
+    for their next assembly (`otlp_pending`)."""
+    con.execute(f"""INSERT INTO otlp_pending SELECT DISTINCT trace_id FROM ({stored_spans_sql})
+                    WHERE trace_id NOT IN (SELECT trace_id FROM otlp_pending)""")
+
+
 def assemble_ready(con: duckdb.DuckDBPyConnection, now_ns: int, grace: timedelta = DEFAULT_GRACE,
                    max_record_bytes: int = 1 << 20, batch_traces: int = 20_000,
                    pool: Callable[[], Executor | None] = lambda: None,
@@ -105,7 +113,8 @@ def assemble_ready(con: duckdb.DuckDBPyConnection, now_ns: int, grace: timedelta
                    load_stored: Callable[[duckdb.DuckDBPyConnection, str, str], None] | None = None
                    ) -> AssemblyCounts:
     """Assemble every trace id that is ready and new (or has new spans), inside one transaction
-    the caller ends. `assembler` turns the ready traces' spans into records (default
+    the caller ends; only the pending trace ids (`mark_pending`) are looked at, and those still
+    waiting stay pending. `assembler` turns the ready traces' spans into records (default
     `assemble_here(pool)`); each batch it gives is stored before the next is asked for.
     `load_stored(con, trace_ids_sql, children_of_sql)` first makes the ready traces' stored rows
     readable, when they are kept outside the database (rag_loop.ingest.pipeline.TraceStore)."""
@@ -114,7 +123,9 @@ def assemble_ready(con: duckdb.DuckDBPyConnection, now_ns: int, grace: timedelta
         CREATE OR REPLACE TEMP TABLE _trace_stats AS
         SELECT s.trace_id, count(*) AS spans, bool_or(coalesce(s.parent_span_id, '') = '') AS has_root,
                max(coalesce(s.end_ns, s.start_ns)) AS newest_ns, t.trace_id IS NOT NULL AS assembled_before
-        FROM otlp_spans s LEFT JOIN otlp_traces t USING (trace_id)
+        FROM otlp_spans s
+        LEFT JOIN (SELECT * FROM otlp_traces SEMI JOIN otlp_pending USING (trace_id)) t USING (trace_id)
+        WHERE s.trace_id IN (SELECT trace_id FROM otlp_pending)
         GROUP BY s.trace_id, t.trace_id, t.spans
         HAVING t.trace_id IS NULL OR count(*) > t.spans""")
     counts = AssemblyCounts()
@@ -133,6 +144,8 @@ def assemble_ready(con: duckdb.DuckDBPyConnection, now_ns: int, grace: timedelta
     counts.reassembled = con.execute("""
         SELECT count(*) FROM _ready JOIN otlp_traces USING (trace_id)
         WHERE assembled_before AND state = 'ingested'""").fetchall()[0][0]
+    con.execute("""DELETE FROM otlp_pending WHERE trace_id NOT IN
+                   (SELECT trace_id FROM _trace_stats EXCEPT SELECT trace_id FROM _ready)""")  # waiting stay
     con.execute("DROP TABLE IF EXISTS _trace_stats; DROP TABLE IF EXISTS _ready")
     return counts
 
