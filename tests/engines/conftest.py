@@ -1,6 +1,7 @@
 import importlib.util
 import shutil
 import socket
+import sys
 
 import pytest
 
@@ -28,6 +29,13 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def session(spark):
+    """The Spark session for ingestion, whose tasks import rag_loop and DuckDB: this interpreter's."""
+    assert spark.sparkContext.pythonExec == sys.executable
+    return spark
 
 
 def _connect_server() -> dict[str, str]:

@@ -7,7 +7,6 @@ it was, and a task that crashes its worker gives up only its own file."""
 import gzip
 import os
 import shutil
-import sys
 from datetime import UTC, datetime
 
 import duckdb
@@ -33,12 +32,6 @@ WALL_CLOCK = {"raw_traces": "ingested_at", "trace_chunks": None, "trace_spans": 
               "trace_feedback": None, "quarantine": "quarantined_at", "trace_duplicates": "seen_at",
               "ingested_files": "ingested_at", "otlp_spans": "received_at", "otlp_traces": "assembled_at",
               "otlp_pending": None}
-
-
-@pytest.fixture(scope="module")
-def session(spark):
-    assert spark.sparkContext.pythonExec == sys.executable  # the tasks import rag_loop and DuckDB
-    return spark
 
 
 def tables(con) -> dict[str, list[tuple]]:

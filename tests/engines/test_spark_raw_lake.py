@@ -15,7 +15,7 @@ from rag_loop.ingest import ingest_directory
 from rag_loop.store.ddl import RAW_TABLES
 from rag_loop.store.tables import create_tables, relation_kind
 from tests.engines.conftest import needs_spark
-from tests.engines.test_spark_ingest import NOW, on_both, session, small_folder, tables  # noqa: F401 (fixture)
+from tests.engines.test_spark_ingest import NOW, on_both, small_folder, tables
 from tests.helpers import trace_line
 from tests.helpers.otlp import AFTER, line, request_spans, write
 
