@@ -203,7 +203,7 @@ class SparkEngine(Engine):
     session: Any  # pyspark.sql.SparkSession
     lake: Path
     functions: Functions = field(default=SPARK, init=False)
-    _cached: list[ir.Table] = field(default_factory=list, init=False, repr=False)  # by `reuse`, this query
+    _cached: list[tuple[str, Any]] = field(default_factory=list, init=False, repr=False)  # `reuse`'s
 
     def __post_init__(self) -> None:
         self.backend = ibis.pyspark.connect(self.session)
@@ -211,10 +211,13 @@ class SparkEngine(Engine):
 
     def reuse(self, table: ir.Table) -> ir.Table:
         """`table` cached by the executors (in memory, spilling to disk) when the query first
-        reads it, released after the query (`_caching`): one computation for all its readings."""
-        cached = table.cache()
-        self._cached.append(cached)
-        return cached
+        reads it, released after the query (`_caching`): one computation for all its readings.
+        Not Ibis's `cache()`, which fails on Spark Connect (it expects the frame cached at once)."""
+        name = f"rag_loop_reused_{uuid.uuid4().hex}"
+        frame = self.session.sql(str(self.backend.compile(table))).cache()
+        frame.createOrReplaceTempView(name)
+        self._cached.append((name, frame))
+        return self.backend.table(name)
 
     @contextmanager
     def _caching(self) -> Iterator[None]:
@@ -222,7 +225,9 @@ class SparkEngine(Engine):
             yield
         finally:
             while self._cached:
-                self._cached.pop().release()
+                name, frame = self._cached.pop()
+                self.session.catalog.dropTempView(name)
+                frame.unpersist()
 
     def run(self, con: duckdb.DuckDBPyConnection, name: str, inputs: Sequence[str], build: Build,
             settings: Any, days: Collection[date] | None = None) -> int:
@@ -255,6 +260,7 @@ class SparkEngine(Engine):
                 result[column] = pd.to_datetime(result[column]).astype("datetime64[us]")
             elif dtype.is_timestamp():
                 result[column] = pd.to_datetime(result[column], utc=True).astype("datetime64[us, UTC]")
+        result.attrs.clear()  # Spark Connect's plan metrics, which pandas cannot write to Parquet
         return result
 
     def _frame(self, con: duckdb.DuckDBPyConnection, name: str):

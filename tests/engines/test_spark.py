@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 from rag_loop.drift.days import FreshnessSettings, RetrievalSettings, freshness_day, retrieval_day
-from rag_loop.drift.figures import mix_counts
+from rag_loop.drift.figures import mix_counts, retrieval_figures
 from rag_loop.engines.engine import DuckDBEngine, SparkEngine
 from rag_loop.engines.functions import SPARK
 from rag_loop.engines.lake import day_file, export_lake, export_table, lake_days, lake_query
@@ -191,7 +191,7 @@ def _the_drift_days_are_duckdbs(spark, con: duckdb.DuckDBPyConnection, lake) -> 
         on_duckdb = run(con, day, settings)
         expected = con.execute(f"SELECT * FROM {table} WHERE day = ?", [day]).df()
         on_spark = run(con, day, settings, SparkEngine(spark, lake))
-        assert not [t.name for t in spark.catalog.listTables() if t.name.startswith("ibis_cached")]  # released
+        assert not [t.name for t in spark.catalog.listTables() if t.name.startswith("rag_loop_reused")]  # released
         pd.testing.assert_frame_equal(con.execute(f"SELECT * FROM {table} WHERE day = ?", [day]).df(), expected,
                                       check_exact=False, rtol=0, atol=1e-12)
         assert [(v.name, v.fired, v.severity, v.n) for v in on_spark] == [
@@ -208,7 +208,10 @@ def _otlp_on_duckdb(tmp_path) -> tuple[dict[str, pd.DataFrame], pd.DataFrame]:
         select_candidates(con, SamplingPolicy())
         expected = {t: con.execute(f"SELECT * FROM {t}").df() for t in PORTED}
         estimates = estimate_rates(con, parse_slices(["language"]))
+        day = con.execute("SELECT max(day) FROM trace_signals").fetchall()[0][0]
+        expected["retrieval"] = retrieval_figures(con, day, 7)
     assert len(expected["trace_signals"]) == 132 and len(expected["failure_candidates"]) >= 3
+    assert expected["retrieval"].n.max() > 0
     return expected, estimates
 
 
@@ -217,7 +220,8 @@ def test_the_spark_resource_on_a_spark_connect_url_stores_what_duckdb_does_and_a
     """raw_traces → trace_lake → trace_signals → failure_candidates → quality_estimates in a
     run worker whose Spark resource is a Spark Connect URL (the server: this session's JVM, on
     loopback), over the OTLP fixtures, which Spark tasks ingest (test_spark_ingest.py compares
-    every ingestion table): the same rows as on DuckDB; trace_signals run again leaves the same
+    every ingestion table): the same rows as on DuckDB, and the same retrieval figures (whose
+    parts read several times the executors cache); trace_signals run again leaves the same
     rows and lake files. pyspark allows one kind of session per process: hence the worker's
     own process, as Dagster runs it."""
     expected, estimates = _otlp_on_duckdb(tmp_path)
@@ -239,6 +243,8 @@ def test_the_spark_resource_on_a_spark_connect_url_stores_what_duckdb_does_and_a
     assert {Path(f).parts[0] for f in outcome["files"] if not Path(f).name.startswith("_")} == {
         "documents", "failure_candidates", "raw_traces", "trace_chunks", "trace_spans",
         "trace_signals"}  # no feedback in the OTLP fixtures: trace_feedback has no day file
+    pd.testing.assert_frame_equal(pd.read_parquet(f"{database}.retrieval.parquet"), expected.pop("retrieval"),
+                                  check_exact=False, rtol=0, atol=1e-12)
     with duckdb.connect(str(database)) as con:
         for table, rows in expected.items():
             assert_same_rows(con.execute(f"SELECT * FROM {table}").df(), rows, "trace_id")

@@ -1,22 +1,25 @@
-"""Run by tests/engines/test_spark.py in its own process, as a Dagster run worker runs: the
-assets from raw_traces to quality_estimates on the Spark resource pointed at a Spark Connect
-server (argv: url, traces folder, lake folder, database), then trace_signals in a daily run
-(nothing changed) and again from scratch (no recorded state), then raw_traces again with a
-native and an OTLP file added. Prints a JSON line: whether the runs succeeded, raw_traces' rows
-after the first run and the last, the daily run's days computed, whether pyspark ran as a Spark
-Connect client, the lake's files after each run, and where the first run says raw_traces,
-trace_signals and failure_candidates are stored."""
+"""Run by tests/engines/test_spark.py in its own process, as a Dagster run worker runs: the assets
+from raw_traces to quality_estimates on the Spark resource pointed at a Spark Connect server
+(argv: url, traces folder, lake folder, database), then trace_signals in a daily run (nothing
+changed) and again from scratch (no recorded state), then raw_traces again with a native and an
+OTLP file added; after the first run, the newest day's retrieval figures are written beside the
+database (`<database>.retrieval.parquet`). Prints a JSON line: whether the runs succeeded,
+raw_traces' rows after the first run and the last, the daily run's days computed, whether
+pyspark ran as a Spark Connect client, the lake's files after each run, and where the first run
+says raw_traces, trace_signals and failure_candidates are stored."""
 
 import json
 import sys
 from pathlib import Path
 
+import duckdb
 from dagster import DagsterInstance, materialize
 from dagster_duckdb import DuckDBResource
 
 from assets.ingestion import raw_traces, trace_lake
 from assets.resources import RagLoopPaths, SparkEngineResource
 from assets.selection import failure_candidates, quality_estimates, trace_signals
+from rag_loop.drift.figures import retrieval_figures
 from tests.helpers import trace_line
 from tests.helpers.otlp import line, request_spans, write
 
@@ -37,6 +40,9 @@ first = run.success
 stored_in = {name: run.asset_materializations_for_node(name)[0].metadata["stored_in"].value
              for name in ("raw_traces", "trace_signals", "failure_candidates")}
 files = lake_files()
+with duckdb.connect(database) as con:  # the retrieval figures (parts of them cached by the executors)
+    day = con.execute("SELECT max(day) FROM trace_signals").fetchall()[0][0]
+    retrieval_figures(con, day, 7, resources["engine"].engine(Path(lake))).to_parquet(f"{database}.retrieval.parquet")
 daily = materialize([trace_signals], resources=resources, instance=instance)  # nothing changed since
 days_computed = daily.asset_materializations_for_node("trace_signals")[0].metadata["days_computed"].value
 again = materialize([trace_signals], resources=resources).success  # no recorded state: computed again
