@@ -8,7 +8,9 @@ it stores traces of (rag_loop.engines.raw_lake).
 A file is replaced by writing it beside the old one and renaming it over it, so a reader sees
 the old file or the new one, never half of either; a day whose rows have not changed since the
 last export (same count, same newest ingestion time) is not rewritten. `_days.json` keeps
-those fingerprints.
+those fingerprints, and the columns the files have: once a table has a column more (a newer
+rag-loop), every day is written again. A reader of several files takes each file's columns by
+name (a file without a column gives NULL there).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ PART = "part-0.parquet"
 FILES = "*.parquet"  # a day's files (hidden ones, being written, end in .tmp)
 SCHEMA = "_schema.parquet"  # no rows, the table's columns: what a reader gets while no day exists
 FINGERPRINTS = "_days.json"
+COLUMNS_KEY = "columns"  # in FINGERPRINTS beside the days: the trace tables' columns the files have
 LAKE_VIEW = "rag-loop lake: "  # the comment on a database view of a lake table's day files
 
 
@@ -128,6 +131,10 @@ def export_lake(con: duckdb.DuckDBPyConnection, lake: Path, days: Iterable[date]
     ).fetchall()}
     stored_path = lake / FINGERPRINTS
     stored = _fingerprints(stored_path)
+    columns = _columns(con)
+    if stored.setdefault(COLUMNS_KEY, columns) != columns:  # a column added: every day's files lack it
+        stored = {COLUMNS_KEY: columns}
+        days = None
     wanted = set(map(str, days)) & set(current) if days is not None else set(current)
     changed = sorted(d for d in wanted if stored.get(d) != current[d]
                      or any(day_files(lake, t, date.fromisoformat(d)) != [day_file(lake, t, date.fromisoformat(d))]
@@ -144,6 +151,12 @@ def export_lake(con: duckdb.DuckDBPyConnection, lake: Path, days: Iterable[date]
     staged.write_text(json.dumps(stored, indent=1, sort_keys=True))
     os.replace(staged, stored_path)
     return {"days_written": len(changed), "days_unchanged": len(wanted) - len(changed)}
+
+
+def _columns(con: duckdb.DuckDBPyConnection) -> dict[str, list[str]]:
+    """Each trace table's columns and types, as the lake's day files have them."""
+    return {table: [f"{name} {kind}" for name, kind, *_ in con.execute(f"DESCRIBE ({query})").fetchall()]
+            for table, query in DAY_OF.items()}
 
 
 def _export_whole(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
@@ -225,4 +238,5 @@ def lake_query(lake: Path, table: str, days: Sequence[date] | None = None) -> st
         return f"SELECT *, NULL::DATE AS day FROM read_parquet({quoted(lake / table / SCHEMA)})"
     files = quoted(lake / table / f"day=*/{FILES}") if days is None else \
         "[" + ", ".join(quoted(path) for day in days for path in day_files(lake, table, day)) + "]"
-    return f"SELECT * FROM read_parquet({files}, hive_partitioning = true, hive_types = {{'day': DATE}})"
+    return (f"SELECT * FROM read_parquet({files}, hive_partitioning = true, hive_types = {{'day': DATE}}, "
+            "union_by_name = true)")  # a file from before a column was added has NULL in it

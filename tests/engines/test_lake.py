@@ -176,3 +176,21 @@ def test_a_day_of_several_files_is_read_whole_fingerprinted_by_each_and_exported
     assert day_file_fingerprints(folder)[day] != before[day]
     assert export_lake(con, lake)["days_written"] == 1  # its rows did not change: its files did
     assert day_files(lake, "raw_traces", day) == [first] and _same_rows(con, lake, "raw_traces")
+
+
+def test_a_column_added_to_a_table_rewrites_every_day_and_older_files_read_as_null(tmp_path):
+    """A newer rag-loop adds a column: the next export writes every day again with it (the days'
+    rows did not change, their columns did). A day file from before it, as Spark ingestion
+    leaves them beside newer ones, reads as NULL in that column, not as a missing column."""
+    con = _world(tmp_path / "db.duckdb", [(0, 1, True, "a"), (86_400_000_000, 2, False, "b")])
+    lake = tmp_path / "lake"
+    export_lake(con, lake)
+    con.execute("ALTER TABLE raw_traces ADD COLUMN added_later VARCHAR DEFAULT 'new'")
+    assert export_lake(con, lake) == {"days_written": 2, "days_unchanged": 0}
+    assert export_lake(con, lake) == {"days_written": 0, "days_unchanged": 2}
+    assert _same_rows(con, lake, "raw_traces")
+    older = day_file(lake, "raw_traces", date(2026, 11, 1))  # one day's file without the column
+    write_parquet(con, f"SELECT * EXCLUDE (added_later) FROM read_parquet('{older}', hive_partitioning = false)",
+                  older)
+    assert con.execute(f"SELECT day, added_later FROM ({lake_query(lake, 'raw_traces')}) ORDER BY day").fetchall() \
+        == [(date(2026, 11, 1), None), (date(2026, 11, 2), "new")]
