@@ -190,11 +190,16 @@ def create_lake_views(con: duckdb.DuckDBPyConnection, lake: Path, columns: Mappi
     """(Re)create the marked view of each lake table (name: its columns) in the database's
     schema, or in `catalog`'s (a name that a temp table of the connection shadows); inside
     the caller's transaction. A view made while its table had no day reads the schema file
-    until made again."""
+    until made again; a column no day file has yet (one added since they were written) is NULL,
+    of its type in the schema file."""
     for name, listed in columns.items():
         view = f'"{catalog}".main."{name}"' if catalog else f'"{name}"'
-        selected = ", ".join(f'"{c}"' for c in listed)
-        con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT {selected} FROM ({lake_query(lake.resolve(), name)})")
+        rows = lake_query(lake.resolve(), name)
+        present = {column for column, *_ in con.execute(f"DESCRIBE ({rows})").fetchall()}
+        schema = dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM read_parquet("
+                                  f"{quoted(lake / name / SCHEMA)}))").fetchall()) if present < set(listed) else {}
+        selected = ", ".join(f'"{c}"' if c in present else f'NULL::{schema[c]} AS "{c}"' for c in listed)
+        con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT {selected} FROM ({rows})")
         mark_lake_view(con, view, lake.resolve() / name)
 
 

@@ -45,7 +45,7 @@ from rag_loop.engines.lake import (
     replace_day,
     write_parquet,
 )
-from rag_loop.store.ddl import RAW_TABLES, utc_day
+from rag_loop.store.ddl import ADDED_COLUMNS, RAW_TABLES, utc_day
 from rag_loop.store.tables import create_tables
 
 
@@ -93,6 +93,11 @@ class LakeTraces:
             con.execute(f'CREATE OR REPLACE TEMP TABLE "{table}" AS SELECT * FROM "{table}" LIMIT 0')
             con.execute(f'CREATE OR REPLACE TEMP TABLE "{_before(table)}" AS '
                         f'SELECT *, NULL::DATE AS _day, NULL::VARCHAR AS _file FROM "{table}" LIMIT 0')
+            for column in ADDED_COLUMNS.get(table, ()):  # a lake from before a column: its files lack it
+                for name in (table, _before(table)):
+                    con.execute(f'ALTER TABLE temp.main."{name}" ADD COLUMN IF NOT EXISTS {column}')
+            write_parquet(con, f'SELECT * {"" if table == "raw_traces" else "EXCLUDE (day)"} '
+                               f'FROM temp.main."{table}"', self.lake / table / SCHEMA)
         con.execute("CREATE OR REPLACE TEMP TABLE _lake_loaded (trace_id VARCHAR, children BOOLEAN)")
         try:
             yield self
@@ -179,11 +184,15 @@ class LakeTraces:
             for _, hidden in writes:
                 if hidden is not None:
                     hidden.unlink(missing_ok=True)
-        first_days = [table for table in without_days if lake_days(self.lake, table)]
-        if first_days:  # their views read the schema file: now they read the day files
-            catalog = con.execute("SELECT current_database()").fetchall()[0][0]
-            create_lake_views(con, self.lake, {table: [name for (name, *_) in con.execute(
-                f'DESCRIBE "{catalog}".main."{table}"').fetchall()] for table in first_days}, catalog)
+        catalog = con.execute("SELECT current_database()").fetchall()[0][0]
+        views = {table: [name for (name, *_) in con.execute(f'DESCRIBE "{catalog}".main."{table}"').fetchall()]
+                 for table in RAW_TABLES}
+        wanted = {table: [name for (name, *_) in con.execute(f'DESCRIBE temp.main."{table}"').fetchall()]
+                  for table in RAW_TABLES}
+        stale = [table for table in RAW_TABLES if table in without_days and lake_days(self.lake, table)
+                 or wanted[table] != views[table]]  # reading the schema file, or from before a column
+        if stale:
+            create_lake_views(con, self.lake, {table: wanted[table] for table in stale}, catalog)
         for table in (*RAW_TABLES, *_before_tables(), "_lake_loaded"):
             con.execute(f'DELETE FROM "{table}"')
 

@@ -10,7 +10,7 @@ import pytest
 import rag_loop.engines.raw_lake as raw_lake
 from rag_loop.engines.incremental import traffic_fingerprints
 from rag_loop.engines.ingest import ingest_directory_on_spark
-from rag_loop.engines.lake import day_files, lake_days, lake_view_folder
+from rag_loop.engines.lake import SCHEMA, create_lake_views, day_files, lake_days, lake_view_folder, write_parquet
 from rag_loop.ingest import ingest_directory
 from rag_loop.store.ddl import RAW_TABLES
 from rag_loop.store.tables import create_tables, relation_kind
@@ -99,3 +99,22 @@ def test_duckdb_and_spark_ingestion_take_turns_on_one_database(session, tmp_path
         again = traffic_fingerprints(turns)
         assert {day.isoformat() for day in again if again[day] != now[day]} == {"2026-11-01"}
         assert {day.isoformat() for day in again} == {"2026-11-01", "2026-11-20"}
+
+
+def test_a_lake_from_before_a_column_takes_it_in_the_next_run(session, tmp_path):
+    """The lake's raw_traces files, schema file and view as a rag-loop from before
+    `retrieval_unreadable` left them: the next Spark ingestion stores its new traces with the
+    column, and the view has it again (NULL in the older files), as DuckDB's table does."""
+    directory, lake = tmp_path / "traces", tmp_path / "lake"
+    with duckdb.connect() as sequential, duckdb.connect(str(tmp_path / "older.duckdb")) as older:
+        small_folder(directory, "a")
+        on_both(session, (sequential, older), directory, lake)
+        columns = [c for c, *_ in older.execute("DESCRIBE raw_traces").fetchall() if c != "retrieval_unreadable"]
+        for path in [*(lake / "raw_traces").glob("day=*/*.parquet"), lake / "raw_traces" / SCHEMA]:
+            write_parquet(older, "SELECT * EXCLUDE (retrieval_unreadable) FROM "
+                                 f"read_parquet('{path}', hive_partitioning = false)", path)
+        create_lake_views(older, lake, {"raw_traces": columns})
+        assert "retrieval_unreadable" not in {c for c, *_ in older.execute("DESCRIBE raw_traces").fetchall()}
+        small_folder(directory, "b")
+        on_both(session, (sequential, older), directory, lake)
+        assert older.execute("SELECT count(*) FROM raw_traces WHERE retrieval_unreadable IS NULL").fetchall() == [(3,)]
