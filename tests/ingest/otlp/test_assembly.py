@@ -136,7 +136,7 @@ UNASSEMBLED = """SELECT s.trace_id FROM otlp_spans s LEFT JOIN otlp_traces t USI
                  ORDER BY 1"""  # every stored span's trace, the whole table: what assembly once scanned
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(runs=st.lists(st.tuples(st.lists(st.tuples(st.integers(1, 4), st.integers(0, 2)), max_size=8),
                                st.booleans()), min_size=1, max_size=4))
 def test_assembly_looks_only_at_the_pending_traces_and_misses_none(tmp_path_factory, runs):
