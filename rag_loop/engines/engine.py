@@ -264,12 +264,17 @@ class SparkEngine(Engine):
         return result
 
     def _frame(self, con: duckdb.DuckDBPyConnection, name: str):
+        from pyspark.sql import functions
+        from pyspark.sql.pandas.types import from_arrow_schema
         if (self.lake / name / PART).exists():
             return self.session.read.parquet(str(self.lake / name / PART))
         if lake_days(self.lake, name):
-            return self.session.read.parquet(str(self.lake / name))
-        from pyspark.sql import functions
-        from pyspark.sql.pandas.types import from_arrow_schema
+            reader = self.session.read
+            if relation_kind(con, name):  # its columns, not one file's: a file from before a column has NULL there
+                listed = ", ".join(f'"{c}"' for c, *_ in con.execute(f'DESCRIBE "{name}"').fetchall() if c != "day")
+                columns = con.sql(f'SELECT {listed} FROM "{name}" LIMIT 0').arrow().read_all().schema
+                reader = reader.schema(from_arrow_schema(columns))  # and `day` from the folders
+            return reader.parquet(str(self.lake / name))
         if (self.lake / name / SCHEMA).exists():  # no day yet: the columns, no rows (Spark reads no `_` file)
             import pyarrow.parquet as pq
             columns = from_arrow_schema(pq.read_schema(self.lake / name / SCHEMA))

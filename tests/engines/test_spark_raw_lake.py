@@ -8,13 +8,16 @@ import duckdb
 import pytest
 
 import rag_loop.engines.raw_lake as raw_lake
+from rag_loop.engines.engine import SparkEngine
 from rag_loop.engines.incremental import traffic_fingerprints
 from rag_loop.engines.ingest import ingest_directory_on_spark
 from rag_loop.engines.lake import SCHEMA, create_lake_views, day_files, lake_days, lake_view_folder, write_parquet
 from rag_loop.ingest import ingest_directory
+from rag_loop.selection.signals import SignalSettings, compute_signals
 from rag_loop.store.ddl import RAW_TABLES
 from rag_loop.store.tables import create_tables, relation_kind
 from tests.engines.conftest import needs_spark
+from tests.engines.test_spark import assert_same_rows
 from tests.engines.test_spark_ingest import NOW, on_both, small_folder, tables
 from tests.helpers import trace_line
 from tests.helpers.otlp import AFTER, line, request_spans, write
@@ -104,7 +107,8 @@ def test_duckdb_and_spark_ingestion_take_turns_on_one_database(session, tmp_path
 def test_a_lake_from_before_a_column_takes_it_in_the_next_run(session, tmp_path):
     """The lake's raw_traces files, schema file and view as a rag-loop from before
     `retrieval_unreadable` left them: the next Spark ingestion stores its new traces with the
-    column, and the view has it again (NULL in the older files), as DuckDB's table does."""
+    column, and the view has it again (NULL in the older files), as DuckDB's table does; a
+    stage on Spark reads it from both kinds of file (`trace_signals` as on DuckDB)."""
     directory, lake = tmp_path / "traces", tmp_path / "lake"
     with duckdb.connect() as sequential, duckdb.connect(str(tmp_path / "older.duckdb")) as older:
         small_folder(directory, "a")
@@ -118,3 +122,7 @@ def test_a_lake_from_before_a_column_takes_it_in_the_next_run(session, tmp_path)
         small_folder(directory, "b")
         on_both(session, (sequential, older), directory, lake)
         assert older.execute("SELECT count(*) FROM raw_traces WHERE retrieval_unreadable IS NULL").fetchall() == [(3,)]
+        compute_signals(sequential, SignalSettings())  # a stage on Spark reads the older files and the newer
+        compute_signals(older, SignalSettings(), SparkEngine(session, lake))
+        assert_same_rows(older.execute("SELECT * FROM trace_signals").df(),
+                         sequential.execute("SELECT * FROM trace_signals").df(), "trace_id")
