@@ -33,6 +33,7 @@ from rag_loop.engines.lake import (
     expose_lake_table,
     in_lake,
     lake_days,
+    spark_columns,
     write_parquet,
 )
 from rag_loop.engines.literals import from_sentinel_era, same_sql, to_sentinel_era
@@ -270,10 +271,8 @@ class SparkEngine(Engine):
             return self.session.read.parquet(str(self.lake / name / PART))
         if lake_days(self.lake, name):
             reader = self.session.read
-            if relation_kind(con, name):  # its columns, not one file's: a file from before a column has NULL there
-                listed = ", ".join(f'"{c}"' for c, *_ in con.execute(f'DESCRIBE "{name}"').fetchall() if c != "day")
-                columns = con.sql(f'SELECT {listed} FROM "{name}" LIMIT 0').arrow().read_all().schema
-                reader = reader.schema(from_arrow_schema(columns))  # and `day` from the folders
+            if relation_kind(con, name):
+                reader = reader.schema(spark_columns(con, f'"{name}"'))
             return reader.parquet(str(self.lake / name))
         if (self.lake / name / SCHEMA).exists():  # no day yet: the columns, no rows (Spark reads no `_` file)
             import pyarrow.parquet as pq

@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -245,3 +246,13 @@ def lake_query(lake: Path, table: str, days: Sequence[date] | None = None) -> st
         "[" + ", ".join(quoted(path) for day in days for path in day_files(lake, table, day)) + "]"
     return (f"SELECT * FROM read_parquet({files}, hive_partitioning = true, hive_types = {{'day': DATE}}, "
             "union_by_name = true)")  # a file from before a column was added has NULL in it
+
+
+def spark_columns(con: duckdb.DuckDBPyConnection, relation: str) -> Any:
+    """The Spark schema of the database relation `relation` (SQL: a quoted, maybe qualified,
+    name) but `day`, which Spark takes from the day folders: what to read a lake table's files
+    with, so that a file from before a column gives NULL there (Spark would otherwise take one
+    file's columns for all). pyspark is imported here only."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+    listed = ", ".join(f'"{c}"' for c, *_ in con.execute(f"DESCRIBE {relation}").fetchall() if c != "day")
+    return from_arrow_schema(con.sql(f"SELECT {listed} FROM {relation} LIMIT 0").arrow().read_all().schema)

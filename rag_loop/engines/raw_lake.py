@@ -43,6 +43,7 @@ from rag_loop.engines.lake import (
     lake_days,
     quoted,
     replace_day,
+    spark_columns,
     write_parquet,
 )
 from rag_loop.store.ddl import ADDED_COLUMNS, RAW_TABLES, utc_day
@@ -153,7 +154,8 @@ class LakeTraces:
 
         if not days:
             return
-        rows = (self.session.read.option("basePath", str(self.lake / table))
+        rows = (self.session.read.schema(spark_columns(con, f'temp.main."{table}"'))  # the run's columns
+                .option("basePath", str(self.lake / table))
                 .parquet(*(str(day_file(self.lake, table, day).parent) for day in days))
                 .withColumn("_file", functions.col("_metadata.file_name"))  # before a join hides it
                 .withColumn("_day", functions.col("day"))
