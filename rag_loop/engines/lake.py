@@ -198,7 +198,7 @@ def create_lake_views(con: duckdb.DuckDBPyConnection, lake: Path, columns: Mappi
         rows = lake_query(lake.resolve(), name)
         present = {column for column, *_ in con.execute(f"DESCRIBE ({rows})").fetchall()}
         schema = dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM read_parquet("
-                                  f"{quoted(lake / name / SCHEMA)}))").fetchall()) if present < set(listed) else {}
+                                  f"{quoted(lake / name / SCHEMA)}))").fetchall()) if set(listed) - present else {}
         selected = ", ".join(f'"{c}"' if c in present else f'NULL::{schema[c]} AS "{c}"' for c in listed)
         con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT {selected} FROM ({rows})")
         mark_lake_view(con, view, lake.resolve() / name)
