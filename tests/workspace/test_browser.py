@@ -153,6 +153,7 @@ def test_two_curators_label_the_same_cluster_at_once_and_nothing_is_lost(browser
             driver.find_element(By.NAME, "curator").send_keys(name + "\n")
             _wait(driver, lambda d: d.current_url == server.url + "/")
             driver.get(f"{server.url}/?cluster_id={cluster}")
+            _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#queue tr.row a"))  # loaded under load too
             driver.find_element(By.CSS_SELECTOR, "#queue tr.row a").click()  # both open the same row
             _wait(driver, lambda d: d.find_elements(By.ID, "label-form"))
         shared = _trace_of(browser.current_url)
