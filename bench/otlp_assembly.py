@@ -45,7 +45,7 @@ def build(path: Path, spans: int, new: int) -> None:
             INSERT INTO otlp_traces (trace_id, state, complete, spans, assembled_at)
             SELECT printf('%032x', t), 'duplicate', true, 4, now() FROM range({spans // 4}) r(t)""")
         con.execute("DELETE FROM otlp_pending")
-        con.execute(f"""INSERT INTO otlp_pending
+        con.execute(f"""INSERT INTO otlp_pending (trace_id)
                         SELECT printf('%032x', t) FROM range({spans // 4}, {spans // 4 + new}) r(t)""")
         con.execute("CHECKPOINT")
 
@@ -54,7 +54,7 @@ def assemble(path: Path, every_trace_pending: bool) -> tuple[float, float, int]:
     with duckdb.connect(str(path)) as con:
         con.execute("SET memory_limit = '1GB'")
         if every_trace_pending:
-            con.execute("INSERT INTO otlp_pending SELECT trace_id FROM otlp_traces")
+            con.execute("INSERT INTO otlp_pending (trace_id) SELECT trace_id FROM otlp_traces")
         con.execute("BEGIN")
         start = time.perf_counter()
         counts = assemble_ready(con, NOW_NS)

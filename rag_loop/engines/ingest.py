@@ -148,7 +148,7 @@ def _store_on_spark(session: Any, con: duckdb.DuckDBPyConnection, files: list[Ne
         con.execute("BEGIN")
         _forget_earlier_reads(con, [f.relative for f in files])
         losers = _store_staged(session, con, run, traces) if any_read(native) else {}
-        changes = store_staged_spans(session, con, run) if any_read(otlp) else {}
+        changes = store_staged_spans(session, con, run, traces.stored("otlp_spans")) if any_read(otlp) else {}
         reports = {f.order: _file_report(f, rows[f.order], losers.get(f.order, 0)) for f in native}
         reports |= {f.order: _span_file_report(f, rows[f.order], *changes.get(f.order, (0, 0)))
                     for f in otlp}

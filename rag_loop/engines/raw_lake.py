@@ -1,18 +1,22 @@
-"""raw_traces and its child tables in the trace lake: where Spark ingestion keeps them, so that a
-day's hundreds of millions of traces, chunks and spans never pass into the control database.
-The database has marked views of their day files under the tables' names (every reader reads
-them as before); a run of Spark ingestion adds one file to each day it stores traces of.
+"""raw_traces, its child tables and otlp_spans in the trace lake: where Spark ingestion keeps
+them, so that a day's hundreds of millions of traces, chunks and billions of OTLP spans never
+pass into the control database. The database has marked views of their day files under the
+tables' names (every reader reads them as before); a run of Spark ingestion adds one file to
+each day it stores rows of. A span's day is its start's (`span_day`), not its trace's: the
+trace is not known until it is assembled.
 
 Ingestion itself is the DuckDB path's (rag_loop.ingest): it reads and writes `raw_traces` and
 its child tables by name. During a Spark ingestion run those names are temp tables of the
 connection, which shadow the views. First copy wins for a file's traces reads the stored
 copies' keys from the lake with Spark (`LakeTraces.stored`): the traces kept are new, and go
-into the temp tables. OTLP assembly reads and removes stored rows by SQL: the lake's rows of
-the traces ready for assembly are loaded into the temp tables first, found by Spark
-(`LakeTraces.load`), so that every verdict sees every stored copy it needs. Before the run's
+into the temp tables; a span's, from the lake's span keys. OTLP assembly reads and removes
+stored rows by SQL: the lake's spans of the pending traces (`LakeTraces.load_spans`), and its
+rows of the traces ready for assembly (`LakeTraces.load`), are loaded into the temp tables
+first, found by Spark, so that every verdict sees every stored copy it needs. Before the run's
 transaction commits, `LakeTraces.flush` writes what changed: a trace id whose stored rows
 changed (an OTLP trace assembled again) is removed from the files that held it, and the new
-rows are added as one new file per day. All files are written hidden first and renamed into
+rows (and a trace's rows added beside its unchanged ones: a late span) are added as one new
+file per day. All files are written hidden first and renamed into
 place together, so a failure while writing them leaves the lake as it was; a failure after the
 renames (the commit) leaves rows in the lake whose files are not marked ingested, which the
 next run reads again and drops as read before (the first-copy-wins rule for a record read
@@ -34,6 +38,7 @@ import duckdb
 
 from rag_loop.engines.lake import (
     DAY_OF,
+    PART,
     SCHEMA,
     create_lake_views,
     day_file,
@@ -46,19 +51,26 @@ from rag_loop.engines.lake import (
     spark_columns,
     write_parquet,
 )
-from rag_loop.store.ddl import ADDED_COLUMNS, RAW_TABLES, utc_day
+from rag_loop.store.ddl import ADDED_COLUMNS, CHILD_TABLES, KEPT_IN_LAKE, span_day, utc_day
 from rag_loop.store.tables import create_tables
+
+# the day of a row of a kept table without a `day` column (a child row carries its trace's)
+ROW_DAY = {"raw_traces": utc_day(), "otlp_spans": span_day()}
+# the temp tables of the trace ids whose rows are loaded (a child table's: `_lake_loaded WHERE children`)
+LOADED_BY_TABLE = {"raw_traces": "_lake_loaded", "otlp_spans": "_lake_loaded_spans"}
+LOADED = tuple(LOADED_BY_TABLE.values())
+KEPT_DAY_OF = DAY_OF | {"otlp_spans": f"SELECT *, {ROW_DAY['otlp_spans']} AS day FROM otlp_spans"}
 
 
 def move_raw_tables_to_lake(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
-    """Each raw table that is not yet a view of this lake (a table of the database, or a view
-    of another lake) is written to the lake, one file per day, and becomes a view of it; the
-    views replace the tables in one transaction."""
+    """Each kept table (KEPT_IN_LAKE) that is not yet a view of this lake (a table of the
+    database, or a view of another lake) is written to the lake, one file per day, and becomes
+    a view of it; the views replace the tables in one transaction."""
     create_tables(con)
-    moving = [table for table in RAW_TABLES if not in_lake(con, lake, table)]
+    moving = [table for table in KEPT_IN_LAKE if not in_lake(con, lake, table)]
     columns = {}
     for table in moving:
-        rows = DAY_OF[table]
+        rows = KEPT_DAY_OF[table]
         days = [d for (d,) in con.execute(f"SELECT DISTINCT day FROM ({rows}) WHERE day IS NOT NULL").fetchall()]
         for day in days:
             replace_day(con, f"SELECT * EXCLUDE (day) FROM ({rows}) WHERE day = $1", lake, table, day, [day])
@@ -73,8 +85,9 @@ def move_raw_tables_to_lake(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
 
 @dataclass
 class LakeTraces:
-    """The raw tables of a Spark ingestion run (see the module): `load` the lake's rows of some
-    trace ids into the connection's shadowing temp tables, `flush` what the run changed."""
+    """The kept tables of a Spark ingestion run (see the module): `load` the lake's rows of some
+    trace ids (`load_spans`: their spans) into the connection's shadowing temp tables, `flush`
+    what the run changed."""
 
     session: Any  # pyspark.sql.SparkSession
     lake: Path
@@ -83,35 +96,36 @@ class LakeTraces:
 
     @contextmanager
     def shadowing(self, con: duckdb.DuckDBPyConnection) -> Iterator[LakeTraces]:
-        """The raw tables' names as empty temp tables for the block (the database's views stay
-        as they are). Hidden files a crashed run left in the raw tables' day folders go first:
-        ingestion is the only writer of those folders, one run at a time (the control
-        database's one writer)."""
-        for table in RAW_TABLES:
+        """The kept tables' names as empty temp tables for the block (the database's views stay
+        as they are). Hidden files a crashed run left in their day folders go first: ingestion
+        is the only writer of those folders, one run at a time (the control database's one
+        writer)."""
+        for table in KEPT_IN_LAKE:
             for leftover in (self.lake / table).glob("day=*/.*.tmp"):
                 leftover.unlink(missing_ok=True)
-        for table in RAW_TABLES:
+        for table in KEPT_IN_LAKE:
             con.execute(f'CREATE OR REPLACE TEMP TABLE "{table}" AS SELECT * FROM "{table}" LIMIT 0')
             con.execute(f'CREATE OR REPLACE TEMP TABLE "{_before(table)}" AS '
                         f'SELECT *, NULL::DATE AS _day, NULL::VARCHAR AS _file FROM "{table}" LIMIT 0')
             for column in ADDED_COLUMNS.get(table, ()):  # a lake from before a column: its files lack it
                 for name in (table, _before(table)):
                     con.execute(f'ALTER TABLE temp.main."{name}" ADD COLUMN IF NOT EXISTS {column}')
-            write_parquet(con, f'SELECT * {"" if table == "raw_traces" else "EXCLUDE (day)"} '
+            write_parquet(con, f'SELECT * {"EXCLUDE (day)" if table in CHILD_TABLES else ""} '
                                f'FROM temp.main."{table}"', self.lake / table / SCHEMA)
         con.execute("CREATE OR REPLACE TEMP TABLE _lake_loaded (trace_id VARCHAR, children BOOLEAN)")
+        con.execute("CREATE OR REPLACE TEMP TABLE _lake_loaded_spans (trace_id VARCHAR)")
         try:
             yield self
         finally:
-            for table in (*RAW_TABLES, *_before_tables(), "_lake_loaded"):
+            for table in (*KEPT_IN_LAKE, *_before_tables(), *LOADED):
                 con.execute(f'DROP TABLE IF EXISTS temp.main."{table}"')
 
-    def stored(self) -> Any | None:
-        """The lake's raw_traces as a Spark frame (None while it has no day): the stored copies
-        that first copy wins reads, found by Spark without loading them."""
-        if not lake_days(self.lake, "raw_traces"):
+    def stored(self, table: str = "raw_traces") -> Any | None:
+        """The lake's `table` (raw_traces, otlp_spans) as a Spark frame (None while it has no
+        day): the stored copies that first copy wins reads, found by Spark without loading them."""
+        if not lake_days(self.lake, table):
             return None
-        return self.session.read.parquet(str(self.lake / "raw_traces"))
+        return self.session.read.parquet(str(self.lake / table))
 
     def load(self, con: duckdb.DuckDBPyConnection, trace_ids: str, children_of: str | None = None) -> None:
         """The lake's raw_traces rows of the trace ids `trace_ids` (SQL) selects, and the child
@@ -143,8 +157,41 @@ class LakeTraces:
             days = {d for (d,) in con.execute(f'SELECT DISTINCT _day FROM "{_before("raw_traces")}" '
                                               f"SEMI JOIN {chosen} USING (trace_id)").fetchall()}
             ids = self.session.read.parquet(str(folder / "children"))
-            for table in RAW_TABLES[1:]:  # a child row is in its trace's day
+            for table in CHILD_TABLES:  # a child row is in its trace's day
                 self._load_rows(con, table, ids, sorted(days & set(lake_days(self.lake, table))), folder)
+
+    def load_spans(self, con: duckdb.DuckDBPyConnection) -> None:
+        """The lake's otlp_spans rows of the pending trace ids (otlp_pending) into the temp
+        table and its copy as loaded, each trace's once until the next flush; inside the
+        caller's transaction. Read from the days otlp_pending lists for a trace (where its
+        spans since its last assembly are), and, for a trace assembled before of whose spans
+        fewer are found there than that assembly had (its spans were on other days), from
+        every other day too: the days read, not the whole history, unless a trace needs it."""
+        days = lake_days(self.lake, "otlp_spans")
+        if not days:
+            return
+        self.loads += 1
+        folder = self.run / f"spans-{self.loads}"
+        con.execute("""CREATE OR REPLACE TEMP TABLE _lake_wanted AS
+                       SELECT trace_id, day FROM otlp_pending ANTI JOIN _lake_loaded_spans USING (trace_id)""")
+        try:
+            write_parquet(con, "SELECT DISTINCT trace_id FROM _lake_wanted", folder / "ids" / PART)
+            listed = {d for (d,) in con.execute("SELECT DISTINCT day FROM _lake_wanted").fetchall()}
+            first = days if None in listed else sorted(listed & set(days))  # NULL: from before days were kept
+            self._load_rows(con, "otlp_spans", self.session.read.parquet(str(folder / "ids")), first,
+                            folder / "listed")
+            write_parquet(con, f"""
+                SELECT trace_id FROM otlp_traces SEMI JOIN _lake_wanted USING (trace_id)
+                WHERE spans > (SELECT count(*) FROM "{_before('otlp_spans')}" b
+                               WHERE b.trace_id = otlp_traces.trace_id)""", folder / "short" / PART)
+            rest = sorted(set(days) - set(first))
+            if rest and con.execute(f"SELECT count(*) FROM read_parquet({quoted(folder / 'short' / PART)})"
+                                    ).fetchall()[0][0]:
+                self._load_rows(con, "otlp_spans", self.session.read.parquet(str(folder / "short")), rest,
+                                folder / "rest")
+            con.execute("INSERT INTO _lake_loaded_spans SELECT DISTINCT trace_id FROM _lake_wanted")
+        finally:
+            con.execute("DROP TABLE IF EXISTS _lake_wanted")
 
     def _load_rows(self, con: duckdb.DuckDBPyConnection, table: str, ids: Any, days: list[date],
                    folder: Path) -> None:
@@ -160,7 +207,7 @@ class LakeTraces:
                 .withColumn("_file", functions.col("_metadata.file_name"))  # before a join hides it
                 .withColumn("_day", functions.col("day"))
                 .join(ids, "trace_id", "left_semi"))
-        if table == "raw_traces":  # its day is its timestamp's, not a column
+        if table in ROW_DAY:  # its day is computed from its columns, not one of them
             rows = rows.drop("day")
         target = folder / table
         rows.write.parquet(str(target))
@@ -173,9 +220,9 @@ class LakeTraces:
         """Write what the run changed in the temp tables to the lake (see the module), then
         empty them; inside the caller's transaction, before it commits."""
         writes: list[tuple[Path, Path | None]] = []  # (target, its new content hidden, or None: remove)
-        without_days = [table for table in RAW_TABLES if not lake_days(self.lake, table)]
+        without_days = [table for table in KEPT_IN_LAKE if not lake_days(self.lake, table)]
         try:
-            for table in RAW_TABLES:
+            for table in KEPT_IN_LAKE:
                 self._changes(con, table, writes)
             for target, hidden in writes:
                 if hidden is None:
@@ -188,27 +235,28 @@ class LakeTraces:
                     hidden.unlink(missing_ok=True)
         catalog = con.execute("SELECT current_database()").fetchall()[0][0]
         views = {table: [name for (name, *_) in con.execute(f'DESCRIBE "{catalog}".main."{table}"').fetchall()]
-                 for table in RAW_TABLES}
+                 for table in KEPT_IN_LAKE}
         wanted = {table: [name for (name, *_) in con.execute(f'DESCRIBE temp.main."{table}"').fetchall()]
-                  for table in RAW_TABLES}
-        stale = [table for table in RAW_TABLES if table in without_days and lake_days(self.lake, table)
+                  for table in KEPT_IN_LAKE}
+        stale = [table for table in KEPT_IN_LAKE if table in without_days and lake_days(self.lake, table)
                  or wanted[table] != views[table]]  # reading the schema file, or from before a column
         if stale:
             create_lake_views(con, self.lake, {table: wanted[table] for table in stale}, catalog)
-        for table in (*RAW_TABLES, *_before_tables(), "_lake_loaded"):
+        for table in (*KEPT_IN_LAKE, *_before_tables(), *LOADED):
             con.execute(f'DELETE FROM "{table}"')
 
     def _changes(self, con: duckdb.DuckDBPyConnection, table: str, writes: list[tuple[Path, Path | None]]) -> None:
         """Add to `writes` the files to write for `table`, each written hidden: the files that
-        held a trace id whose loaded rows changed, without that id's rows, and one new file
-        per day with the rows of the ids not loaded (new) and all rows of those changed."""
+        held a trace id some of whose loaded rows are gone or changed, without that id's rows,
+        and one new file per day with the rows of the ids not loaded (new), all rows of those
+        changed, and the rows added to a loaded id whose loaded rows all stay (a late span)."""
         before = _before(table)
         columns = ", ".join(f'"{name}"' for (name, *_) in con.execute(f'DESCRIBE "{table}"').fetchall())
-        loaded = "_lake_loaded" + ("" if table == "raw_traces" else " WHERE children")
-        now = f'SELECT {columns} FROM "{table}" SEMI JOIN (SELECT trace_id FROM {loaded}) USING (trace_id)'
+        loaded = f"SELECT trace_id FROM {LOADED_BY_TABLE.get(table, '_lake_loaded WHERE children')}"
+        now = f'SELECT {columns} FROM "{table}" SEMI JOIN ({loaded}) USING (trace_id)'
         then = f'SELECT {columns} FROM "{before}"'
-        con.execute(f"""CREATE OR REPLACE TEMP TABLE _lake_changed AS SELECT DISTINCT trace_id FROM
-                        (SELECT * FROM ({then} EXCEPT ALL {now}) UNION ALL SELECT * FROM ({now} EXCEPT ALL {then}))""")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _lake_changed AS "
+                    f"SELECT DISTINCT trace_id FROM ({then} EXCEPT ALL {now})")
         for day, name in con.execute(f'SELECT DISTINCT _day, _file FROM "{before}" '
                                      "SEMI JOIN _lake_changed USING (trace_id) ORDER BY ALL").fetchall():
             target = day_file(self.lake, table, day).with_name(name)
@@ -217,11 +265,13 @@ class LakeTraces:
             remains = con.execute(f"SELECT count(*) FROM ({kept})").fetchall()[0][0]
             writes.append((target, hidden_parquet(con, kept, target) if remains else None))
         con.execute(f"""CREATE OR REPLACE TEMP TABLE _lake_added AS
-                        SELECT {columns} FROM "{table}" ANTI JOIN (SELECT trace_id FROM {loaded}) USING (trace_id)
+                        SELECT {columns} FROM "{table}" ANTI JOIN ({loaded}) USING (trace_id)
                         UNION ALL
-                        SELECT {columns} FROM "{table}" SEMI JOIN _lake_changed USING (trace_id)""")
-        day = utc_day() if table == "raw_traces" else "day"
-        listed = columns if table == "raw_traces" else "* EXCLUDE (day)"
+                        SELECT {columns} FROM "{table}" SEMI JOIN _lake_changed USING (trace_id)
+                        UNION ALL
+                        SELECT * FROM ({now} EXCEPT ALL {then}) ANTI JOIN _lake_changed USING (trace_id)""")
+        day = ROW_DAY.get(table, "day")
+        listed = columns if table in ROW_DAY else "* EXCLUDE (day)"
         part = f"part-{uuid.uuid4().hex}.parquet"
         for (added_day,) in con.execute(f"SELECT DISTINCT {day} FROM _lake_added ORDER BY 1").fetchall():
             target = day_file(self.lake, table, added_day).with_name(part)
@@ -235,4 +285,4 @@ def _before(table: str) -> str:
 
 
 def _before_tables() -> list[str]:
-    return [_before(table) for table in RAW_TABLES]
+    return [_before(table) for table in KEPT_IN_LAKE]

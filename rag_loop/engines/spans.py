@@ -33,17 +33,19 @@ ASSEMBLED = pa.schema([("trace_id", pa.string()), ("complete", pa.bool_()), ("sp
                        ("retrieval_unreadable", pa.string())])
 
 
-def store_staged_spans(session: Any, con: duckdb.DuckDBPyConnection, run: Path) -> dict[int, tuple[int, int]]:
-    """Resolve the staged spans against the stored ones on Spark and insert what stays, inside
-    the caller's transaction. Returns, by file order, the file's first copies that lost (now
+def store_staged_spans(session: Any, con: duckdb.DuckDBPyConnection, run: Path,
+                       stored: Any | None = None) -> dict[int, tuple[int, int]]:
+    """Resolve the staged spans against the stored ones (`stored`: a Spark frame of them, the
+    trace lake's; else the database's table) on Spark and insert what stays, inside the
+    caller's transaction. Returns, by file order, the file's first copies that lost (now
     duplicates) and its repeats found stored from their own line (read again: ingested)."""
-    resolve(session, con, run, "otlp_spans", ("trace_id", "span_id"), "otlp_spans", "otlp_duplicates",
-            "_span_verdicts")
+    resolve(session, con, run, "otlp_spans" if stored is None else stored, ("trace_id", "span_id"),
+            "otlp_spans", "otlp_duplicates", "_span_verdicts")
     try:
         kept = verdict("_span_verdicts", 1, "keep", "file_order, trace_id, span_id")
         con.execute(f"""INSERT INTO otlp_spans BY NAME SELECT * EXCLUDE (file_order)
                         REPLACE (now() AS received_at) FROM {staged(run, 'otlp_spans')} {kept}""")
-        mark_pending(con, f"SELECT trace_id FROM {staged(run, 'otlp_spans')} {kept}")
+        mark_pending(con, f"SELECT trace_id, start_ns FROM {staged(run, 'otlp_spans')} {kept}")
         store_set_aside(con, run, "_span_verdicts", "trace_id, span_id",
                         ("otlp_quarantine", "otlp_duplicates", "otlp_spans"),
                         "source_file, source_line AS line_no, trace_id, 'otlp' AS format, span_id")

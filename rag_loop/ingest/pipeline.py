@@ -35,7 +35,7 @@ from rag_loop.ingest.otlp.spans import read_spans
 from rag_loop.ingest.parallel import LazyPool
 from rag_loop.ingest.records import BatchCounts, load_batch, quarantine_rejected
 from rag_loop.logs import Log, quiet
-from rag_loop.store.ddl import RAW_TABLES
+from rag_loop.store.ddl import KEPT_IN_LAKE
 from rag_loop.store.tables import create_tables, tables_from_views
 
 TRACE_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")
@@ -160,20 +160,23 @@ def ingest_directory(con: duckdb.DuckDBPyConnection, directory: Path,
     Large OTLP files and many ready traces are parsed and assembled by `workers` processes
     (default: one per core; 1: all in this process).
     """
-    tables_from_views(con, RAW_TABLES)  # a Spark ingestion's trace lake: the traces come back here
+    tables_from_views(con, KEPT_IN_LAKE)  # a Spark ingestion's trace lake: the traces come back here
     return run_ingestion(
         con, lambda pool: _ingest_directory(con, directory, max_record_bytes, log, batch_bytes, pool),
         max_record_bytes, log, memory_limit, grace, now, workers)
 
 
 class TraceStore(Protocol):
-    """Where raw_traces and its child tables are kept when not in the database (the Spark
+    """Where raw_traces, its child tables and otlp_spans are kept when not in the database (the Spark
     engine's trace lake): during a run those names are temp tables that hold the stored rows
     of the trace ids the run touches."""
 
     def load(self, con: duckdb.DuckDBPyConnection, trace_ids: str, children_of: str | None = None) -> None:
         """The stored raw_traces rows of the trace ids `trace_ids` (SQL) selects into the temp
         tables, and the child tables' rows of those `children_of` selects."""
+
+    def load_spans(self, con: duckdb.DuckDBPyConnection) -> None:
+        """The stored otlp_spans rows of the pending trace ids (otlp_pending) into the temp table."""
 
     def flush(self, con: duckdb.DuckDBPyConnection) -> None:
         """What the run changed in the temp tables, written where the rows are kept, inside
@@ -201,7 +204,8 @@ def run_ingestion(con: duckdb.DuckDBPyConnection, read_files: Callable[[LazyPool
             con.execute("BEGIN")
             report.assembly = assemble_ready(con, now_ns, grace, max_record_bytes,
                                              ASSEMBLY_BATCH_TRACES, pool=pool.get, assembler=assembler,
-                                             load_stored=traces.load if traces else None)
+                                             load_stored=traces.load if traces else None,
+                                             load_spans=traces.load_spans if traces else None)
             if traces is not None:
                 traces.flush(con)
             con.execute("COMMIT")

@@ -63,13 +63,25 @@ CREATE TABLE IF NOT EXISTS document_chunks (
     text VARCHAR NOT NULL);
 """
 
+
+
+def span_day(start_ns: str = "start_ns") -> str:
+    """SQL for a span's day: the UTC day its start (nanoseconds since the epoch) falls on; a span
+    without a start is OTLP's zero, 1970-01-01. Integer arithmetic, so no value fails; a
+    function of the stored span alone (the trace lake's partition of otlp_spans)."""
+    return f"(DATE '1970-01-01' + CAST(coalesce({start_ns}, 0) // 86400000000000 AS INTEGER))"
+
+
 # otlp_pending: the trace ids with spans stored since their last assembly, or never assembled,
-# the only ones assembly looks at (not every span stored). Created in one statement from the
-# stored spans (none in a new database), so a database made before it loses no waiting trace.
-PENDING_FROM_SPANS = """
+# the only ones assembly looks at (not every span stored), with each day those spans are on
+# (`span_day`: where the trace lake keeps them). Created in one statement from the stored
+# spans (none in a new database), so a database made before it loses no waiting trace.
+PENDING_FROM_SPANS = f"""
     CREATE TABLE otlp_pending AS
-    SELECT s.trace_id FROM otlp_spans s LEFT JOIN otlp_traces t USING (trace_id)
-    GROUP BY s.trace_id, t.trace_id, t.spans HAVING t.trace_id IS NULL OR count(*) > t.spans"""
+    SELECT DISTINCT trace_id, {span_day()} AS day FROM otlp_spans
+    SEMI JOIN (SELECT s.trace_id FROM otlp_spans s LEFT JOIN otlp_traces t USING (trace_id)
+               GROUP BY s.trace_id, t.trace_id, t.spans HAVING t.trace_id IS NULL OR count(*) > t.spans)
+    USING (trace_id)"""
 
 # columns added after the first release, by table: databases made before get them (the child
 # tables' `day`, with its values, in rag_loop.store.tables.add_child_days); a table that is a
@@ -78,12 +90,14 @@ ADDED_COLUMNS = {
     "trace_chunks": ("doc_id_from VARCHAR",),
     "raw_traces": ("llm_calls BIGINT", "final_input_tokens BIGINT", "final_output_tokens BIGINT",
                    "retrieval_unreadable VARCHAR"),
+    "otlp_pending": ("day DATE",),  # NULL: on any day
 }
 
 # the tables kept with their trace: each row carries its trace's UTC day (the trace lake's
 # partition), so a stage reading some days' traces reads only those days' rows of these too
 CHILD_TABLES = ("trace_chunks", "trace_spans", "trace_feedback")
-RAW_TABLES = ("raw_traces", *CHILD_TABLES)  # a trace's rows; in the trace lake after Spark ingestion
+RAW_TABLES = ("raw_traces", *CHILD_TABLES)  # a trace's rows
+KEPT_IN_LAKE = (*RAW_TABLES, "otlp_spans")  # what Spark ingestion keeps in the trace lake
 
 
 def utc_day(instant: str = '"timestamp"') -> str:

@@ -19,7 +19,7 @@ import rag_loop.ingest.pipeline as pipeline
 from rag_loop.engines.ingest import ingest_directory_on_spark
 from rag_loop.engines.lake import lake_view_folder
 from rag_loop.ingest import IngestReport, ingest_directory
-from rag_loop.store.ddl import RAW_TABLES
+from rag_loop.store.ddl import KEPT_IN_LAKE
 from tests.engines.conftest import needs_spark
 from tests.helpers import DEMO, trace_line
 from tests.helpers.otlp import AFTER, hostile_span, request_spans
@@ -49,7 +49,7 @@ def on_both(session, cons, directory, lake, now=NOW) -> tuple[IngestReport, Inge
     assert on_spark.files == sequential.files
     assert (on_spark.ignored, on_spark.assembly) == (sequential.ignored, sequential.assembly)
     assert not (lake / ".ingest").exists() or not any((lake / ".ingest").iterdir())
-    assert all(lake_view_folder(cons[1], table) == lake.resolve() / table for table in RAW_TABLES)
+    assert all(lake_view_folder(cons[1], table) == lake.resolve() / table for table in KEPT_IN_LAKE)
     return sequential, on_spark
 
 

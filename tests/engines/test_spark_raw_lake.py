@@ -1,8 +1,12 @@
-"""raw_traces and its child tables in the trace lake (rag_loop.engines.raw_lake): an OTLP trace
-assembled again is removed from the file that held it and added anew; a failure while writing
+"""raw_traces, its child tables and otlp_spans in the trace lake (rag_loop.engines.raw_lake): an
+OTLP trace assembled again is removed from the file that held it and added anew; a trace's
+spans on two days, or a late span on another day than the others, are all found for its
+assembly, and the spans stored before are not written again; a failure while writing
 the lake's files leaves the database and the lake as they were; DuckDB ingestion after Spark's
 takes the traces back into the database, and Spark's after it moves them to the lake again,
 with the same rows as DuckDB alone; the traffic fingerprints are the day files'."""
+
+from datetime import timedelta
 
 import duckdb
 import pytest
@@ -14,13 +18,13 @@ from rag_loop.engines.ingest import ingest_directory_on_spark
 from rag_loop.engines.lake import SCHEMA, create_lake_views, day_files, lake_days, lake_view_folder, write_parquet
 from rag_loop.ingest import ingest_directory
 from rag_loop.selection.signals import SignalSettings, compute_signals
-from rag_loop.store.ddl import RAW_TABLES
+from rag_loop.store.ddl import KEPT_IN_LAKE
 from rag_loop.store.tables import create_tables, relation_kind
 from tests.engines.conftest import needs_spark
 from tests.engines.test_spark import assert_same_rows
 from tests.engines.test_spark_ingest import NOW, on_both, small_folder, tables
 from tests.helpers import trace_line
-from tests.helpers.otlp import AFTER, line, request_spans, write
+from tests.helpers.otlp import AFTER, line, request_spans, shifted, write
 
 pytestmark = needs_spark
 
@@ -42,6 +46,35 @@ def test_a_trace_assembled_again_is_rewritten_in_the_lake(session, tmp_path):  #
         assert set(files) <= set(after)  # rewritten in place, not removed
         held = on_spark.execute("SELECT trace_id, count(*) FROM raw_traces GROUP BY ALL HAVING count(*) > 1").fetchall()
         assert held == []
+
+
+DAY_BEFORE, DAY_AFTER = -11 * 3_600_000, 15 * 3_600_000  # a span of tests.helpers.otlp at 23:00 before, 01:00 after
+
+
+def test_a_traces_spans_on_two_days_and_a_late_span_on_another_day_are_all_assembled(session, tmp_path):  # noqa: F811
+    directory, lake = tmp_path / "traces", tmp_path / "lake"
+    first, second, third = request_spans(1), request_spans(2), request_spans(3)
+    write(directory / "a.otlp.jsonl", [line([shifted(first[1], DAY_BEFORE), shifted(third[1], DAY_AFTER)]),
+                                       line(second)])
+    with duckdb.connect() as sequential, duckdb.connect() as on_spark:
+        _, report = on_both(session, (sequential, on_spark), directory, lake, now=AFTER - timedelta(hours=11))
+        assert report.assembly.waiting == 2  # traces 1 and 3: one span of the day before, or after; no root yet
+        assert len(lake_days(lake, "otlp_spans")) == 3
+        for con in (sequential, on_spark):  # trace 3 as from before the days: any day (its span's, no other's)
+            con.execute("UPDATE otlp_pending SET day = NULL WHERE trace_id = ?", [f"{3:032x}"])
+        write(directory / "b.otlp.jsonl", [line([first[0], first[2], third[0], third[2]])])  # on that day
+        _, report = on_both(session, (sequential, on_spark), directory, lake, now=AFTER)
+        assert report.assembly.ingested == 2 and report.assembly.waiting == 0
+        assert on_spark.execute("SELECT spans FROM otlp_traces ORDER BY trace_id").fetchall() == [(3,), (3,), (3,)]
+
+        stored = {path: path.stat().st_mtime_ns for path in (lake / "otlp_spans").glob("day=*/*.parquet")}
+        late = shifted(second[2], DAY_BEFORE) | {"spanId": f"{2:08x}{9:08x}"}  # trace 2 assembled, on one day
+        write(directory / "c.otlp.jsonl", [line([late])])
+        _, report = on_both(session, (sequential, on_spark), directory, lake, now=AFTER)
+        assert report.assembly.reassembled == 1
+        assert on_spark.execute("SELECT spans FROM otlp_traces ORDER BY trace_id").fetchall() == [(3,), (4,), (3,)]
+        after = {path: path.stat().st_mtime_ns for path in (lake / "otlp_spans").glob("day=*/*.parquet")}
+        assert stored.items() <= after.items() and len(after) == len(stored) + 1  # added, none rewritten
 
 
 def test_a_failure_while_writing_the_lake_leaves_database_and_lake_as_they_were(session, tmp_path, monkeypatch):  # noqa: F811
@@ -82,7 +115,7 @@ def test_duckdb_and_spark_ingestion_take_turns_on_one_database(session, tmp_path
         (directory / "late.jsonl").write_text(trace_line("late", timestamp="2026-11-20T10:00:00Z") + "\n")
         ingest_directory(sequential, directory, now=NOW)
         ingest_directory(turns, directory, now=NOW)  # the lake's traces back into the database
-        assert {relation_kind(turns, table) for table in RAW_TABLES} == {"table"}
+        assert {relation_kind(turns, table) for table in KEPT_IN_LAKE} == {"table"}
         create_tables(turns)
         assert tables(turns) == tables(sequential)
 
@@ -92,7 +125,7 @@ def test_duckdb_and_spark_ingestion_take_turns_on_one_database(session, tmp_path
         on_both(session, (sequential, turns), directory, lake)  # and into the lake again
         assert not crashed.exists()
         create_tables(turns)  # a stage's: the views are left as they are
-        assert all(lake_view_folder(turns, table) == lake.resolve() / table for table in RAW_TABLES)
+        assert all(lake_view_folder(turns, table) == lake.resolve() / table for table in KEPT_IN_LAKE)
         assert tables(turns) == tables(sequential)
         now = traffic_fingerprints(turns)
         changed = {day for day in now if now[day] != fingerprints.get(day)}

@@ -48,6 +48,11 @@ def request_spans(trace: int, query: str = "How many leave days?") -> list[dict]
     ]
 
 
+def shifted(span: dict, ms: int) -> dict:
+    """The span started and ended `ms` milliseconds later (earlier when negative)."""
+    return span | {key: str(int(span[key]) + ms * 1_000_000) for key in ("startTimeUnixNano", "endTimeUnixNano")}
+
+
 def line(spans: list[dict]) -> str:
     return json.dumps({"resourceSpans": [{"resource": {"attributes": []},
                                           "scopeSpans": [{"scope": {"name": "t"}, "spans": spans}]}]})

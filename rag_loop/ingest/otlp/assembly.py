@@ -27,6 +27,7 @@ from rag_loop.ingest.otlp.mapping import assemble_trace, is_request
 from rag_loop.ingest.otlp.spans import SpanBatch
 from rag_loop.ingest.parallel import ordered_map
 from rag_loop.ingest.records import BatchCounts, load_batch, quarantine_rejected
+from rag_loop.store.ddl import span_day
 
 DEFAULT_GRACE = timedelta(hours=1)
 TRACE_FORMAT = "otlp_trace"  # quarantine/duplicate rows of assembled traces (not of a file read)
@@ -82,7 +83,7 @@ def stage_spans(con: duckdb.DuckDBPyConnection, batch: SpanBatch, source_file: s
             INSERT INTO otlp_spans BY NAME
             SELECT * EXCLUDE (position, seen, reread), ? AS source_file, now() AS received_at
             FROM _span_new""", [source_file])
-        mark_pending(con, "SELECT trace_id FROM _span_new")
+        mark_pending(con, "SELECT trace_id, start_ns FROM _span_new")
         con.execute("""
             INSERT INTO trace_duplicates (source_file, line_no, trace_id, format, seen_at, span_id)
             SELECT ?, source_line, trace_id, 'otlp', now(), span_id FROM _span_verdict
@@ -100,25 +101,30 @@ def stage_spans(con: duckdb.DuckDBPyConnection, batch: SpanBatch, source_file: s
 
 
 def mark_pending(con: duckdb.DuckDBPyConnection, stored_spans_sql: str) -> None:
-    """The trace ids of the spans just stored (`stored_spans_sql` selects their trace_id) wait
-    for their next assembly (`otlp_pending`)."""
-    con.execute(f"""INSERT INTO otlp_pending SELECT DISTINCT trace_id FROM ({stored_spans_sql})
-                    WHERE trace_id NOT IN (SELECT trace_id FROM otlp_pending)""")
+    """The trace ids of the spans just stored (`stored_spans_sql` selects their trace_id and
+    start_ns) wait for their next assembly (`otlp_pending`), with the spans' days."""
+    con.execute(f"""INSERT INTO otlp_pending (trace_id, day)
+                    SELECT DISTINCT trace_id, {span_day()} FROM ({stored_spans_sql})
+                    EXCEPT SELECT trace_id, day FROM otlp_pending""")
 
 
 def assemble_ready(con: duckdb.DuckDBPyConnection, now_ns: int, grace: timedelta = DEFAULT_GRACE,
                    max_record_bytes: int = 1 << 20, batch_traces: int = 20_000,
                    pool: Callable[[], Executor | None] = lambda: None,
                    assembler: Assembler | None = None,
-                   load_stored: Callable[[duckdb.DuckDBPyConnection, str, str], None] | None = None
+                   load_stored: Callable[[duckdb.DuckDBPyConnection, str, str], None] | None = None,
+                   load_spans: Callable[[duckdb.DuckDBPyConnection], None] | None = None
                    ) -> AssemblyCounts:
     """Assemble every trace id that is ready and new (or has new spans), inside one transaction
     the caller ends; only the pending trace ids (`mark_pending`) are looked at, and those still
     waiting stay pending. `assembler` turns the ready traces' spans into records (default
     `assemble_here(pool)`); each batch it gives is stored before the next is asked for.
     `load_stored(con, trace_ids_sql, children_of_sql)` first makes the ready traces' stored rows
-    readable, when they are kept outside the database (rag_loop.ingest.pipeline.TraceStore)."""
+    readable, when they are kept outside the database (rag_loop.ingest.pipeline.TraceStore), as
+    `load_spans(con)` does the pending traces' stored spans before anything is looked at."""
     grace_ns = int(grace.total_seconds() * 1e9)
+    if load_spans is not None:
+        load_spans(con)
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _trace_stats AS
         SELECT s.trace_id, count(*) AS spans, bool_or(coalesce(s.parent_span_id, '') = '') AS has_root,

@@ -7,7 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rag_loop.ingest import ingest_directory
-from tests.helpers.otlp import AFTER, line, request_spans, span, trace_hex, write
+from rag_loop.store.ddl import span_day
+from tests.helpers.otlp import AFTER, line, request_spans, shifted, span, trace_hex, write
 
 
 def traces(con) -> list[tuple]:
@@ -134,24 +135,31 @@ def test_a_failing_statement_surfaces_its_own_error_and_leaves_no_transaction(co
 UNASSEMBLED = """SELECT s.trace_id FROM otlp_spans s LEFT JOIN otlp_traces t USING (trace_id)
                  GROUP BY s.trace_id, t.trace_id, t.spans HAVING t.trace_id IS NULL OR count(*) > t.spans
                  ORDER BY 1"""  # every stored span's trace, the whole table: what assembly once scanned
+NEVER_ASSEMBLED_DAYS = f"""SELECT DISTINCT trace_id, {span_day()} FROM otlp_spans ANTI JOIN otlp_traces USING (trace_id)
+                           ORDER BY ALL"""
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(runs=st.lists(st.tuples(st.lists(st.tuples(st.integers(1, 4), st.integers(0, 2)), max_size=8),
-                               st.booleans()), min_size=1, max_size=4))
+@given(runs=st.lists(st.tuples(st.lists(st.tuples(st.integers(1, 4), st.integers(0, 2), st.booleans()),
+                                        max_size=8), st.booleans()), min_size=1, max_size=4))
 def test_assembly_looks_only_at_the_pending_traces_and_misses_none(tmp_path_factory, runs):
-    """Spans of four traces arrive over runs in any order, repeated or not, the grace period
-    passed or not: after every run the pending trace ids are exactly the traces whose stored
-    spans are not all in their assembled record, and once the grace period is over for all,
-    none is left and every trace holds all its spans."""
+    """Spans of four traces arrive over runs in any order, repeated or not, started on the
+    trace's day or the day before, the grace period passed or not: after every run the pending
+    trace ids are exactly the traces whose stored spans are not all in their assembled record,
+    a trace never assembled is listed with the days of all its spans, and once the grace period
+    is over for all, none is left and every trace holds all its spans."""
     folder = tmp_path_factory.mktemp("runs")
     later = datetime(2026, 11, 11, 11, 1, tzinfo=UTC)
     with duckdb.connect(str(folder / "rag.duckdb")) as con:
         for number, (spans, grace_over) in enumerate(runs):
-            write(folder / "traces" / f"{number}.jsonl", [line([request_spans(t)[s] for t, s in spans])])
+            chosen = [shifted(request_spans(t)[s], -11 * 3_600_000) if day_before else request_spans(t)[s]
+                      for t, s, day_before in spans]  # 23:00 the day before
+            write(folder / "traces" / f"{number}.jsonl", [line(chosen)])
             ingest_directory(con, folder / "traces", now=later if grace_over else AFTER)
-            pending = con.execute("SELECT trace_id FROM otlp_pending ORDER BY 1").fetchall()
+            pending = con.execute("SELECT DISTINCT trace_id FROM otlp_pending ORDER BY 1").fetchall()
             assert pending == con.execute(UNASSEMBLED).fetchall()
+            assert con.execute(NEVER_ASSEMBLED_DAYS).fetchall() == \
+                con.execute("SELECT * FROM otlp_pending ANTI JOIN otlp_traces USING (trace_id) ORDER BY ALL").fetchall()
         ingest_directory(con, folder / "traces", now=later + timedelta(days=1))
         assert con.execute("SELECT count(*) FROM otlp_pending").fetchall() == [(0,)] == \
             con.execute(f"SELECT count(*) FROM ({UNASSEMBLED})").fetchall()
@@ -159,11 +167,21 @@ def test_assembly_looks_only_at_the_pending_traces_and_misses_none(tmp_path_fact
                               WHERE s.trace_id = otlp_traces.trace_id)""").fetchall() == [(0,)]
 
 
-def test_a_database_from_before_the_pending_table_assembles_what_waited(con, tmp_path):
+@pytest.mark.parametrize("before", ["DROP TABLE otlp_pending", "ALTER TABLE otlp_pending DROP COLUMN day"])
+def test_a_database_from_before_the_pending_table_or_its_days_assembles_what_waited(con, tmp_path, before):
     write(tmp_path / "a.jsonl", [line(request_spans(1)[1:]), line(request_spans(2))])
     assert ingest_directory(con, tmp_path, now=AFTER).assembly.waiting == 1
-    con.execute("DROP TABLE otlp_pending")  # as a database made before it
+    con.execute(before)  # as a database made before it
     report = ingest_directory(con, tmp_path, now=datetime(2026, 11, 11, 11, 1, tzinfo=UTC))  # no new span
     assert report.assembly.ingested == 1 and report.assembly.partial == 1 and report.assembly.waiting == 0
     assert [t[0] for t in traces(con)] == [trace_hex(1), trace_hex(2)]
     assert con.execute("SELECT count(*) FROM otlp_pending").fetchall() == [(0,)]
+
+
+@settings(max_examples=50, deadline=None)
+@given(start=st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)))
+def test_a_span_is_on_the_utc_day_it_started_and_any_start_has_a_day(start):
+    with duckdb.connect() as con:
+        (day,) = con.execute(f"SELECT {span_day('$start::BIGINT')}", {"start": start}).fetchall()[0]
+    instant = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=(start or 0) // 1000)
+    assert day == instant.date() or start is not None and start < 0  # before 1970: a day, not an error
