@@ -1,26 +1,26 @@
-"""raw_traces, its child tables and otlp_spans in the trace lake: where Spark ingestion keeps
-them, so that a day's hundreds of millions of traces, chunks and billions of OTLP spans never
-pass into the control database. The database has marked views of their day files under the
-tables' names (every reader reads them as before); a run of Spark ingestion adds one file to
-each day it stores rows of. A span's day is its start's (`span_day`), not its trace's: the
-trace is not known until it is assembled.
+"""raw_traces, its child tables, otlp_spans and otlp_traces in the trace lake: where Spark
+ingestion keeps them, so that a day's hundreds of millions of traces, chunks and trace states
+and billions of OTLP spans never pass into the control database. The database has marked
+views of their day files under the tables' names (every reader reads them as before); a run
+of Spark ingestion adds one file to each day it stores rows of. A span's day is its start's
+(`span_day`), not its trace's: the trace is not known until it is assembled; a trace state's
+is the day it was assembled on.
 
-Ingestion itself is the DuckDB path's (rag_loop.ingest): it reads and writes `raw_traces` and
-its child tables by name. During a Spark ingestion run those names are temp tables of the
-connection, which shadow the views. First copy wins for a file's traces reads the stored
-copies' keys from the lake with Spark (`LakeTraces.stored`): the traces kept are new, and go
-into the temp tables; a span's, from the lake's span keys. OTLP assembly reads and removes
-stored rows by SQL: the lake's spans of the pending traces (`LakeTraces.load_spans`), and its
-rows of the traces ready for assembly (`LakeTraces.load`), are loaded into the temp tables
-first, found by Spark, so that every verdict sees every stored copy it needs. Before the run's
-transaction commits, `LakeTraces.flush` writes what changed: a trace id whose stored rows
-changed (an OTLP trace assembled again) is removed from the files that held it, and the new
-rows (and a trace's rows added beside its unchanged ones: a late span) are added as one new
-file per day. All files are written hidden first and renamed into
-place together, so a failure while writing them leaves the lake as it was; a failure after the
-renames (the commit) leaves rows in the lake whose files are not marked ingested, which the
-next run reads again and drops as read before (the first-copy-wins rule for a record read
-again from the same line).
+Ingestion itself is the DuckDB path's (rag_loop.ingest): it reads and writes these tables by
+name. During a Spark ingestion run those names are temp tables of the connection, which
+shadow the views. First copy wins for a file's traces (spans) reads the stored copies' keys
+from the lake with Spark (`LakeTraces.stored`): the ones kept are new, and go into the temp
+tables. OTLP assembly reads and removes stored rows by SQL: the lake's spans and states of the
+pending traces (`LakeTraces.load_pending`), and its rows of the traces ready for assembly
+(`LakeTraces.load`), are loaded into the temp tables first, found by Spark, so that every
+verdict sees every stored copy it needs. Before the run's transaction commits,
+`LakeTraces.flush` writes what changed: a trace id some of whose stored rows changed or went
+(an OTLP trace assembled again) is removed from the files that held it, and the new rows (and
+a trace's rows added beside its unchanged ones: a late span) are added as one new file per
+day. All files are written hidden first and renamed into place together, so a failure while
+writing them leaves the lake as it was; a failure after the renames (the commit) leaves rows
+in the lake whose files are not marked ingested, which the next run reads again and drops as
+read before (the first-copy-wins rule for a record read again from the same line).
 """
 
 from __future__ import annotations
@@ -55,11 +55,13 @@ from rag_loop.store.ddl import ADDED_COLUMNS, CHILD_TABLES, KEPT_IN_LAKE, span_d
 from rag_loop.store.tables import create_tables
 
 # the day of a row of a kept table without a `day` column (a child row carries its trace's)
-ROW_DAY = {"raw_traces": utc_day(), "otlp_spans": span_day()}
+ROW_DAY = {"raw_traces": utc_day(), "otlp_spans": span_day(), "otlp_traces": utc_day("assembled_at")}
 # the temp tables of the trace ids whose rows are loaded (a child table's: `_lake_loaded WHERE children`)
-LOADED_BY_TABLE = {"raw_traces": "_lake_loaded", "otlp_spans": "_lake_loaded_spans"}
-LOADED = tuple(LOADED_BY_TABLE.values())
-KEPT_DAY_OF = DAY_OF | {"otlp_spans": f"SELECT *, {ROW_DAY['otlp_spans']} AS day FROM otlp_spans"}
+LOADED_BY_TABLE = {"raw_traces": "_lake_loaded", "otlp_spans": "_lake_loaded_pending",
+                   "otlp_traces": "_lake_loaded_pending"}
+LOADED = ("_lake_loaded", "_lake_loaded_pending")
+KEPT_DAY_OF = DAY_OF | {table: f"SELECT *, {ROW_DAY[table]} AS day FROM {table}"
+                        for table in ("otlp_spans", "otlp_traces")}
 
 
 def move_raw_tables_to_lake(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
@@ -86,7 +88,7 @@ def move_raw_tables_to_lake(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
 @dataclass
 class LakeTraces:
     """The kept tables of a Spark ingestion run (see the module): `load` the lake's rows of some
-    trace ids (`load_spans`: their spans) into the connection's shadowing temp tables, `flush`
+    trace ids (`load_pending`: their spans and states) into the connection's shadowing temp tables, `flush`
     what the run changed."""
 
     session: Any  # pyspark.sql.SparkSession
@@ -113,7 +115,7 @@ class LakeTraces:
             write_parquet(con, f'SELECT * {"EXCLUDE (day)" if table in CHILD_TABLES else ""} '
                                f'FROM temp.main."{table}"', self.lake / table / SCHEMA)
         con.execute("CREATE OR REPLACE TEMP TABLE _lake_loaded (trace_id VARCHAR, children BOOLEAN)")
-        con.execute("CREATE OR REPLACE TEMP TABLE _lake_loaded_spans (trace_id VARCHAR)")
+        con.execute("CREATE OR REPLACE TEMP TABLE _lake_loaded_pending (trace_id VARCHAR)")
         try:
             yield self
         finally:
@@ -121,7 +123,7 @@ class LakeTraces:
                 con.execute(f'DROP TABLE IF EXISTS temp.main."{table}"')
 
     def stored(self, table: str = "raw_traces") -> Any | None:
-        """The lake's `table` (raw_traces, otlp_spans) as a Spark frame (None while it has no
+        """The lake's `table` (raw_traces, otlp_spans, ...) as a Spark frame (None while it has no
         day): the stored copies that first copy wins reads, found by Spark without loading them."""
         if not lake_days(self.lake, table):
             return None
@@ -160,26 +162,32 @@ class LakeTraces:
             for table in CHILD_TABLES:  # a child row is in its trace's day
                 self._load_rows(con, table, ids, sorted(days & set(lake_days(self.lake, table))), folder)
 
-    def load_spans(self, con: duckdb.DuckDBPyConnection) -> None:
-        """The lake's otlp_spans rows of the pending trace ids (otlp_pending) into the temp
-        table and its copy as loaded, each trace's once until the next flush; inside the
-        caller's transaction. Read from the days otlp_pending lists for a trace (where its
-        spans since its last assembly are), and, for a trace assembled before of whose spans
-        fewer are found there than that assembly had (its spans were on other days), from
-        every other day too: the days read, not the whole history, unless a trace needs it."""
+    def load_pending(self, con: duckdb.DuckDBPyConnection) -> None:
+        """The lake's otlp_traces and otlp_spans rows of the pending trace ids (otlp_pending)
+        into the temp tables and their copies as loaded, each trace's once until the next
+        flush; inside the caller's transaction. A trace's otlp_traces row (one, on the day it
+        was assembled) is found by its key in every day, as first copy wins finds a stored
+        copy. Its spans are read from the days otlp_pending lists for it (where its spans since
+        its last assembly are), and, for a trace assembled before of whose spans fewer are
+        found there than that assembly had (its spans were on other days), from every other
+        day too: the days read, not the whole history, unless a trace needs it."""
         days = lake_days(self.lake, "otlp_spans")
         if not days:
             return
         self.loads += 1
-        folder = self.run / f"spans-{self.loads}"
+        folder = self.run / f"pending-{self.loads}"
         con.execute("""CREATE OR REPLACE TEMP TABLE _lake_wanted AS
-                       SELECT trace_id, day FROM otlp_pending ANTI JOIN _lake_loaded_spans USING (trace_id)""")
+                       SELECT trace_id, day FROM otlp_pending ANTI JOIN _lake_loaded_pending USING (trace_id)""")
         try:
             write_parquet(con, "SELECT DISTINCT trace_id FROM _lake_wanted", folder / "ids" / PART)
+            ids = self.session.read.parquet(str(folder / "ids"))
+            if (states := self.stored("otlp_traces")) is not None:
+                found = states.select("trace_id", "day").join(ids, "trace_id", "left_semi").select("day").distinct()
+                self._load_rows(con, "otlp_traces", ids, sorted(row.day for row in found.collect()),
+                                folder / "states")
             listed = {d for (d,) in con.execute("SELECT DISTINCT day FROM _lake_wanted").fetchall()}
             first = days if None in listed else sorted(listed & set(days))  # NULL: from before days were kept
-            self._load_rows(con, "otlp_spans", self.session.read.parquet(str(folder / "ids")), first,
-                            folder / "listed")
+            self._load_rows(con, "otlp_spans", ids, first, folder / "listed")
             write_parquet(con, f"""
                 SELECT trace_id FROM otlp_traces SEMI JOIN _lake_wanted USING (trace_id)
                 WHERE spans > (SELECT count(*) FROM "{_before('otlp_spans')}" b
@@ -189,7 +197,7 @@ class LakeTraces:
                                     ).fetchall()[0][0]:
                 self._load_rows(con, "otlp_spans", self.session.read.parquet(str(folder / "short")), rest,
                                 folder / "rest")
-            con.execute("INSERT INTO _lake_loaded_spans SELECT DISTINCT trace_id FROM _lake_wanted")
+            con.execute("INSERT INTO _lake_loaded_pending SELECT DISTINCT trace_id FROM _lake_wanted")
         finally:
             con.execute("DROP TABLE IF EXISTS _lake_wanted")
 

@@ -167,7 +167,7 @@ def ingest_directory(con: duckdb.DuckDBPyConnection, directory: Path,
 
 
 class TraceStore(Protocol):
-    """Where raw_traces, its child tables and otlp_spans are kept when not in the database (the Spark
+    """Where raw_traces, its child tables, otlp_spans and otlp_traces are kept when not in the database (the Spark
     engine's trace lake): during a run those names are temp tables that hold the stored rows
     of the trace ids the run touches."""
 
@@ -175,8 +175,9 @@ class TraceStore(Protocol):
         """The stored raw_traces rows of the trace ids `trace_ids` (SQL) selects into the temp
         tables, and the child tables' rows of those `children_of` selects."""
 
-    def load_spans(self, con: duckdb.DuckDBPyConnection) -> None:
-        """The stored otlp_spans rows of the pending trace ids (otlp_pending) into the temp table."""
+    def load_pending(self, con: duckdb.DuckDBPyConnection) -> None:
+        """The stored otlp_spans and otlp_traces rows of the pending trace ids (otlp_pending)
+        into the temp tables."""
 
     def flush(self, con: duckdb.DuckDBPyConnection) -> None:
         """What the run changed in the temp tables, written where the rows are kept, inside
@@ -205,7 +206,7 @@ def run_ingestion(con: duckdb.DuckDBPyConnection, read_files: Callable[[LazyPool
             report.assembly = assemble_ready(con, now_ns, grace, max_record_bytes,
                                              ASSEMBLY_BATCH_TRACES, pool=pool.get, assembler=assembler,
                                              load_stored=traces.load if traces else None,
-                                             load_spans=traces.load_spans if traces else None)
+                                             load_pending=traces.load_pending if traces else None)
             if traces is not None:
                 traces.flush(con)
             con.execute("COMMIT")

@@ -241,7 +241,7 @@ def test_the_spark_resource_on_a_spark_connect_url_stores_what_duckdb_does_and_a
     assert outcome["stored_in"] == {name: f"trace lake: {lake / name} (the control database holds a view of its "
                                           "day files)" for name in ("raw_traces", *PORTED)}
     assert {Path(f).parts[0] for f in outcome["files"] if not Path(f).name.startswith("_")} == {
-        "documents", "failure_candidates", "otlp_spans", "raw_traces", "trace_chunks", "trace_spans",
+        "documents", "failure_candidates", "otlp_spans", "otlp_traces", "raw_traces", "trace_chunks", "trace_spans",
         "trace_signals"}  # no feedback in the OTLP fixtures: trace_feedback has no day file
     pd.testing.assert_frame_equal(pd.read_parquet(f"{database}.retrieval.parquet"), expected.pop("retrieval"),
                                   check_exact=False, rtol=0, atol=1e-12)

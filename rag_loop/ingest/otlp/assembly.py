@@ -113,7 +113,7 @@ def assemble_ready(con: duckdb.DuckDBPyConnection, now_ns: int, grace: timedelta
                    pool: Callable[[], Executor | None] = lambda: None,
                    assembler: Assembler | None = None,
                    load_stored: Callable[[duckdb.DuckDBPyConnection, str, str], None] | None = None,
-                   load_spans: Callable[[duckdb.DuckDBPyConnection], None] | None = None
+                   load_pending: Callable[[duckdb.DuckDBPyConnection], None] | None = None
                    ) -> AssemblyCounts:
     """Assemble every trace id that is ready and new (or has new spans), inside one transaction
     the caller ends; only the pending trace ids (`mark_pending`) are looked at, and those still
@@ -121,10 +121,11 @@ def assemble_ready(con: duckdb.DuckDBPyConnection, now_ns: int, grace: timedelta
     `assemble_here(pool)`); each batch it gives is stored before the next is asked for.
     `load_stored(con, trace_ids_sql, children_of_sql)` first makes the ready traces' stored rows
     readable, when they are kept outside the database (rag_loop.ingest.pipeline.TraceStore), as
-    `load_spans(con)` does the pending traces' stored spans before anything is looked at."""
+    `load_pending(con)` does the pending traces' stored spans and states before anything is
+    looked at."""
     grace_ns = int(grace.total_seconds() * 1e9)
-    if load_spans is not None:
-        load_spans(con)
+    if load_pending is not None:
+        load_pending(con)
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _trace_stats AS
         SELECT s.trace_id, count(*) AS spans, bool_or(coalesce(s.parent_span_id, '') = '') AS has_root,
