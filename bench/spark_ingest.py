@@ -2,6 +2,7 @@
 same files, in the same process (these machines are noisy: compare, don't time absolutely).
 
     PYTHONPATH=bench python bench/spark_ingest.py [--traces 200000] [--files 8] [--new 10000]
+    PYTHONPATH=bench python bench/spark_ingest.py --otlp --traces 50000 --files 4 --new 5000
 
 Writes `--files` native files of demo-shaped traces (bench/ingest.py's), then (1) ingests them
 into a fresh DuckDB file with `ingest_directory`, and (2) on Spark `local[2]`
@@ -9,7 +10,9 @@ into a fresh DuckDB file with `ingest_directory`, and (2) on Spark `local[2]`
 one file of `--new` traces, of which a tenth repeat stored ids, and ingests again on both
 (the incremental run: Spark finds the stored copies of the new file's trace ids in the lake).
 Prints each run's seconds, Spark's as a multiple of DuckDB's, both database files' sizes and
-the lake's, and checks that both give the same rows.
+the lake's, and checks that both give the same rows. `--otlp`: Collector-style OTLP files of
+that many traces (four spans each, bench/ingest.py's) instead, the new file's traces new (the
+spans and trace states go to the lake too; the incremental run assembles only the new ones).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import time
 from pathlib import Path
 
 import duckdb
-from ingest import write_traces
+from ingest import write_otlp, write_traces
 
 from rag_loop.engines.engine import spark_session
 from rag_loop.engines.ingest import ingest_directory_on_spark
@@ -29,6 +32,8 @@ from rag_loop.ingest import ingest_directory
 
 CHECKED = {"raw_traces": "trace_id, source_file, source_line", "trace_chunks": "trace_id, chunk_id, rank",
            "trace_duplicates": "trace_id, source_file, line_no"}
+CHECKED_OTLP = {"raw_traces": "trace_id, source_file, source_line", "otlp_traces": "trace_id, state, spans",
+                "otlp_spans": "count(*), count(DISTINCT trace_id)", "otlp_pending": "count(*)"}
 
 
 def main() -> None:
@@ -36,14 +41,20 @@ def main() -> None:
     parser.add_argument("--traces", type=int, default=200_000)
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--new", type=int, default=10_000)
+    parser.add_argument("--otlp", action="store_true", help="OTLP files of --traces traces instead")
     parser.add_argument("--workdir", type=Path, default=Path("bench/out/spark-ingest"))
     args = parser.parse_args()
     shutil.rmtree(args.workdir, ignore_errors=True)
     traces = args.workdir / "traces"
     traces.mkdir(parents=True)
+    per_file = args.traces // args.files
     for n in range(args.files):
-        write_traces(traces / f"part-{n}.jsonl", args.traces // args.files, seed=n)
-        _renumber(traces / f"part-{n}.jsonl", n * (args.traces // args.files))
+        if args.otlp:
+            write_otlp(traces / f"part-{n}.otlp.jsonl", 4 * per_file, seed=n, first=n * per_file)
+        else:
+            write_traces(traces / f"part-{n}.jsonl", per_file, seed=n)
+            _renumber(traces / f"part-{n}.jsonl", n * per_file)
+    checked = CHECKED_OTLP if args.otlp else CHECKED
     session = spark_session("local[2]", {"spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "4"})
     session.sparkContext.setLogLevel("ERROR")
     duck = duckdb.connect(str(args.workdir / "duckdb.duckdb"))
@@ -51,7 +62,9 @@ def main() -> None:
     lake = args.workdir / "lake"
     figures = {}
     for run in ("first", "incremental"):
-        if run == "incremental":
+        if run == "incremental" and args.otlp:
+            write_otlp(traces / "new.otlp.jsonl", 4 * args.new, seed=99, first=args.traces)
+        elif run == "incremental":
             write_traces(traces / "new.jsonl", args.new, seed=99)
             _renumber(traces / "new.jsonl", args.traces - args.new // 10)  # a tenth are stored already
         start = time.perf_counter()
@@ -61,7 +74,7 @@ def main() -> None:
         on_spark = ingest_directory_on_spark(session, spark, traces, lake)
         figures[f"{run}_spark"] = time.perf_counter() - start
         assert on_spark.files == on_duckdb.files, "the reports differ"
-        for table, key in CHECKED.items():
+        for table, key in checked.items():
             query = f"SELECT {key} FROM {table} ORDER BY ALL"
             assert duck.execute(query).fetchall() == spark.execute(query).fetchall(), f"{table} differs"
         print(f"{run}: {on_duckdb.total()}; DuckDB {figures[f'{run}_duckdb']:.2f} s, Spark "
