@@ -179,6 +179,8 @@ class LakeTraces:
         con.execute("""CREATE OR REPLACE TEMP TABLE _lake_wanted AS
                        SELECT trace_id, day FROM otlp_pending ANTI JOIN _lake_loaded_pending USING (trace_id)""")
         try:
+            if not con.execute("SELECT count(*) FROM _lake_wanted").fetchall()[0][0]:
+                return  # no Spark job for a run with nothing pending (or all of it loaded)
             write_parquet(con, "SELECT DISTINCT trace_id FROM _lake_wanted", folder / "ids" / PART)
             ids = self.session.read.parquet(str(folder / "ids"))
             if (states := self.stored("otlp_traces")) is not None:
