@@ -88,8 +88,8 @@ def move_raw_tables_to_lake(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
 @dataclass
 class LakeTraces:
     """The kept tables of a Spark ingestion run (see the module): `load` the lake's rows of some
-    trace ids (`load_pending`: their spans and states) into the connection's shadowing temp tables, `flush`
-    what the run changed."""
+    trace ids (`load_pending`: the pending traces' spans and states) into the connection's
+    shadowing temp tables, `flush` what the run changed."""
 
     session: Any  # pyspark.sql.SparkSession
     lake: Path
@@ -190,18 +190,22 @@ class LakeTraces:
             listed = {d for (d,) in con.execute("SELECT DISTINCT day FROM _lake_wanted").fetchall()}
             first = days if None in listed else sorted(listed & set(days))  # NULL: from before days were kept
             self._load_rows(con, "otlp_spans", ids, first, folder / "listed")
-            write_parquet(con, f"""
-                SELECT trace_id FROM otlp_traces SEMI JOIN _lake_wanted USING (trace_id)
-                WHERE spans > (SELECT count(*) FROM "{_before('otlp_spans')}" b
-                               WHERE b.trace_id = otlp_traces.trace_id)""", folder / "short" / PART)
-            rest = sorted(set(days) - set(first))
-            if rest and con.execute(f"SELECT count(*) FROM read_parquet({quoted(folder / 'short' / PART)})"
-                                    ).fetchall()[0][0]:
-                self._load_rows(con, "otlp_spans", self.session.read.parquet(str(folder / "short")), rest,
-                                folder / "rest")
+            if rest := sorted(set(days) - set(first)):
+                self._load_short(con, rest, folder)
             con.execute("INSERT INTO _lake_loaded_pending SELECT DISTINCT trace_id FROM _lake_wanted")
         finally:
             con.execute("DROP TABLE IF EXISTS _lake_wanted")
+
+    def _load_short(self, con: duckdb.DuckDBPyConnection, rest: list[date], folder: Path) -> None:
+        """The spans on `rest` of the wanted traces assembled before of whose spans fewer are
+        loaded than that assembly had."""
+        short = folder / "short" / PART
+        write_parquet(con, f"""
+            SELECT trace_id FROM otlp_traces SEMI JOIN _lake_wanted USING (trace_id)
+            WHERE spans > (SELECT count(*) FROM "{_before('otlp_spans')}" b
+                           WHERE b.trace_id = otlp_traces.trace_id)""", short)
+        if con.execute(f"SELECT count(*) FROM read_parquet({quoted(short)})").fetchall()[0][0]:
+            self._load_rows(con, "otlp_spans", self.session.read.parquet(str(short.parent)), rest, folder / "rest")
 
     def _load_rows(self, con: duckdb.DuckDBPyConnection, table: str, ids: Any, days: list[date],
                    folder: Path) -> None:
