@@ -13,7 +13,8 @@ from the lake with Spark (`LakeTraces.stored`): the ones kept are new, and go in
 tables. OTLP assembly reads and removes stored rows by SQL: the lake's spans and states of the
 pending traces (`LakeTraces.load_pending`), and its rows of the traces ready for assembly
 (`LakeTraces.load`), are loaded into the temp tables first, found by Spark, so that every
-verdict sees every stored copy it needs. Before the run's transaction commits,
+verdict sees every stored copy it needs; the run's own new spans, which its first flush
+keeps loaded, are not read back. Before the run's transaction commits,
 `LakeTraces.flush` writes what changed: a trace id some of whose stored rows changed or went
 (an OTLP trace assembled again) is removed from the files that held it, and the new rows (and
 a trace's rows added beside its unchanged ones: a late span) are added as one new file per
@@ -56,10 +57,12 @@ from rag_loop.store.tables import create_tables
 
 # the day of a row of a kept table without a `day` column (a child row carries its trace's)
 ROW_DAY = {"raw_traces": utc_day(), "otlp_spans": span_day(), "otlp_traces": utc_day("assembled_at")}
-# the temp tables of the trace ids whose rows are loaded (a child table's: `_lake_loaded WHERE children`)
-LOADED_BY_TABLE = {"raw_traces": "_lake_loaded", "otlp_spans": "_lake_loaded_pending",
+# the temp tables of the trace ids whose rows are loaded (a child table's: `_lake_loaded WHERE children`);
+# `_lake_loaded_pending`: the pending ids whose states were looked up (load_pending)
+LOADED_BY_TABLE = {"raw_traces": "_lake_loaded", "otlp_spans": "_lake_loaded_spans",
                    "otlp_traces": "_lake_loaded_pending"}
-LOADED = ("_lake_loaded", "_lake_loaded_pending")
+LOADED = ("_lake_loaded", "_lake_loaded_pending", "_lake_loaded_spans")
+PENDING_BEFORE = "_lake_pending_before"  # the trace ids pending when the run began
 KEPT_DAY_OF = DAY_OF | {table: f"SELECT *, {ROW_DAY[table]} AS day FROM {table}"
                         for table in ("otlp_spans", "otlp_traces")}
 
@@ -95,6 +98,7 @@ class LakeTraces:
     lake: Path
     run: Path  # the run's staging folder
     loads: int = field(default=0, init=False)
+    kept_files: dict[str, set[str]] = field(default_factory=dict, init=False)  # flush(keep_spans=True)'s
 
     @contextmanager
     def shadowing(self, con: duckdb.DuckDBPyConnection) -> Iterator[LakeTraces]:
@@ -116,10 +120,12 @@ class LakeTraces:
                                f'FROM temp.main."{table}"', self.lake / table / SCHEMA)
         con.execute("CREATE OR REPLACE TEMP TABLE _lake_loaded (trace_id VARCHAR, children BOOLEAN)")
         con.execute("CREATE OR REPLACE TEMP TABLE _lake_loaded_pending (trace_id VARCHAR)")
+        con.execute("CREATE OR REPLACE TEMP TABLE _lake_loaded_spans (trace_id VARCHAR)")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {PENDING_BEFORE} AS SELECT DISTINCT trace_id FROM otlp_pending")
         try:
             yield self
         finally:
-            for table in (*KEPT_IN_LAKE, *_before_tables(), *LOADED):
+            for table in (*KEPT_IN_LAKE, *_before_tables(), *LOADED, PENDING_BEFORE):
                 con.execute(f'DROP TABLE IF EXISTS temp.main."{table}"')
 
     def stored(self, table: str = "raw_traces") -> Any | None:
@@ -170,7 +176,9 @@ class LakeTraces:
         copy. Its spans are read from the days otlp_pending lists for it (where its spans since
         its last assembly are), and, for a trace assembled before of whose spans fewer are
         found there than that assembly had (its spans were on other days), from every other
-        day too: the days read, not the whole history, unless a trace needs it."""
+        day too: the days read, not the whole history, unless a trace needs it. A trace first
+        seen in this run (not pending when it began, never assembled) whose spans the run's
+        first flush kept loaded (`flush(keep_spans=True)`) has no other span: none is read."""
         days = lake_days(self.lake, "otlp_spans")
         if not days:
             return
@@ -187,21 +195,30 @@ class LakeTraces:
                 found = states.select("trace_id", "day").join(ids, "trace_id", "left_semi").select("day").distinct()
                 self._load_rows(con, "otlp_traces", ids, sorted(row.day for row in found.collect()),
                                 folder / "states")
-            listed = {d for (d,) in con.execute("SELECT DISTINCT day FROM _lake_wanted").fetchall()}
-            first = days if None in listed else sorted(listed & set(days))  # NULL: from before days were kept
-            self._load_rows(con, "otlp_spans", ids, first, folder / "listed")
-            if rest := sorted(set(days) - set(first)):
-                self._load_short(con, rest, folder)
+            con.execute(f"""CREATE OR REPLACE TEMP TABLE _lake_unloaded AS SELECT * FROM _lake_wanted
+                            WHERE trace_id IN (SELECT trace_id FROM {PENDING_BEFORE})
+                               OR trace_id IN (SELECT trace_id FROM "{_before('otlp_traces')}")
+                               OR trace_id NOT IN (SELECT trace_id FROM _lake_loaded_spans)""")
+            listed = {d for (d,) in con.execute("SELECT DISTINCT day FROM _lake_unloaded").fetchall()}
+            if listed:
+                write_parquet(con, "SELECT DISTINCT trace_id FROM _lake_unloaded", folder / "unloaded" / PART)
+                first = days if None in listed else sorted(listed & set(days))  # NULL: from before days were kept
+                self._load_rows(con, "otlp_spans", self.session.read.parquet(str(folder / "unloaded")), first,
+                                folder / "listed")
+                if rest := sorted(set(days) - set(first)):
+                    self._load_short(con, rest, folder)
+                con.execute("""INSERT INTO _lake_loaded_spans SELECT DISTINCT trace_id FROM _lake_unloaded
+                               EXCEPT SELECT trace_id FROM _lake_loaded_spans""")
             con.execute("INSERT INTO _lake_loaded_pending SELECT DISTINCT trace_id FROM _lake_wanted")
         finally:
-            con.execute("DROP TABLE IF EXISTS _lake_wanted")
+            con.execute("DROP TABLE IF EXISTS _lake_wanted; DROP TABLE IF EXISTS _lake_unloaded")
 
     def _load_short(self, con: duckdb.DuckDBPyConnection, rest: list[date], folder: Path) -> None:
         """The spans on `rest` of the wanted traces assembled before of whose spans fewer are
         loaded than that assembly had."""
         short = folder / "short" / PART
         write_parquet(con, f"""
-            SELECT trace_id FROM otlp_traces SEMI JOIN _lake_wanted USING (trace_id)
+            SELECT trace_id FROM otlp_traces SEMI JOIN _lake_unloaded USING (trace_id)
             WHERE spans > (SELECT count(*) FROM "{_before('otlp_spans')}" b
                            WHERE b.trace_id = otlp_traces.trace_id)""", short)
         if con.execute(f"SELECT count(*) FROM read_parquet({quoted(short)})").fetchall()[0][0]:
@@ -210,7 +227,8 @@ class LakeTraces:
     def _load_rows(self, con: duckdb.DuckDBPyConnection, table: str, ids: Any, days: list[date],
                    folder: Path) -> None:
         """The lake's rows of `table` on `days` with these ids, found by Spark, into the temp
-        table and its copy as loaded (with each row's day and file)."""
+        table and its copy as loaded (with each row's day and file); not those of the files
+        whose rows the temp tables kept (`flush(keep_spans=True)`)."""
         from pyspark.sql import functions
 
         if not days:
@@ -220,6 +238,7 @@ class LakeTraces:
                 .parquet(*(str(day_file(self.lake, table, day).parent) for day in days))
                 .withColumn("_file", functions.col("_metadata.file_name"))  # before a join hides it
                 .withColumn("_day", functions.col("day"))
+                .filter(~functions.col("_file").isin(sorted(self.kept_files.get(table, ()))))
                 .join(ids, "trace_id", "left_semi"))
         if table in ROW_DAY:  # its day is computed from its columns, not one of them
             rows = rows.drop("day")
@@ -230,14 +249,16 @@ class LakeTraces:
             con.execute(f'INSERT INTO "{_before(table)}" BY NAME SELECT * FROM {loaded}')
             con.execute(f'INSERT INTO "{table}" BY NAME SELECT * EXCLUDE (_day, _file) FROM {loaded}')
 
-    def flush(self, con: duckdb.DuckDBPyConnection) -> None:
+    def flush(self, con: duckdb.DuckDBPyConnection, keep_spans: bool = False) -> None:
         """Write what the run changed in the temp tables to the lake (see the module), then
-        empty them; inside the caller's transaction, before it commits."""
+        empty them; inside the caller's transaction, before it commits. With `keep_spans`,
+        otlp_spans keeps its rows, now loaded as stored in the files just written: the
+        assembly after need not read the run's new spans back."""
         writes: list[tuple[Path, Path | None]] = []  # (target, its new content hidden, or None: remove)
         without_days = [table for table in KEPT_IN_LAKE if not lake_days(self.lake, table)]
         try:
             for table in KEPT_IN_LAKE:
-                self._changes(con, table, writes)
+                self._changes(con, table, writes, keep=keep_spans and table == "otlp_spans")
             for target, hidden in writes:
                 if hidden is None:
                     target.unlink()
@@ -256,14 +277,20 @@ class LakeTraces:
                  or wanted[table] != views[table]]  # reading the schema file, or from before a column
         if stale:
             create_lake_views(con, self.lake, {table: wanted[table] for table in stale}, catalog)
+        kept = ("otlp_spans", _before("otlp_spans"), LOADED_BY_TABLE["otlp_spans"]) if keep_spans else ()
         for table in (*KEPT_IN_LAKE, *_before_tables(), *LOADED):
-            con.execute(f'DELETE FROM "{table}"')
+            if table not in kept:
+                con.execute(f'DELETE FROM "{table}"')
+        if not keep_spans:
+            self.kept_files.clear()
 
-    def _changes(self, con: duckdb.DuckDBPyConnection, table: str, writes: list[tuple[Path, Path | None]]) -> None:
+    def _changes(self, con: duckdb.DuckDBPyConnection, table: str, writes: list[tuple[Path, Path | None]],
+                 keep: bool) -> None:
         """Add to `writes` the files to write for `table`, each written hidden: the files that
         held a trace id some of whose loaded rows are gone or changed, without that id's rows,
         and one new file per day with the rows of the ids not loaded (new), all rows of those
-        changed, and the rows added to a loaded id whose loaded rows all stay (a late span)."""
+        changed, and the rows added to a loaded id whose loaded rows all stay (a late span).
+        With `keep`, the table's rows become loaded as in those files (flush's `keep_spans`)."""
         before = _before(table)
         columns = ", ".join(f'"{name}"' for (name, *_) in con.execute(f'DESCRIBE "{table}"').fetchall())
         loaded = f"SELECT trace_id FROM {LOADED_BY_TABLE.get(table, '_lake_loaded WHERE children')}"
@@ -291,6 +318,12 @@ class LakeTraces:
             target = day_file(self.lake, table, added_day).with_name(part)
             writes.append((target, hidden_parquet(con, f"SELECT {listed} FROM _lake_added WHERE {day} = $1",
                                                   target, [added_day])))
+        if keep:
+            con.execute(f'DELETE FROM "{before}" WHERE trace_id IN (SELECT trace_id FROM _lake_changed)')
+            con.execute(f'INSERT INTO "{before}" BY NAME SELECT *, {day} AS _day, $1 AS _file FROM _lake_added', [part])
+            con.execute(f"""INSERT INTO {LOADED_BY_TABLE[table]} SELECT DISTINCT trace_id FROM _lake_added
+                            EXCEPT SELECT trace_id FROM {LOADED_BY_TABLE[table]}""")
+            self.kept_files.setdefault(table, set()).add(part)
         con.execute("DROP TABLE _lake_added; DROP TABLE _lake_changed")
 
 

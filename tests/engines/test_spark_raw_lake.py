@@ -1,7 +1,7 @@
 """raw_traces, its child tables and otlp_spans in the trace lake (rag_loop.engines.raw_lake): an
 OTLP trace assembled again is removed from the file that held it and added anew; a trace's
 spans on two days, or a late span on another day than the others, are all found for its
-assembly, and the spans stored before are not written again; a failure while writing
+assembly, the spans stored before are not written again and the run's own not read back; a failure while writing
 the lake's files leaves the database and the lake as they were; DuckDB ingestion after Spark's
 takes the traces back into the database, and Spark's after it moves them to the lake again,
 with the same rows as DuckDB alone; the traffic fingerprints are the day files'."""
@@ -51,27 +51,47 @@ def test_a_trace_assembled_again_is_rewritten_in_the_lake(session, tmp_path):  #
 DAY_BEFORE, DAY_AFTER = -11 * 3_600_000, 15 * 3_600_000  # a span of tests.helpers.otlp at 23:00 before, 01:00 after
 
 
-def test_a_traces_spans_on_two_days_and_a_late_span_on_another_day_are_all_assembled(session, tmp_path):  # noqa: F811
+def spans_read_back(monkeypatch) -> list[int]:
+    """The span rows Spark ingestion reads from the lake (`LakeTraces._load_rows`), per read."""
+    real, read = raw_lake.LakeTraces._load_rows, []
+
+    def counting(self, con, table, ids, days, folder):
+        real(self, con, table, ids, days, folder)
+        if table == "otlp_spans":
+            files = list((folder / table).glob("*.parquet"))
+            read.append(duckdb.sql(f"SELECT count(*) FROM read_parquet({[str(f) for f in files]})").fetchall()[0][0]
+                        if files else 0)
+    monkeypatch.setattr(raw_lake.LakeTraces, "_load_rows", counting)
+    return read
+
+
+def test_a_traces_spans_on_two_days_and_a_late_span_on_another_day_are_all_assembled(session, tmp_path,  # noqa: F811
+                                                                                       monkeypatch):
+    """For an assembly, Spark ingestion reads back the spans earlier runs stored, never the run's own."""
     directory, lake = tmp_path / "traces", tmp_path / "lake"
     first, second, third = request_spans(1), request_spans(2), request_spans(3)
     write(directory / "a.otlp.jsonl", [line([shifted(first[1], DAY_BEFORE), shifted(third[1], DAY_AFTER)]),
                                        line(second)])
+    read = spans_read_back(monkeypatch)
     with duckdb.connect() as sequential, duckdb.connect() as on_spark:
         _, report = on_both(session, (sequential, on_spark), directory, lake, now=AFTER - timedelta(hours=11))
         assert report.assembly.waiting == 2  # traces 1 and 3: one span of the day before, or after; no root yet
-        assert len(lake_days(lake, "otlp_spans")) == 3
+        assert len(lake_days(lake, "otlp_spans")) == 3 and sum(read) == 0  # every trace new: nothing read
         for con in (sequential, on_spark):  # trace 3 as from before the days: any day (its span's, no other's)
             con.execute("UPDATE otlp_pending SET day = NULL WHERE trace_id = ?", [f"{3:032x}"])
         write(directory / "b.otlp.jsonl", [line([first[0], first[2], third[0], third[2]])])  # on that day
+        read.clear()
         _, report = on_both(session, (sequential, on_spark), directory, lake, now=AFTER)
         assert report.assembly.ingested == 2 and report.assembly.waiting == 0
+        assert sum(read) == 2  # traces 1 and 3's spans of the first run
         assert on_spark.execute("SELECT spans FROM otlp_traces ORDER BY trace_id").fetchall() == [(3,), (3,), (3,)]
 
         stored = {path: path.stat().st_mtime_ns for path in (lake / "otlp_spans").glob("day=*/*.parquet")}
         late = shifted(second[2], DAY_BEFORE) | {"spanId": f"{2:08x}{9:08x}"}  # trace 2 assembled, on one day
         write(directory / "c.otlp.jsonl", [line([late])])
+        read.clear()
         _, report = on_both(session, (sequential, on_spark), directory, lake, now=AFTER)
-        assert report.assembly.reassembled == 1
+        assert report.assembly.reassembled == 1 and sum(read) == 3  # trace 2's spans, but the late one
         assert on_spark.execute("SELECT spans FROM otlp_traces ORDER BY trace_id").fetchall() == [(3,), (4,), (3,)]
         after = {path: path.stat().st_mtime_ns for path in (lake / "otlp_spans").glob("day=*/*.parquet")}
         assert stored.items() <= after.items() and len(after) == len(stored) + 1  # added, none rewritten
