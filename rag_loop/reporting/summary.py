@@ -61,12 +61,14 @@ def print_summary(path: str, next_steps: bool = False, where: Home | None = None
                   ON q.day = r.day
                 WHERE r.slice = 'all' ORDER BY r.day""").df().to_string(index=False))
         if "otlp_traces" in tables:
+            # the pending traces never assembled: not a scan of every span (on Spark, the lake's)
+            pending = "otlp_pending" if "otlp_pending" in tables else "otlp_spans"  # or a database from before it
             print("OTLP trace ids by state (waiting = spans staged, root not yet arrived):")
-            print(con.sql("""SELECT state, count(*) FILTER (complete IS NOT false) AS complete,
-                                    count(*) FILTER (complete = false) AS without_root
-                             FROM otlp_traces GROUP BY 1 UNION ALL
-                             SELECT 'waiting', count(DISTINCT trace_id), NULL FROM otlp_spans
-                             WHERE trace_id NOT IN (SELECT trace_id FROM otlp_traces) ORDER BY 1"""))
+            print(con.sql(f"""SELECT state, count(*) FILTER (complete IS NOT false) AS complete,
+                                     count(*) FILTER (complete = false) AS without_root
+                              FROM otlp_traces GROUP BY 1 UNION ALL
+                              SELECT 'waiting', count(DISTINCT trace_id), NULL FROM {pending}
+                              WHERE trace_id NOT IN (SELECT trace_id FROM otlp_traces) ORDER BY 1"""))
     if next_steps:
         print(NEXT_STEPS.format(home=shlex.quote(str(where.root)), queue=where.curation_dir / "queue",
                                 labels=where.curation_dir / "labels", goldens=where.goldens_dir))

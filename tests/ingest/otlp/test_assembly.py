@@ -185,3 +185,22 @@ def test_a_span_is_on_the_utc_day_it_started_and_any_start_has_a_day(start):
         (day,) = con.execute(f"SELECT {span_day('$start::BIGINT')}", {"start": start}).fetchall()[0]
     instant = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=(start or 0) // 1000)
     assert day == instant.date() or start is not None and start < 0  # before 1970: a day, not an error
+
+
+def test_the_summary_counts_the_traces_still_waiting_for_their_root(tmp_path, capsys):
+    """Trace 2 waits for its root; trace 3, assembled without it after the grace period, waits
+    again for a late span's grace period: pending, but not waiting for its first assembly."""
+    from rag_loop.reporting.summary import print_summary
+    later, two_hours = AFTER + timedelta(hours=2), 2 * 3_600_000
+    second, third = request_spans(2), request_spans(3)
+    write(tmp_path / "traces" / "a.jsonl", [line(request_spans(1)), line([shifted(s, two_hours) for s in second[1:]]),
+                                            line(third[1:])])
+    with duckdb.connect(str(tmp_path / "db.duckdb")) as con:
+        assert ingest_directory(con, tmp_path / "traces", now=later).assembly.ingested == 2
+        write(tmp_path / "traces" / "b.jsonl", [line([shifted(third[1], two_hours) | {"spanId": f"{3:08x}{9:08x}"}])])
+        assert ingest_directory(con, tmp_path / "traces", now=later).assembly.waiting == 2  # trace 3 pending again
+    print_summary(str(tmp_path / "db.duckdb"))
+    states = capsys.readouterr().out.split("OTLP trace ids by state")[1]
+    rows = {cells[0]: cells[1:] for cells in (
+        [c.strip() for c in row.strip("│").split("│")] for row in states.splitlines() if row.startswith("│"))}
+    assert rows["ingested"] == ["1", "1"] and rows["waiting"] == ["1", "NULL"]
