@@ -154,7 +154,7 @@ def _store_on_spark(session: Any, con: duckdb.DuckDBPyConnection, files: list[Ne
                     for f in otlp}
         _quarantine_failures(con, [(f, rows[f.order]) for f in files if rows[f.order]["failure"]])
         mark_ingested(con, [(f, reports[f.order]) for f in files])
-        traces.flush(con, keep_spans=True)  # the assembly after reads the run's new spans
+        traces.flush(con, keep_spans=True)  # the run's new spans stay loaded for the assembly after
         con.execute("COMMIT")
     finally:
         shutil.rmtree(run, ignore_errors=True)
