@@ -1,10 +1,11 @@
 """raw_traces, its child tables and otlp_spans in the trace lake (rag_loop.engines.raw_lake): an
 OTLP trace assembled again is removed from the file that held it and added anew; a trace's
 spans on two days, or a late span on another day than the others, are all found for its
-assembly, the spans stored before are not written again and the run's own not read back; a failure while writing
-the lake's files leaves the database and the lake as they were; DuckDB ingestion after Spark's
-takes the traces back into the database, and Spark's after it moves them to the lake again,
-with the same rows as DuckDB alone; the traffic fingerprints are the day files'."""
+assembly, the spans stored before are not written again and the run's own are not read back;
+a failure while writing the lake's files leaves the database and the lake as they were; DuckDB
+ingestion after Spark's takes the traces back into the database, and Spark's after it moves
+them to the lake again, with the same rows as DuckDB alone; the traffic fingerprints are the
+day files'."""
 
 from datetime import timedelta
 
