@@ -1,5 +1,6 @@
 """Stage 1: the knowledge base and production traces into DuckDB."""
 
+import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -28,12 +29,14 @@ from assets.sensors import request_for_input
 from assets.stage import stage_asset, stored_in
 from rag_loop.engines.lake import export_lake, lake_days
 from rag_loop.ingest.documents import load_knowledge_base
+from rag_loop.ingest.language import settings_from
 from rag_loop.ingest.otlp.assembly import DEFAULT_GRACE
 from rag_loop.ingest.pipeline import (
     DEFAULT_MAX_RECORD_BYTES,
     QUARANTINE_ERROR_RATE,
     QUARANTINE_WARN_RATE,
     IngestReport,
+    quarantined_records,
     trace_files,
     trace_table_summary,
 )
@@ -67,6 +70,12 @@ class IngestConfig(Config):
         DEFAULT_GRACE.total_seconds() / 60,
         description="An OTLP trace whose root span has not arrived is assembled anyway this long "
                     "after its newest span ended.")
+    languages: list[str] = Field(
+        [code for code in os.environ.get("RAG_LOOP_LANGUAGES", "").split(",") if code.strip()],
+        description="The ISO 639 codes your traffic is in (default: RAG_LOOP_LANGUAGES, comma-separated, "
+                    "read when the code location loads). A trace that gives no language gets the one "
+                    "identified from its query among these; empty: among every language the identifier "
+                    "knows (short queries are then less often right).")
 
 @stage_asset(
     group_name="ingestion",
@@ -88,11 +97,18 @@ def raw_traces(context: AssetExecutionContext, config: IngestConfig, duckdb: Duc
     if not paths.traces_dir:
         raise Failure(description="no trace folder: set RAG_LOOP_TRACES_DIR (or the paths "
                                   "resource's traces_dir in the run config)")
+    try:
+        languages = settings_from(config.languages)
+    except ValueError as error:
+        raise Failure(description=f"languages: {error}") from error
     with duckdb.get_connection() as con:
         report = engine.engine(paths.lake).ingest(
             con, Path(paths.traces_dir), max_record_bytes=config.max_record_bytes, log=context.log.info,
-            grace=timedelta(minutes=config.otlp_grace_minutes))
+            grace=timedelta(minutes=config.otlp_grace_minutes), languages=languages)
         summary = trace_table_summary(con)
+        quarantined, _ = quarantined_records(con)
+        by_language = con.sql("SELECT language, language_source, count(*) AS traces FROM raw_traces "
+                              "GROUP BY ALL ORDER BY traces DESC, language").df()
         where = stored_in(con, "raw_traces")
         preview = con.sql('SELECT trace_id, "timestamp", language, tenant, original_query, '
                           'status FROM raw_traces ORDER BY "timestamp" DESC LIMIT 10').df()
@@ -108,7 +124,10 @@ def raw_traces(context: AssetExecutionContext, config: IngestConfig, duckdb: Duc
         **{f"{fmt}_{name}": getattr(counts, name) for fmt, counts in report.by_format().items()
            for name in ("ingested", "duplicates", "quarantined")},
         **_otlp_figures(report),
+        **{f"run_languages_{source}": n for source, n in report.languages.items()},
+        "languages": MetadataValue.md(by_language.to_markdown(index=False)),
         **summary,
+        "quarantined_records": MetadataValue.json(quarantined),  # file:line: reason, the first 20
         "preview": MetadataValue.md(preview.to_markdown(index=False)),
     }
     return MaterializeResult(metadata=metadata)

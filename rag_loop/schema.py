@@ -90,8 +90,10 @@ class Trace(_Record):
     # identity
     trace_id: str
     request_id: str | None = None
-    session_id: str | None = None
+    session_id: str | None = None  # a session is this id within `service` (ids are reused across services)
     conversation_id: str | None = None
+    service: str | None = None  # the service that emitted the trace (OTLP resource `service.name`)
+    user_id: str | None = None
     turn_id: int | None = None
     timestamp: datetime
     environment: str | None = None

@@ -99,14 +99,15 @@ def table_fingerprints(con: duckdb.DuckDBPyConnection, table: str, columns: str 
 
 
 def traffic_fingerprints(con: duckdb.DuckDBPyConnection) -> Fingerprints:
-    """Per UTC day of raw_traces: its traces and when each was stored (a trace stored again,
+    """Per UTC day of raw_traces: its traces, when each was stored (a trace stored again,
     e.g. an OTLP trace assembled again after a late span, has a new ingestion time; its chunks,
-    spans and feedback are stored with it). Traces kept in the trace lake (a Spark ingestion's)
+    spans and feedback are stored with it) and its language (decided after storing: a database
+    from before gets its traces' languages later). Traces kept in the trace lake (a Spark ingestion's)
     are fingerprinted by their day files: every change of a day's traces writes one."""
     folder = lake_view_folder(con, "raw_traces")
     if folder is not None:
         return day_file_fingerprints(folder)
-    return table_fingerprints(con, "raw_traces", 'trace_id, "timestamp", ingested_at',
+    return table_fingerprints(con, "raw_traces", 'trace_id, "timestamp", ingested_at, language',
                               day=utc_day())
 
 

@@ -46,6 +46,7 @@ from rag_loop.engines.lake import write_parquet
 from rag_loop.engines.raw_lake import LakeTraces, move_raw_tables_to_lake
 from rag_loop.engines.resolve import resolve, staged, staged_file, store_set_aside, verdict
 from rag_loop.engines.spans import SPAN_TABLES, spark_assembler, store_staged_spans
+from rag_loop.ingest.language import EVERY_LANGUAGE, LanguageSettings, label_languages
 from rag_loop.ingest.lines import Rejected
 from rag_loop.ingest.otlp.assembly import DEFAULT_GRACE, TRACE_FORMAT
 from rag_loop.ingest.parallel import LazyPool
@@ -91,7 +92,8 @@ def ingest_directory_on_spark(session: Any, con: duckdb.DuckDBPyConnection, dire
                               log: Log = quiet, batch_bytes: int = DEFAULT_BATCH_BYTES,
                               grace: timedelta = DEFAULT_GRACE, now: datetime | None = None,
                               memory_limit: str | None = DEFAULT_MEMORY_LIMIT,
-                              workers: int | None = None) -> IngestReport:
+                              workers: int | None = None,
+                              languages: LanguageSettings = EVERY_LANGUAGE) -> IngestReport:
     """`ingest_directory(con, directory, ...)` with the files parsed, and the OTLP traces
     assembled, by Spark tasks (`session`), staged under `<lake>/.ingest/<run id>/`, with
     raw_traces and its child tables kept in the trace lake `lake` (moved there on the first
@@ -116,25 +118,29 @@ def ingest_directory_on_spark(session: Any, con: duckdb.DuckDBPyConnection, dire
         report = IngestReport()
         listed = list(listed_files(con, directory, report))
         new = [entry for entry in listed if isinstance(entry, NewFile)]
-        stored = _store_on_spark(session, con, new, staging,
-                                 TaskSettings(max_record_bytes, batch_bytes, memory_limit), log, traces)
+        stored, report.languages = _store_on_spark(session, con, new, staging,
+                                                   TaskSettings(max_record_bytes, batch_bytes, memory_limit), log,
+                                                   traces, languages)
         report.files = [stored[e.order] if isinstance(e, NewFile) else e for e in listed]
         return report
 
     try:
         with traces.shadowing(con):
             return run_ingestion(con, read_files, max_record_bytes, log, memory_limit, grace, now, workers,
-                                 assembler=spark_assembler(session, staging), traces=traces)
+                                 assembler=spark_assembler(session, staging), traces=traces,
+                                 languages=languages)
     finally:
         shutil.rmtree(traces.run, ignore_errors=True)
 
 
-def _store_on_spark(session: Any, con: duckdb.DuckDBPyConnection, files: list[NewFile],
-                    staging: Path, settings: TaskSettings, log: Log, traces: LakeTraces) -> dict[int, FileReport]:
+def _store_on_spark(session: Any, con: duckdb.DuckDBPyConnection, files: list[NewFile], staging: Path,
+                    settings: TaskSettings, log: Log, traces: LakeTraces,
+                    languages: LanguageSettings) -> tuple[dict[int, FileReport], dict[str, int]]:
     """Parse `files` on Spark and store them in one transaction (the traces in the lake,
-    through `traces`); their reports by file order."""
+    through `traces`, their languages decided before); their reports by file order, and the
+    traces whose language was decided, by source."""
     if not files:
-        return {}
+        return {}, {}
     run = staging / uuid.uuid4().hex
     try:
         rows = _parse_on_spark(session, files, run, replace(settings, run=str(run)))
@@ -154,13 +160,14 @@ def _store_on_spark(session: Any, con: duckdb.DuckDBPyConnection, files: list[Ne
                     for f in otlp}
         _quarantine_failures(con, [(f, rows[f.order]) for f in files if rows[f.order]["failure"]])
         mark_ingested(con, [(f, reports[f.order]) for f in files])
+        decided = label_languages(con, languages)
         traces.flush(con, keep_spans=True)  # the run's new spans stay loaded for the assembly after
         con.execute("COMMIT")
     finally:
         shutil.rmtree(run, ignore_errors=True)
     for file in files:
         log_file(log, reports[file.order])
-    return reports
+    return reports, decided
 
 
 # --- the tasks: one file each -------------------------------------------------------------

@@ -58,8 +58,11 @@ def _chunk_facts(traces: ir.Table, chunks: ir.Table, documents: ir.Table, fn: Fu
 
 
 def _rephrases(traces: ir.Table, window_seconds: float, fn: Functions) -> ir.Table:
+    """Per turn, how much the same user's next turn of the session re-asks it (word Jaccard). A
+    session is its id within the service that emitted it (services reuse session ids; traces
+    without a service are one service); a user without an id is one user."""
     sessions = traces.filter(traces.session_id.notnull()).mutate(at_us=fn.epoch_us(traces["timestamp"]))
-    turn = ibis.window(group_by=sessions.session_id,
+    turn = ibis.window(group_by=[sessions.service, sessions.session_id, sessions.user_id],
                        order_by=[ibis.asc(sessions["timestamp"], nulls_first=False),
                                  ibis.asc(sessions.turn_id, nulls_first=False)])
     turns = sessions.select(

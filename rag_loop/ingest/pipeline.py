@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 import zlib
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from contextlib import contextmanager
@@ -21,6 +22,7 @@ from typing import Protocol
 import duckdb
 import pyarrow as pa
 
+from rag_loop.ingest.language import EVERY_LANGUAGE, LanguageSettings, label_languages
 from rag_loop.ingest.lines import NeedsExactReader, Rejected, first_lines, iter_line_batches
 from rag_loop.ingest.native import read_native_file, read_native_lines, store_read_file
 from rag_loop.ingest.otlp.assembly import (
@@ -75,6 +77,7 @@ class IngestReport:
     files: list[FileReport] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)  # files whose name is not a trace file
     assembly: AssemblyCounts = field(default_factory=AssemblyCounts)  # OTLP traces this run
+    languages: dict[str, int] = field(default_factory=dict)  # traces whose language was decided, by source
 
     def spans(self) -> BatchCounts:
         """OTLP spans read this run: stored, repeated (exporter retries), quarantined."""
@@ -150,10 +153,12 @@ def ingest_directory(con: duckdb.DuckDBPyConnection, directory: Path,
                      batch_bytes: int = DEFAULT_BATCH_BYTES,
                      memory_limit: str | None = DEFAULT_MEMORY_LIMIT,
                      grace: timedelta = DEFAULT_GRACE, now: datetime | None = None,
-                     workers: int | None = None) -> IngestReport:
+                     workers: int | None = None,
+                     languages: LanguageSettings = EVERY_LANGUAGE) -> IngestReport:
     """Ingest the files of `directory` not ingested before, in path order, then assemble the
     OTLP traces that are ready (root span arrived, or `grace` passed since their newest span
-    ended, by `now`: the wall clock unless given).
+    ended, by `now`: the wall clock unless given), and decide the language of the traces that
+    do not give one (`languages`: rag_loop.ingest.language).
 
     `batch_bytes` bounds the lines parsed at once and `memory_limit` DuckDB's buffers while
     ingesting (restored afterwards; None leaves the connection's setting): memory against speed.
@@ -163,7 +168,7 @@ def ingest_directory(con: duckdb.DuckDBPyConnection, directory: Path,
     tables_from_views(con, KEPT_IN_LAKE)  # a Spark ingestion's trace lake: the traces come back here
     return run_ingestion(
         con, lambda pool: _ingest_directory(con, directory, max_record_bytes, log, batch_bytes, pool),
-        max_record_bytes, log, memory_limit, grace, now, workers)
+        max_record_bytes, log, memory_limit, grace, now, workers, languages=languages)
 
 
 class TraceStore(Protocol):
@@ -187,11 +192,12 @@ class TraceStore(Protocol):
 def run_ingestion(con: duckdb.DuckDBPyConnection, read_files: Callable[[LazyPool], IngestReport],
                   max_record_bytes: int, log: Log, memory_limit: str | None, grace: timedelta,
                   now: datetime | None, workers: int | None,
-                  assembler: Assembler | None = None, traces: TraceStore | None = None) -> IngestReport:
+                  assembler: Assembler | None = None, traces: TraceStore | None = None,
+                  languages: LanguageSettings = EVERY_LANGUAGE) -> IngestReport:
     """`read_files(pool)` (which stores the new files) with ingestion's tables and settings, then
     the assembly of the OTLP traces that are ready by `assembler` (default: in this process and
-    `pool`), in one transaction; an open transaction is rolled back on any failure. Both engines
-    run their files through here."""
+    `pool`) and the languages of the traces stored without one, in one transaction; an open
+    transaction is rolled back on any failure. Both engines run their files through here."""
     settings = {"preserve_insertion_order": "true"}  # read_json's row ids are line numbers
     if memory_limit:
         settings["memory_limit"] = f"'{memory_limit}'"
@@ -207,6 +213,7 @@ def run_ingestion(con: duckdb.DuckDBPyConnection, read_files: Callable[[LazyPool
                                              ASSEMBLY_BATCH_TRACES, pool=pool.get, assembler=assembler,
                                              load_stored=traces.load if traces else None,
                                              load_pending=traces.load_pending if traces else None)
+            report.languages = dict(Counter(report.languages) + Counter(label_languages(con, languages)))
             if traces is not None:
                 traces.flush(con)
             con.execute("COMMIT")
@@ -215,7 +222,7 @@ def run_ingestion(con: duckdb.DuckDBPyConnection, read_files: Callable[[LazyPool
             raise
         finally:
             pool.close()
-    log(f"OTLP traces: {report.assembly}")
+    log(f"OTLP traces: {report.assembly}; languages decided: {report.languages or 'none to decide'}")
     return report
 
 
@@ -422,3 +429,18 @@ def trace_table_summary(con: duckdb.DuckDBPyConnection) -> dict[str, object]:
     return {"traces": traces, "duplicates": duplicates, "quarantined": quarantined,
             "quarantine_rate": quarantined / records if records else 0.0,
             "first_timestamp": str(first), "last_timestamp": str(last)}
+
+
+QUARANTINED_SHOWN = 20
+
+
+def quarantined_records(con: duckdb.DuckDBPyConnection, limit: int = QUARANTINED_SHOWN) -> tuple[list[str], int]:
+    """The first `limit` quarantined records as `file:line: reason` (the line a text editor
+    shows, 1-based; a file refused whole has no line; an OTLP span names its span id), in
+    file and line order, and how many there are in all."""
+    total = con.execute("SELECT count(*) FROM quarantine").fetchall()[0][0]
+    rows = con.execute(f"""
+        SELECT source_file, line_no, span_id, format, reason FROM quarantine
+        ORDER BY source_file, line_no, span_id NULLS FIRST LIMIT {int(limit)}""").fetchall()
+    return [f"{file}{f':{line}' if line else ' (whole file)'}{f' span {span}' if span else ''}: "
+            f"{reason} [{fmt}]" for file, line, span, fmt, reason in rows], total

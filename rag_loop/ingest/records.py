@@ -105,10 +105,15 @@ def structure_problem(found: Any, expected: Any, path: str = "") -> str | None:
 
 @cache
 def _trace_columns() -> str:
-    """SELECT list that maps the parsed struct `t` onto raw_traces' columns."""
+    """SELECT list that maps the parsed struct `t` onto raw_traces' columns. A blank language
+    is none; a language the trace gives is its `language_source` (the rest are identified after
+    the run stores its files: rag_loop.ingest.language)."""
     names = [n for n in Trace.model_fields if n not in NESTED_FIELDS]
-    exprs = [f't."{n}" AS "{n}"' for n in names]
-    return ", ".join(exprs)
+    exprs = [f't."{n}" AS "{n}"' if n != "language" else f'{_GIVEN_LANGUAGE} AS "language"' for n in names]
+    return ", ".join([*exprs, f"CASE WHEN {_GIVEN_LANGUAGE} IS NOT NULL THEN 'attribute' END AS language_source"])
+
+
+_GIVEN_LANGUAGE = """nullif(trim(t."language"), '')"""
 
 
 def _classify_structures(con: duckdb.DuckDBPyConnection) -> None:

@@ -8,7 +8,12 @@ import shlex
 import duckdb
 
 from rag_loop.home import Home, home
-from rag_loop.ingest.pipeline import QUARANTINE_ERROR_RATE, QUARANTINE_WARN_RATE, trace_table_summary
+from rag_loop.ingest.pipeline import (
+    QUARANTINE_ERROR_RATE,
+    QUARANTINE_WARN_RATE,
+    quarantined_records,
+    trace_table_summary,
+)
 
 
 def print_summary(path: str, next_steps: bool = False, where: Home | None = None) -> None:
@@ -22,6 +27,7 @@ def print_summary(path: str, next_steps: bool = False, where: Home | None = None
         for table in tables:
             print(f"  {table:<18} {con.execute(f'SELECT count(*) FROM {table}').fetchall()[0][0]:>8} rows")
         print(con.sql("SELECT format, reason, count(*) AS n FROM quarantine GROUP BY ALL ORDER BY n DESC"))
+        _print_quarantined(con)
         if "raw_traces" in tables:
             _print_quarantine_check(con)
         if "failure_candidates" in tables:
@@ -84,6 +90,18 @@ Next steps (everything below stays in this deployment's home, {home}):
   3. Evaluate your RAG service on the release (see README "Your own RAG service"):
        RAG_LOOP_HOME={home} RAG_LOOP_RAG_APP_URL=http://127.0.0.1:8000/answer .venv/bin/rag-loop eval --release latest
 """
+
+
+def _print_quarantined(con: duckdb.DuckDBPyConnection) -> None:
+    shown, total = quarantined_records(con)
+    if not total:
+        return
+    print(f"Quarantined records (file names relative to the traces or knowledge-base folder), "
+          f"{len(shown)} of {total}:")
+    for line in shown:
+        print(f"  {line}")
+    if total > len(shown):
+        print(f"  ... {total - len(shown)} more: SELECT * FROM quarantine ORDER BY source_file, line_no")
 
 
 def _print_quarantine_check(con: duckdb.DuckDBPyConnection) -> None:

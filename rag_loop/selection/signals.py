@@ -57,8 +57,9 @@ def compute_signals(con: duckdb.DuckDBPyConnection, settings: SignalSettings, en
     Stale source: a chunk in the context (selected, or all chunks when selection is unknown)
     whose document version was superseded by a newer version published at or before the
     request time, whether or not the index had caught up. Immediate rephrase is flagged on
-    the trace that was rephrased: the next turn of its session starts within the window and
-    is a near-paraphrase. Returns the number of traces (of `days`, when given).
+    the trace that was rephrased: the same user's next turn of its session (the session id
+    within the emitting service) starts within the window and is a near-paraphrase. Returns
+    the number of traces (of `days`, when given).
     """
     engine = engine or DuckDBEngine()
     if days is None:

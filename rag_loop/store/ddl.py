@@ -89,7 +89,9 @@ PENDING_FROM_SPANS = f"""
 ADDED_COLUMNS = {
     "trace_chunks": ("doc_id_from VARCHAR",),
     "raw_traces": ("llm_calls BIGINT", "final_input_tokens BIGINT", "final_output_tokens BIGINT",
-                   "retrieval_unreadable VARCHAR"),
+                   "retrieval_unreadable VARCHAR", "service VARCHAR", "user_id VARCHAR",
+                   # how the language was obtained: attribute, detected, undetermined (NULL: not yet)
+                   "language_source VARCHAR"),
     "otlp_pending": ("day DATE",),  # NULL: on any day
 }
 

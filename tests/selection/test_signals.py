@@ -70,6 +70,24 @@ def test_a_similar_next_turn_outside_the_window_is_not_a_rephrase(con, tmp_path)
     assert flagged == {"t1": set(), "t2": set()}
 
 
+@pytest.mark.parametrize("first, second, rephrased", [
+    ({}, {}, True),  # one session
+    ({"service": "helpdesk-eu"}, {"service": "helpdesk-us"}, False),  # two services reuse the id
+    ({"service": "helpdesk"}, {"service": "helpdesk"}, True),
+    ({"service": "helpdesk"}, {}, False),  # a trace without a service is not the service's
+    ({"user_id": "ana"}, {"user_id": "bo"}, False),  # another user in the same session
+    ({"user_id": "ana", "service": "x"}, {"user_id": "ana", "service": "x"}, True),
+])
+def test_a_rephrase_is_the_same_users_next_turn_of_a_session_of_one_service(con, tmp_path, first, second,
+                                                                             rephrased):
+    flagged = _signals(con, tmp_path,
+                       trace_line("t1", session_id="s", turn_id=1, original_query="how many leave days do I get?",
+                                  timestamp="2026-11-01T08:00:00Z", **GOOD, **first),
+                       trace_line("t2", session_id="s", turn_id=1, original_query="how many leave days do I get",
+                                  timestamp="2026-11-01T08:00:20Z", **GOOD, **second))
+    assert flagged == {"t1": {"immediate_rephrase"} if rephrased else set(), "t2": set()}
+
+
 def _load_documents(con):
     con.execute("""
         INSERT INTO documents VALUES

@@ -19,7 +19,10 @@ In short:
   record's `retrieval_unreadable` says why (and a reranker's unreadable output leaves
   `selected` unknown);
 - models and tokens: per LLM call (an LLM span with no LLM span below it), summed over the
-  trace, the final call's kept too.
+  trace, the final call's kept too;
+- who: the session (`session.id`, `gen_ai.conversation.id`) within the service that emitted it
+  (the resource's `service.name`: two services reuse session ids), the user (`user.id`,
+  `enduser.id`), the environment (`deployment.environment[.name]`).
 
 What neither convention has comes from `rag.<field>` attributes named after native trace
 fields (`rag.prompt_version`, `rag.tenant`, `rag.feedback.rating`, `rag.context_chunk_ids`...).
@@ -242,10 +245,15 @@ def assemble_trace(trace_id: str, spans: list[Span]) -> dict[str, Any]:
             record.setdefault("session_id", str(session))
         if "gen_ai.conversation.id" in attrs:
             record.setdefault("conversation_id", str(attrs["gen_ai.conversation.id"]))
-        environment = span["resource"].get("deployment.environment.name",
-                                           span["resource"].get("deployment.environment"))
-        if environment is not None:
-            record.setdefault("environment", str(environment))
+        user = attrs.get("user.id", attrs.get("enduser.id"))
+        if user is not None:
+            record.setdefault("user_id", str(user))
+        resource = span["resource"]
+        for field, keys in (("environment", ("deployment.environment.name", "deployment.environment")),
+                            ("service", ("service.name",))):
+            value = next((resource[k] for k in keys if resource.get(k) is not None), None)
+            if value is not None:
+                record.setdefault(field, str(value))
     record.update(_generation(spans, root))
     record.update(_retrieval(spans, root, record.get("original_query")))
     error = _error(spans)

@@ -262,8 +262,11 @@ def _read_line(line: bytes, line_no: int, max_record_bytes: int, rows: list[dict
     except UnicodeDecodeError as error:
         rejected.append(Rejected(line_no, f"invalid_utf8: byte {error.start}", preview(line)))
         return
-    except (json.JSONDecodeError, RecursionError) as error:
-        rejected.append(Rejected(line_no, f"invalid_json: {error}"[:300], preview(line)))
+    except json.JSONDecodeError as error:  # its position within the line, not json's "line 1"
+        rejected.append(Rejected(line_no, f"invalid_json: {error.msg} at column {error.colno}"[:300], preview(line)))
+        return
+    except RecursionError:
+        rejected.append(Rejected(line_no, "invalid_json: nested too deeply", preview(line)))
         return
     spans_of_line = []
     try:

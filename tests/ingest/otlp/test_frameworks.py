@@ -108,3 +108,12 @@ def test_worker_processes_store_exactly_what_one_process_stores(tmp_path, monkey
     assert stored[0] == stored[1]
     assert len(stored[0]["raw_traces"]) == len(truth_of("llamaindex") + truth_of("langchain")
                                                 + truth_of("genai"))
+
+
+SERVICES = {"llamaindex": "helpdesk-rag-llamaindex", "langchain": "helpdesk-rag-langchain",
+            "genai": "helpdesk-rag-openai"}
+
+
+def test_every_trace_knows_the_service_that_emitted_it(ingested):
+    framework, con, _ = ingested
+    assert con.execute("SELECT DISTINCT service FROM raw_traces").fetchall() == [(SERVICES[framework],)]
