@@ -46,28 +46,29 @@ def singletons(labels: np.ndarray) -> np.ndarray:
     return labels
 
 
-def queue_of(vectors: np.ndarray, clustering: Clustering) -> pd.DataFrame:
+def queue_of(vectors: np.ndarray, clustering: Clustering, texts: np.ndarray) -> pd.DataFrame:
     """The curation queue of unlabelled, equally weighted queries (row `point` = vector index)."""
-    members = pd.DataFrame({"trace_id": np.arange(len(vectors)).astype(str), "priority": "P3",
+    members = pd.DataFrame({"trace_id": np.arange(len(vectors)).astype(str), "query": texts, "priority": "P3",
                             "weight": 1.0, "suggested_failure_type": "none"})
     return select_representatives(members, vectors, clustering)
 
 
-def queue_coverage(vectors: np.ndarray, intents: np.ndarray, settings: ClusterSettings) -> list[float]:
+def queue_coverage(vectors: np.ndarray, intents: np.ndarray, texts: np.ndarray,
+                   settings: ClusterSettings) -> list[float]:
     """Share of the intents among the first B queue rows, per budget in BUDGETS."""
-    order = queue_of(vectors, cluster_vectors(vectors, settings))["point"].to_numpy()
+    order = queue_of(vectors, cluster_vectors(vectors, settings), texts)["point"].to_numpy()
     count = len(set(intents))
     return [len(set(intents[order[:int(budget * count)]])) / count for budget in BUDGETS]
 
 
-def resampled_coverage(vectors: np.ndarray, intents: np.ndarray, settings: ClusterSettings,
+def resampled_coverage(vectors: np.ndarray, intents: np.ndarray, texts: np.ndarray, settings: ClusterSettings,
                        resamples: int, seed: int = 42) -> np.ndarray:
     """Coverage on `resamples` random 90 % subsets in random order (rows × budgets): one run's
     figure moves by several points with the input order and a few rows more or less, so
     choices between settings are made on the mean."""
     rng = np.random.default_rng(seed)
     rows = [rng.permutation(len(vectors))[: int(0.9 * len(vectors))] for _ in range(resamples)]
-    return np.array([queue_coverage(vectors[r], intents[r], settings) for r in rows])
+    return np.array([queue_coverage(vectors[r], intents[r], texts[r], settings) for r in rows])
 
 
 def main() -> None:
@@ -135,7 +136,8 @@ def main() -> None:
           f"NMI {100 * normalized_mutual_info_score(intents, singletons(labels)):.1f}, "
           f"ARI {100 * adjusted_rand_score(intents, singletons(labels)):.1f} "
           f"(noise as singletons) ({settings})")
-    queue = queue_of(vectors[test], clustering)
+    test_texts = data.loc[test, "query"].to_numpy()
+    queue = queue_of(vectors[test], clustering, test_texts)
     order = queue["point"].to_numpy()
     intent_count = len(set(intents))
     for budget in BUDGETS:
@@ -146,7 +148,7 @@ def main() -> None:
     print(f"  whole queue: {len(queue)} rows cover {len(set(intents[order]))}/{intent_count}")
     compared = {embedder.precision: vectors, "float32": bare}  # one entry when both are float32
     for name, points in compared.items():
-        resampled = resampled_coverage(points[test], intents, settings, args.resamples)
+        resampled = resampled_coverage(points[test], intents, test_texts, settings, args.resamples)
         for budget, shares in zip(BUDGETS, resampled.T):
             print(f"  {name} vectors, resampled ({args.resamples} x 90 % of the rows, shuffled) "
                   f"budget {budget:.1f}x: mean {shares.mean():.1%}, min {shares.min():.1%}, "

@@ -26,6 +26,7 @@ from rag_loop.selection.suggestions import suggest_origin
 from rag_loop.store.releases import read_goldens, release_versions
 from rag_loop.store.tables import replace_table
 from rag_loop.store.traces import retrieval_contexts, trace_details
+from rag_loop.text import same_text_key
 from rag_loop.vectors.clustering import (
     NOISE,
     Clustering,
@@ -136,6 +137,7 @@ def _queue_rows(con: duckdb.DuckDBPyConnection, queue: pd.DataFrame, members: pd
             "representative_rank": int(item["representative_rank"]),
             "variant_count": int(item["variant_count"]),
             "variant_trace_ids": list(item["variant_trace_ids"]),
+            "variant_weight": round(float(item["variant_weight"]), 3),
             "signals": list(trace["signals"]), "feedback_category": trace["feedback_category"],
             "priority": priority, "suggested_failure_type": trace["suggested_failure_type"],
             "suggestion_reason": trace["suggestion_reason"],
@@ -148,7 +150,21 @@ def _queue_rows(con: duckdb.DuckDBPyConnection, queue: pd.DataFrame, members: pd
         })
     rows.sort(key=lambda r: (order[r["priority"]], r["representative_rank"], *positions[r["trace_id"]],
                              -r["cluster_weight"], r["trace_id"]))
-    return rows
+    return one_row_per_text(rows)
+
+
+def one_row_per_text(rows: list[dict]) -> list[dict]:
+    """The first row of each text (`same_text_key`) in queue order, carrying the traces and
+    weight of the later rows of that text: a text asked in two languages, or in a cluster and
+    (in other case) as a singleton, is one row."""
+    kept: dict[str, dict] = {}
+    for row in rows:
+        first = kept.setdefault(same_text_key(row["input"]), row)
+        if first is not row:
+            first["variant_trace_ids"] = first["variant_trace_ids"] + row["variant_trace_ids"]
+            first["variant_count"] += row["variant_count"]
+            first["variant_weight"] = round(first["variant_weight"] + row["variant_weight"], 3)
+    return list(kept.values())
 
 
 def _number(value) -> float | None:

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from rag_loop.schema import Priority
+from rag_loop.text import same_text_key
 from rag_loop.vectors.clustering import NOISE, Clustering, nearest
 
 
@@ -41,37 +42,22 @@ def collapse_near_duplicates(vectors: np.ndarray, order: Sequence[int],
     return variants
 
 
-def identical_points(vectors: np.ndarray, points: np.ndarray) -> list[np.ndarray]:
-    """`points` grouped by identical vector, in first-seen order: the same normalized text embeds
-    to the same cached vector, so a question asked three times is one singleton of three.
-
-    Rows are keyed by a random projection (one sort of floats, not of whole rows); the rows
-    sharing a key are then compared, so only identical vectors group."""
-    if len(points) == 0:
-        return []
-    probe = np.random.default_rng(0).normal(size=vectors.shape[1]).astype(vectors.dtype)
-    _, first, inverse = np.unique(vectors[points] @ probe, return_index=True, return_inverse=True)
-    sizes = np.bincount(inverse)
-    by_key, starts = np.argsort(inverse, kind="stable"), np.cumsum(sizes) - sizes
-    exact = []
-    for g in np.argsort(first, kind="stable"):
-        if sizes[g] == 1:
-            exact.append(points[first[g]:first[g] + 1])
-            continue
-        members = points[by_key[starts[g]:starts[g] + sizes[g]]]
-        while len(members):
-            same = (vectors[members] == vectors[members[0]]).all(axis=1)
-            exact.append(members[same])
-            members = members[~same]
-    return exact
+def same_text(keys: np.ndarray, points: np.ndarray) -> list[np.ndarray]:
+    """`points` grouped by their text key (`rag_loop.text.same_text_key`), in first-seen order.
+    Not by vector: a vector product can differ in its last bits for two identical rows."""
+    groups: dict[str, list[int]] = {}
+    for point in points:
+        groups.setdefault(keys[point], []).append(int(point))
+    return [np.array(group, dtype=int) for group in groups.values()]
 
 
 def select_representatives(members: pd.DataFrame, vectors: np.ndarray, clustering: Clustering,
                            settings: QueueSettings = QueueSettings()) -> pd.DataFrame:
     """Representatives of every cluster and singleton, in queue order.
 
-    `members` has one row per point (aligned with `vectors`): trace_id, priority, weight
-    (1/π: production traces it stands for) and suggested_failure_type. A cluster gets one
+    `members` has one row per point (aligned with `vectors`): trace_id, query, priority, weight
+    (1/π: production traces it stands for) and suggested_failure_type. Queries of one text
+    (`same_text_key`) are one variant, and singletons of one text one singleton. A cluster gets one
     representative, a second when large, another when its members' suggested failure
     types differ; they are chosen best priority first, then for a failure type not yet
     represented, then farthest from those already chosen (phrasing). Queue order: priority,
@@ -82,24 +68,31 @@ def select_representatives(members: pd.DataFrame, vectors: np.ndarray, clusterin
     labels = clustering.labels
     types = members["suggested_failure_type"].to_numpy()
     priority_rank = members["priority"].map({p.value: i for i, p in enumerate(Priority)}).to_numpy()
+    keys = members["query"].map(same_text_key).to_numpy()
+    weights = members["weight"].to_numpy()
     groups = [np.flatnonzero(labels == c) for c in range(clustering.count)]
-    groups += identical_points(vectors, np.flatnonzero(labels == NOISE))  # one row per text
+    groups += same_text(keys, np.flatnonzero(labels == NOISE))  # one row per text
     for number, group in enumerate(groups):
         cluster = number if number < clustering.count else NOISE
         centre = clustering.centroids[cluster] if cluster != NOISE else vectors[group[0]]
         order = sorted(group, key=lambda i: (priority_rank[i], -float(vectors[i] @ centre)))
-        variants = collapse_near_duplicates(vectors, order, settings.duplicate_similarity)
+        asked = {}  # text key -> its points, the first in queue order
+        for point in order:
+            asked.setdefault(keys[point], []).append(point)
+        variants = [[p for first in variant for p in asked[keys[first]]] for variant in
+                    collapse_near_duplicates(vectors, [points[0] for points in asked.values()],
+                                             settings.duplicate_similarity)]
         group_types = types[group]
         mixed = len({t for t in set(group_types) if (group_types == t).mean() >= 0.2}) > 1
         wanted = min(settings.max_representatives,
                      1 + (len(group) >= settings.large_cluster) + mixed, len(variants))
         chosen = _diverse(variants, vectors, types, count=wanted)
-        weight = float(members["weight"].to_numpy()[group].sum())
+        weight = float(weights[group].sum())
         for rank, variant in enumerate(chosen):
             leader = variant[0]
             rows.append({"point": leader, "cluster": cluster, "representative_rank": rank,
                          "cluster_size": len(group), "cluster_weight": weight,
-                         "variant_count": len(variant),
+                         "variant_count": len(variant), "variant_weight": float(weights[variant].sum()),
                          "variant_trace_ids": members["trace_id"].to_numpy()[variant].tolist(),
                          "priority_rank": int(priority_rank[variant].min())})
     queue = pd.DataFrame(rows)

@@ -41,3 +41,16 @@ def test_a_representative_covered_by_a_golden_is_counted_not_queued(demo_run, tm
     figures = build_curation_queue(con, router, QueueSettings(), tmp_path / "queue", tmp_path / "goldens")
     assert figures.covered_by_goldens >= 1
     assert first[0] not in {r[0] for r in con.execute("SELECT input FROM curation_queue").fetchall()}
+
+
+def test_a_text_queued_twice_is_one_row_with_every_trace_and_weight():
+    """A text asked in two languages, or in a cluster and (in other case) as a singleton."""
+    from rag_loop.curation.queue import one_row_per_text
+
+    def row(trace, text, weight):
+        return {"trace_id": trace, "input": text, "variant_trace_ids": [trace], "variant_count": 1,
+                "variant_weight": weight}
+    rows = one_row_per_text([row("a", "How long must my password be?", 2.0), row("b", "Where is the VPN?", 1.0),
+                             row("c", " how long must my  password be? ", 3.5)])
+    assert [(r["trace_id"], r["variant_trace_ids"], r["variant_count"], r["variant_weight"]) for r in rows] == \
+        [("a", ["a", "c"], 2, 5.5), ("b", ["b"], 1, 1.0)]
