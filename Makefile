@@ -98,6 +98,7 @@ bench: install
 	$(BIN)/python bench/drift.py
 	$(BIN)/python bench/online_eval.py
 	$(BIN)/python bench/workspace.py
+	$(BIN)/python bench/language_id.py --data $(SHARED_DATA)
 	$(BIN)/python bench/engines.py $(if $(wildcard $(VENV)/lib/python3.11/site-packages/pyspark),,--skip-spark)
 
 clean:  # the demo's home only: your RAG_LOOP_HOME is yours to remove

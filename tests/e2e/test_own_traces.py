@@ -42,7 +42,11 @@ def test_the_loop_runs_on_own_traces_and_evaluates_an_http_service_without_the_d
         assert con.execute("SELECT count(*) FROM raw_traces").fetchall() == [(132,)]
         assert con.execute("SELECT count(*) FROM quarantine").fetchall() == [(0,)]
         assert con.execute("SELECT count(*) FROM documents").fetchall() == [(0,)]
-        assert con.execute("SELECT count(*) FROM curation_queue").fetchall()[0][0] >= 6
+        queued, texts = con.execute("SELECT count(*), count(DISTINCT lower(trim(input))) FROM curation_queue").fetchall()[0]
+        assert queued >= 6 and queued == texts  # one row per text
+        languages = con.execute("SELECT count(*) FILTER (language = 'vi'), count(*) FILTER (language = 'en'), "
+                                "count(*) FILTER (language_source = 'detected') FROM raw_traces").fetchall()[0]
+        assert languages[0] == 27 and languages[1] >= 99 and languages[2] == 132  # truth: 27 vi, 105 en
         runs = con.execute("SELECT rag_app, release_version FROM eval_runs").fetchall()
         assert runs == [(service.url + "/ok", "v0001")]
         errored = con.execute("SELECT count(*) FILTER (errored), count(*) FROM eval_results").fetchall()[0]
