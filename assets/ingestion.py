@@ -29,7 +29,7 @@ from assets.sensors import request_for_input
 from assets.stage import stage_asset, stored_in
 from rag_loop.engines.lake import export_lake, lake_days
 from rag_loop.ingest.documents import load_knowledge_base
-from rag_loop.ingest.language import settings_from
+from rag_loop.ingest.language import LanguageSettings, settings_from
 from rag_loop.ingest.otlp.assembly import DEFAULT_GRACE
 from rag_loop.ingest.pipeline import (
     DEFAULT_MAX_RECORD_BYTES,
@@ -44,38 +44,48 @@ from rag_loop.store.files import directory_fingerprint
 from rag_loop.store.tables import create_tables
 
 
+class LanguagesConfig(Config):
+    languages: list[str] = Field(
+        [code for code in os.environ.get("RAG_LOOP_LANGUAGES", "").split(",") if code.strip()],
+        description="The ISO 639 codes your traffic is in (default: RAG_LOOP_LANGUAGES, comma-separated, "
+                    "read when the code location loads). A trace (or a knowledge-base file) that gives no "
+                    "language gets the one identified from its text among these; empty: among every "
+                    "language the identifier knows (short queries are then less often right).")
+
+    def language_settings(self) -> LanguageSettings:
+        try:
+            return settings_from(self.languages)
+        except ValueError as error:
+            raise Failure(description=f"languages: {error}") from error
+
+
+class IngestConfig(LanguagesConfig):
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    otlp_grace_minutes: float = Field(
+        DEFAULT_GRACE.total_seconds() / 60,
+        description="An OTLP trace whose root span has not arrived is assembled anyway this long "
+                    "after its newest span ended.")
+
+
 @stage_asset(group_name="ingestion", description="Versioned knowledge-base documents and chunks.",
              parts={"documents": "One row per document version: source updated / indexed times",
                     "document_chunks": "Chunk text of each document version"})
-def knowledge_base(context: AssetExecutionContext, duckdb: DuckDBResource,
+def knowledge_base(context: AssetExecutionContext, config: LanguagesConfig, duckdb: DuckDBResource,
                    paths: RagLoopPaths) -> MaterializeResult:
     if not paths.knowledge_dir:
         context.log.info("no knowledge base (knowledge_dir is empty): freshness and stale-source "
-                         "signals have no documents to check")
+                         "signals have no documents to check; curators cite the chunks traces retrieved")
         with duckdb.get_connection() as con:
             create_tables(con)
         return MaterializeResult(metadata={"dagster/row_count": 0, "knowledge_base": "no KB"})
     with duckdb.get_connection() as con:
-        report = load_knowledge_base(con, Path(paths.knowledge_dir))
+        report = load_knowledge_base(con, Path(paths.knowledge_dir), config.language_settings())
         versions = con.sql("SELECT doc_id, version, source_updated_at, indexed_at, "
                            "indexed_at - source_updated_at AS lag FROM documents ORDER BY 1, 2").df()
     return MaterializeResult(metadata={
         "dagster/row_count": report.documents, "chunks": report.chunks,
         "quarantined": report.quarantined,
         "versions": MetadataValue.md(versions.to_markdown(index=False))})
-
-class IngestConfig(Config):
-    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
-    otlp_grace_minutes: float = Field(
-        DEFAULT_GRACE.total_seconds() / 60,
-        description="An OTLP trace whose root span has not arrived is assembled anyway this long "
-                    "after its newest span ended.")
-    languages: list[str] = Field(
-        [code for code in os.environ.get("RAG_LOOP_LANGUAGES", "").split(",") if code.strip()],
-        description="The ISO 639 codes your traffic is in (default: RAG_LOOP_LANGUAGES, comma-separated, "
-                    "read when the code location loads). A trace that gives no language gets the one "
-                    "identified from its query among these; empty: among every language the identifier "
-                    "knows (short queries are then less often right).")
 
 @stage_asset(
     group_name="ingestion",
@@ -97,10 +107,7 @@ def raw_traces(context: AssetExecutionContext, config: IngestConfig, duckdb: Duc
     if not paths.traces_dir:
         raise Failure(description="no trace folder: set RAG_LOOP_TRACES_DIR (or the paths "
                                   "resource's traces_dir in the run config)")
-    try:
-        languages = settings_from(config.languages)
-    except ValueError as error:
-        raise Failure(description=f"languages: {error}") from error
+    languages = config.language_settings()
     with duckdb.get_connection() as con:
         report = engine.engine(paths.lake).ingest(
             con, Path(paths.traces_dir), max_record_bytes=config.max_record_bytes, log=context.log.info,

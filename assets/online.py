@@ -65,7 +65,8 @@ class JudgingConfig(Config):
 
 @stage_asset(group_name="online", deps=[failure_candidates, "documents"],
              parts={"judgment_runs": "One row per judging run: planned, judged, unjudgeable, "
-                                     "errored, cost, over its error budget or not"},
+                                     "errored, cost, over its error budget or not; newly "
+                                     "judgeable and still unjudgeable rows"},
              check_specs=[AssetCheckSpec("judge_error_budget", asset="trace_judgments",
                                          description="ERROR when the run's errored share is over "
                                                      "max_error_rate (errored cases are retried next run)."),
@@ -76,7 +77,8 @@ class JudgingConfig(Config):
              description="The selected traces judged out of the request path: one row per trace × "
                          "metric × judge version (score, passed, reason, streams, π, cost, latency); "
                          "incremental, unjudgeable cases (no context, no answer) counted with "
-                         "their reason, never scored.")
+                         "their reason, never scored, and judged by a later run once the input "
+                         "appears (a knowledge base that resolves id-only chunks, a late span).")
 def trace_judgments(context: AssetExecutionContext, config: JudgingConfig, duckdb: DuckDBResource,
                     judge: JudgeResource, embedder: EmbedderResource) -> MaterializeResult:
     from rag_loop.online.judgments import judge_traces, judgment_summary  # imports DeepEval
@@ -92,6 +94,7 @@ def trace_judgments(context: AssetExecutionContext, config: JudgingConfig, duckd
         "dagster/row_count": total, "run_id": run.run_id, "judge": run.judge_id,
         "judge_version": run.judge_version, "planned": run.planned, "judged": run.judged,
         "unjudgeable": run.unjudgeable, "errored": run.errored, "unfinished": run.unfinished,
+        "newly_judgeable": run.newly_judgeable, "still_unjudgeable": run.still_unjudgeable,
         "seconds": round(run.seconds, 2), "cost_usd": round(run.cost_usd, 6),
         "judgements_per_second": round((run.judged + run.errored) / run.seconds, 1) if run.seconds else 0.0,
         "per_metric": MetadataValue.md(summary.to_markdown(index=False) if len(summary) else "nothing judged"),

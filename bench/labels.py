@@ -44,7 +44,7 @@ def build_database(con: duckdb.DuckDBPyConnection, count: int) -> None:
         SELECT 'tr-' || i, TIMESTAMPTZ '2026-11-01 00:00:00+00' + to_seconds(i), 'how many leave days? ' || i,
                'en', '12 days'
         FROM range({count}) r(i)""")
-    con.execute("""INSERT INTO documents VALUES
+    con.execute("""INSERT INTO documents (doc_id, version, title, language, source_updated_at, indexed_at) VALUES
         ('leave', '2025', 'Leave', 'en', '2025-11-03 09:00:00+00', NULL),
         ('leave', '2026', 'Leave', 'en', '2026-11-03 09:00:00+00', NULL),
         ('security', '2026', 'Security', 'en', '2026-10-03 09:00:00+00', NULL)""")

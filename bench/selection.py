@@ -68,7 +68,7 @@ def build_database(con: duckdb.DuckDBPyConnection, count: int) -> None:
                'incorrect' AS category, {utc_day()} AS day
         FROM raw_traces WHERE hash(trace_id, 'fb') % 100 < 6""")
     con.execute("""
-        INSERT INTO documents
+        INSERT INTO documents (doc_id, version, title, language, source_updated_at, indexed_at)
         SELECT 'doc-' || d, 'v' || v, 'Document ' || d, 'en',
                TIMESTAMPTZ '2026-10-01 00:00:00+00' + to_days(CAST((v - 1) * (30 + d % 10) AS INTEGER)),
                NULL

@@ -217,8 +217,8 @@ def db(tmp_path):
     label and release tests need."""
     con = duckdb.connect(str(tmp_path / "db.duckdb"))
     create_tables(con)
-    con.execute("""INSERT INTO documents VALUES ('leave', '2026', 'Leave', 'en',
-                   '2026-11-03 09:00:00+00', '2026-11-03 09:10:00+00')""")
+    con.execute("""INSERT INTO documents (doc_id, version, title, language, source_updated_at, indexed_at)
+                   VALUES ('leave', '2026', 'Leave', 'en', '2026-11-03 09:00:00+00', '2026-11-03 09:10:00+00')""")
     con.execute("INSERT INTO document_chunks VALUES ('leave@2026#annual-en', 'leave', '2026', "
                 "'Full-time employees get 15 days of paid annual leave per year.')")
     for trace in ("t1", "t2", "t3"):

@@ -10,21 +10,19 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from rag_loop.curation.label_rules import CITABLE_SOURCES
 from rag_loop.store.files import write_parquet_atomically
 from rag_loop.store.judgments import current_judge_version
 from rag_loop.store.tables import has_table
 
 
 def export_knowledge(con: duckdb.DuckDBPyConnection, queue_dir: Path) -> Path:
-    """`knowledge.parquet`: every chunk of every document version (title, language, text,
-    published at, the document's newest version), what curators pick expected sources from."""
-    table = con.sql("""
-        SELECT c.chunk_id, c.doc_id, c.version, d.title, d.language, c.text, d.source_updated_at,
-               arg_max(d.version, d.source_updated_at) OVER (PARTITION BY d.doc_id) AS newest_version
-        FROM document_chunks c JOIN documents d USING (doc_id, version) ORDER BY c.doc_id, c.version, c.chunk_id
-        """).to_arrow_table()
+    """`knowledge.parquet`: the citable sources (`CITABLE_SOURCES`: the knowledge base's chunks,
+    else the chunks production traces retrieved, `seen_in` saying which) with title, language,
+    text, published (or first seen) at and the document's newest version, what curators pick
+    expected sources from; the label stage accepts the same sources."""
     path = queue_dir / "knowledge.parquet"
-    write_parquet_atomically(table, path)
+    write_parquet_atomically(con.sql(CITABLE_SOURCES).to_arrow_table(), path)
     return path
 
 

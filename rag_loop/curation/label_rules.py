@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal, NoReturn, get_args
@@ -31,19 +31,60 @@ ORIGINS, FAILURE_TYPES = tuple(Origin), tuple(FailureType)  # once: iterating an
 MAX_TAG_CHARS = 40
 
 
+# The citable sources, one row per chunk (or per chunkless document version): what curators
+# search (`knowledge.parquet`) and what `expected_sources` may name (`KnownSources.load`).
+# The knowledge base's chunks when it has the document; else what production traces
+# retrieved (doc_id, chunk_id, doc_version, text where a trace sent it), so a deployment
+# without a KB export can still cite sources. For a traffic source `source_updated_at` is
+# when it was first seen and its newest version the one seen most recently.
+CITABLE_SOURCES = """
+WITH kb AS (
+    SELECT c.chunk_id, doc_id, version, d.title, d.language, c.text, d.source_updated_at,
+           arg_max(version, d.source_updated_at) OVER (PARTITION BY doc_id) AS newest_version
+    FROM documents d FULL JOIN document_chunks c USING (doc_id, version)),
+seen AS (
+    SELECT k.chunk_id, k.doc_id, k.doc_version AS version, nullif(k.text, '') AS text, r."timestamp",
+           arg_max(k.doc_version, r."timestamp") OVER (PARTITION BY k.doc_id) AS newest_version
+    FROM trace_chunks k JOIN raw_traces r USING (trace_id)
+    ANTI JOIN kb ON kb.doc_id = k.doc_id
+    ANTI JOIN kb AS known_chunk ON known_chunk.chunk_id = k.chunk_id
+    WHERE nullif(k.doc_id, '') IS NOT NULL)
+SELECT *, 'knowledge_base' AS seen_in FROM kb
+UNION ALL
+SELECT chunk_id, doc_id, version, NULL AS title, NULL AS language,
+       coalesce(arg_max(text, "timestamp"), any_value(text)) AS text, min("timestamp") AS source_updated_at,
+       any_value(newest_version) AS newest_version, 'traces' AS seen_in
+FROM seen GROUP BY chunk_id, doc_id, version
+ORDER BY doc_id, version NULLS FIRST, chunk_id NULLS FIRST"""
+
+
 @dataclass
 class KnownSources:
     """What `expected_sources` may name: document versions and chunk ids."""
 
-    newest: dict[str, str]  # doc_id -> newest version (by source_updated_at)
+    newest: dict[str, str | None]  # doc_id -> newest version (None: no version seen)
     versions: set[tuple[str, str]]
     chunks: set[str]
+    chunk_versions: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # chunk -> (doc, version)
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[tuple[str | None, str, str | None, str | None]]) -> KnownSources:
+        """From (chunk_id, doc_id, version, newest_version) rows of `CITABLE_SOURCES`."""
+        known = cls({}, set(), set())
+        for chunk_id, doc_id, version, newest in rows:
+            known.newest[doc_id] = newest
+            if version is not None:
+                known.versions.add((doc_id, version))
+            if chunk_id is not None:
+                known.chunks.add(chunk_id)
+                if chunk_id not in known.chunk_versions or version == newest:  # in several versions: the newest
+                    known.chunk_versions[chunk_id] = (doc_id, version)
+        return known
 
     @classmethod
     def load(cls, con: duckdb.DuckDBPyConnection) -> KnownSources:
-        rows = con.execute("SELECT doc_id, version FROM documents ORDER BY source_updated_at").fetchall()
-        chunks = {c for (c,) in con.execute("SELECT chunk_id FROM document_chunks").fetchall()}
-        return cls({d: v for d, v in rows}, set(rows), chunks)
+        return cls.from_rows(con.execute(
+            f"SELECT chunk_id, doc_id, version, newest_version FROM ({CITABLE_SOURCES})").fetchall())
 
 
 @dataclass
@@ -53,19 +94,41 @@ class CheckedLabel:
     warnings: list[str] = field(default_factory=list)
 
 
+def source_parts(source: str, known: KnownSources) -> tuple[str, str | None, bool]:
+    """(doc id, version, whether a chunk is named) of a source: a known chunk's own, a known
+    document id whole, else `doc@version[#chunk]` split at the @ that gives a known version,
+    else at the first @ after a known document, else at the first @ (or `doc#chunk`)."""
+    if source in known.chunk_versions:
+        return *known.chunk_versions[source], False
+    if source in known.newest:
+        return source, None, False
+    splits = [(source[:i], source[i + 1:]) for i, char in enumerate(source) if char == "@"]
+    if not splits:
+        doc_id, hash_, _ = source.partition("#")
+        return doc_id, None, bool(hash_)
+
+    def version_of(doc_id: str, rest: str) -> str:
+        return rest if (doc_id, rest) in known.versions else rest.partition("#")[0]
+    doc_id, rest = next((s for s in splits if (s[0], version_of(*s)) in known.versions),
+                        next((s for s in splits if s[0] in known.newest), splits[0]))
+    version = version_of(doc_id, rest)
+    return doc_id, version, version != rest
+
+
 def check_source(source: str, known: KnownSources) -> tuple[str | None, str | None]:
-    """(error, warning) for one expected source: `doc`, `doc@version` or a chunk id."""
-    doc_id, _, rest = source.partition("@")
-    doc_id = doc_id.split("#")[0]
-    version = rest.split("#")[0] if rest else None
-    if doc_id not in known.newest:
-        return f"expected_sources: unknown document {doc_id!r}", None
-    if version is not None and (doc_id, version) not in known.versions:
-        return f"expected_sources: {doc_id} has no version {version!r}", None
-    if "#" in source and source not in known.chunks:
-        return f"expected_sources: unknown chunk {source!r}", None
-    if version is not None and version != known.newest[doc_id]:
-        return None, f"expected_sources: {source} is not the newest version ({known.newest[doc_id]})"
+    """(error, warning) for one expected source: a known chunk id, `doc`, `doc@version` or
+    `doc@version#chunk`; a version other than the document's newest is a warning."""
+    doc_id, version, names_chunk = source_parts(source, known)
+    if source not in known.chunks:
+        if doc_id not in known.newest:
+            return f"expected_sources: unknown document {doc_id!r}", None
+        if version is not None and (doc_id, version) not in known.versions:
+            return f"expected_sources: {doc_id} has no version {version!r}", None
+        if names_chunk:
+            return f"expected_sources: unknown chunk {source!r}", None
+    newest = known.newest.get(doc_id)
+    if version is not None and newest is not None and version != newest:
+        return None, f"expected_sources: {source} is not the newest version ({newest})"
     return None, None
 
 

@@ -55,7 +55,8 @@ def freshness_figures(con: duckdb.DuckDBPyConnection, day: date, window: int, sl
     """(versions published on the day with their lag, per-slice stale retrieval rates).
 
     Lag = indexed_at − source_updated_at; a version not indexed by the end of the day counts
-    with its lag so far. Stale retrieval: traces whose context used a superseded version (on
+    with its lag so far; a version whose knowledge base gives no index times (a folder of
+    files) has no lag and is left out. Stale retrieval: traces whose context used a superseded version (on
     `engine`: rag_loop.engines.retrieval); the documents table is small and read here.
     """
     end_of_day = pd.Timestamp(day, tz="UTC") + pd.Timedelta(days=1)
@@ -63,7 +64,7 @@ def freshness_figures(con: duckdb.DuckDBPyConnection, day: date, window: int, sl
         SELECT doc_id, version, source_updated_at, indexed_at,
                epoch(coalesce(indexed_at, ?::TIMESTAMPTZ) - source_updated_at) / 60 AS lag_minutes,
                indexed_at IS NULL OR indexed_at > ?::TIMESTAMPTZ AS unindexed_at_end_of_day
-        FROM documents WHERE {utc_day('source_updated_at')} = ?
+        FROM documents WHERE {utc_day('source_updated_at')} = ? AND indexed_at_known IS NOT false
         ORDER BY source_updated_at""", [end_of_day, end_of_day, day]).df()
     versions["within_slo"] = versions["lag_minutes"] <= slo_minutes
     start, end = baseline_days(day, window)
@@ -72,11 +73,13 @@ def freshness_figures(con: duckdb.DuckDBPyConnection, day: date, window: int, sl
 
 
 def stale_documents(con: duckdb.DuckDBPyConnection, day: date) -> list[str]:
-    """Documents whose newest published version was not in the index at the end of the day."""
+    """Documents whose newest published version was not in the index at the end of the day (of
+    those whose knowledge base gives index times)."""
     end_of_day = pd.Timestamp(day, tz="UTC") + pd.Timedelta(days=1)
     rows = con.execute("""
         SELECT doc_id || '@' || version FROM documents
         WHERE source_updated_at < ?::TIMESTAMPTZ AND (indexed_at IS NULL OR indexed_at >= ?::TIMESTAMPTZ)
+          AND indexed_at_known IS NOT false
         QUALIFY row_number() OVER (PARTITION BY doc_id ORDER BY source_updated_at DESC) = 1""",
         [end_of_day, end_of_day]).fetchall()
     return sorted(r[0] for r in rows)

@@ -8,8 +8,11 @@ request path with referenceless metrics, one row per trace × metric × judge ve
   says it is); a rerun judges only what is new or errored, a new judge version judges again
   and the old rows stay.
 - The context is what the trace says reached the LLM (its chunk text, else the knowledge
-  base's text of the chunk id). A metric whose input is missing (no context, no answer) is
-  `unjudgeable` with the reason, never scored.
+  base's chunk of that id, else its document: `store.traces.RESOLVED_CHUNKS`). A metric whose
+  input is missing (no context, no answer, no query) is `unjudgeable` with the reason, never
+  scored; such a row is looked at again by every run and judged once its input appears (a
+  knowledge base that resolves the trace's ids, a late span with the answer). A row still
+  missing the same input is left as it is and counted apart (`still_unjudgeable`).
 - Results are written as they arrive (a run killed half way keeps what it judged); a judge
   error is `errored`, never a pass, and retried by the next run.
 """
@@ -43,6 +46,8 @@ GEVAL_NEEDS = {"actual_output": "answer", "retrieval_context": "context", "conte
 MISSING = {"answer": "unjudgeable: no answer", "context": "unjudgeable: no context",
            "expected_output": "unjudgeable: needs an expected output (production has none)",
            "input": "unjudgeable: no query"}
+# what a later run may find: a KB resolving the trace's chunk ids, a late span with the answer
+MAY_ARRIVE = (MISSING["answer"], MISSING["context"], MISSING["input"])
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,8 @@ class JudgingReport:
     seconds: float = 0.0
     cost_usd: float = 0.0
     per_metric: dict[str, dict[str, int]] = field(default_factory=dict)
+    still_unjudgeable: int = 0  # unjudgeable before for want of an input still missing: not planned
+    newly_judgeable: int = 0  # unjudgeable before, measured now that the input is there
 
     @property
     def error_rate(self) -> float:
@@ -118,7 +125,8 @@ def _draw(salt: str, metric: str) -> str:
 
 def planned_work(con: duckdb.DuckDBPyConnection, settings: JudgingSettings, version: str) -> pd.DataFrame:
     """Selected trace × metric pairs the metric's rate draws and this judge version has not
-    judged yet (errored ones are judged again)."""
+    judged yet: errored ones are judged again, unjudgeable ones for want of an input that may
+    have arrived since are looked at again (`previous_status`, `previous_reason`)."""
     con.execute(ONLINE_DDL)
     parts = [f"""SELECT c.trace_id, c.day, c.streams, c.by_random, '{m.name.replace("'", "''")}' AS metric,
                         {float(m.rate)} AS metric_rate, c.inclusion_probability * {float(m.rate)}
@@ -127,12 +135,16 @@ def planned_work(con: duckdb.DuckDBPyConnection, settings: JudgingSettings, vers
              for m in settings.metrics]
     if not parts:
         return pd.DataFrame(columns=["trace_id", "day", "streams", "by_random", "metric",
-                                     "metric_rate", "inclusion_probability"])
+                                     "metric_rate", "inclusion_probability", "previous_status",
+                                     "previous_reason"])
     return con.execute(f"""
-        SELECT p.* FROM ({" UNION ALL ".join(parts)}) p
-        ANTI JOIN (SELECT trace_id, metric FROM trace_judgments
-                   WHERE judge_version = ? AND status <> 'errored') done USING (trace_id, metric)
-        ORDER BY p.day, p.trace_id, p.metric""", [version]).df()
+        SELECT p.*, done.status AS previous_status, done.reason AS previous_reason
+        FROM ({" UNION ALL ".join(parts)}) p
+        LEFT JOIN (SELECT trace_id, metric, status, reason FROM trace_judgments WHERE judge_version = ?) done
+            USING (trace_id, metric)
+        WHERE done.status IS NULL OR done.status = 'errored'
+              OR (done.status = 'unjudgeable' AND list_contains(?, done.reason))
+        ORDER BY p.day, p.trace_id, p.metric""", [version, list(MAY_ARRIVE)]).df()
 
 
 @dataclass
@@ -167,16 +179,34 @@ def trace_cases(con: duckdb.DuckDBPyConnection, work: pd.DataFrame) -> list[Trac
                       [c["text"] for c in contexts.get(t, []) if c.get("text")], plans[t]) for t in ids]
 
 
+def still_missing(case: TraceCase, metric: OnlineMetric, item: Mapping[str, Any]) -> bool:
+    """Whether a planned row was unjudgeable before and misses the same input still."""
+    return item.get("previous_status") == "unjudgeable" and case.missing(metric) == item.get("previous_reason")
+
+
+def without_unchanged(cases: Sequence[TraceCase], metrics: Mapping[str, OnlineMetric]) -> tuple[list[TraceCase], int]:
+    """The cases with the rows that are still unjudgeable for the same reason taken out (they
+    are neither rewritten nor counted as this run's work), and how many rows that was."""
+    kept, unchanged = [], 0
+    for case in cases:
+        plan = [item for item in case.plan if not still_missing(case, metrics[item["metric"]], item)]
+        unchanged += len(case.plan) - len(plan)
+        if plan:
+            kept.append(TraceCase(case.trace_id, case.query, case.answer, case.context, plan))
+    return kept, unchanged
+
+
 def judge_traces(con: duckdb.DuckDBPyConnection, judge: Judge, settings: JudgingSettings,
                  log: Log = quiet, now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> JudgingReport:
     """Judge what is planned, writing `trace_judgments` rows as they arrive."""
     judge_id, version = judge_version(judge)
     work = planned_work(con, settings, version)
-    run = JudgingReport(f"judge-{now():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}", judge_id, version, len(work))
-    if work.empty:
-        return run
     metrics = {m.name: m for m in settings.metrics}
-    cases = trace_cases(con, work)
+    cases, unchanged = without_unchanged(trace_cases(con, work), metrics) if len(work) else ([], 0)
+    run = JudgingReport(f"judge-{now():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}", judge_id, version,
+                        len(work) - unchanged, still_unjudgeable=unchanged)
+    if not cases:
+        return run
     pending: list[dict[str, Any]] = []
 
     def write(rows: list[dict[str, Any]], force: bool = False) -> None:
@@ -186,6 +216,7 @@ def judge_traces(con: duckdb.DuckDBPyConnection, judge: Judge, settings: Judging
             counts = run.per_metric.setdefault(row["metric"], {"judged": 0, "unjudgeable": 0, "errored": 0})
             counts[row["status"]] += 1
             setattr(run, row["status"], getattr(run, row["status"]) + 1)
+            run.newly_judgeable += row.get("previous_status") == "unjudgeable" and row["status"] != "unjudgeable"
         if pending and (force or len(pending) >= settings.flush_every):
             store_judgments(con, pending)
             pending.clear()
@@ -198,7 +229,7 @@ def judge_traces(con: duckdb.DuckDBPyConnection, judge: Judge, settings: Judging
     finally:
         write([], force=True)
         judge.close(con)
-    run.unfinished = len(work) - finished
+    run.unfinished = run.planned - finished
     run.seconds = time.perf_counter() - start
     store_run(con, run, settings, now())
     return run
@@ -311,10 +342,14 @@ def store_judgments(con: duckdb.DuckDBPyConnection, rows: Sequence[Mapping[str, 
 
 def store_run(con: duckdb.DuckDBPyConnection, run: JudgingReport, settings: JudgingSettings,
               finished_at: datetime) -> None:
-    con.execute("INSERT INTO judgment_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
+    con.execute("""INSERT INTO judgment_runs (run_id, finished_at, judge_id, judge_version, planned, judged,
+                       unjudgeable, errored, unfinished, seconds, cost_usd, over_error_budget, per_metric,
+                       still_unjudgeable, newly_judgeable)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""", [
         run.run_id, finished_at, run.judge_id, run.judge_version, run.planned, run.judged,
         run.unjudgeable, run.errored, run.unfinished, run.seconds, run.cost_usd,
-        run.over_error_budget(settings.max_error_rate), json.dumps(run.per_metric)])
+        run.over_error_budget(settings.max_error_rate), json.dumps(run.per_metric),
+        run.still_unjudgeable, run.newly_judgeable])
 
 
 def judgment_summary(con: duckdb.DuckDBPyConnection, version: str) -> tuple[pd.DataFrame, pd.DataFrame, int]:

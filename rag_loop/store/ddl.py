@@ -93,6 +93,8 @@ ADDED_COLUMNS = {
                    # how the language was obtained: attribute, detected, undetermined (NULL: not yet)
                    "language_source VARCHAR"),
     "otlp_pending": ("day DATE",),  # NULL: on any day
+    # false: the knowledge base gives no index times (a folder of files): no freshness lag for it
+    "documents": ("indexed_at_known BOOLEAN",),
 }
 
 # the tables kept with their trace: each row carries its trace's UTC day (the trace lake's
@@ -223,7 +225,11 @@ CREATE TABLE IF NOT EXISTS trace_judgments (
 CREATE TABLE IF NOT EXISTS judgment_runs (
     run_id VARCHAR PRIMARY KEY, finished_at TIMESTAMPTZ, judge_id VARCHAR, judge_version VARCHAR,
     planned BIGINT, judged BIGINT, unjudgeable BIGINT, errored BIGINT, unfinished BIGINT,
-    seconds DOUBLE, cost_usd DOUBLE, over_error_budget BOOLEAN, per_metric JSON);
+    seconds DOUBLE, cost_usd DOUBLE, over_error_budget BOOLEAN, per_metric JSON,
+    still_unjudgeable BIGINT, newly_judgeable BIGINT);
+-- rows unjudgeable before: still missing the same input (not planned), judged now that it is there
+ALTER TABLE judgment_runs ADD COLUMN IF NOT EXISTS still_unjudgeable BIGINT;
+ALTER TABLE judgment_runs ADD COLUMN IF NOT EXISTS newly_judgeable BIGINT;
 """
 
 

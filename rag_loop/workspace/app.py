@@ -109,8 +109,10 @@ def create_app(workspace: Workspace, token: str | None = None,
         return JSONResponse({"errors": checked.errors, "warnings": checked.warnings})
 
     async def sources(request: Request) -> Response:
+        hits = workspace.search_sources(request.query_params.get("q", ""))
+        note = None if hits else workspace.sources_note()  # why nothing can be found, not just no match
         return JSONResponse([{k: v for k, v in hit.items() if k != "text"} | {"text": shown(hit["text"], 300)}
-                             for hit in workspace.search_sources(request.query_params.get("q", ""))])
+                             for hit in hits], headers={"X-Sources-Note": note} if note else None)
 
     async def curator(request: Request) -> Response:
         if request.method == "POST":

@@ -129,8 +129,10 @@ class Workspace:
         return self._choices[1]
 
     def search_sources(self, text: str, limit: int = 20) -> list[dict]:
-        """Chunks of the knowledge base whose title, document id, chunk id or text has every word
-        of `text` (case and accents folded), the newest versions first."""
+        """Citable sources (`knowledge.parquet`: the knowledge base, else chunks seen in production
+        traces) whose title, document id, chunk id or text has every word of `text` (case and
+        accents folded): newest versions first, the knowledge base's before the traffic's. Each
+        hit says what to cite (`source`) and where it was seen (`seen_in`)."""
         path = self.queue_dir / "knowledge.parquet"
         words = [w for w in re.split(r"\s+", text.strip().lower()) if w][:8]
         if not path.exists() or not words:
@@ -138,13 +140,28 @@ class Workspace:
         where = " AND ".join(f"contains(haystack, strip_accents($w{i}))" for i in range(len(words)))
         with self._sql() as con:
             return con.execute(f"""
-                SELECT chunk_id, doc_id, version, title, language, text, version = newest_version AS newest
-                FROM (SELECT *, strip_accents(lower(coalesce(title, '') || ' ' || doc_id || ' ' || chunk_id
-                                                  || ' ' || text)) AS haystack FROM read_parquet($path))
-                WHERE {where} ORDER BY newest DESC, doc_id, chunk_id LIMIT {int(limit)}""",
+                SELECT coalesce(chunk_id, doc_id || coalesce('@' || version, '')) AS source, chunk_id, doc_id,
+                       version, title, language, text, version IS NOT DISTINCT FROM newest_version AS newest,
+                       coalesce(seen_in, 'knowledge_base') AS seen_in
+                FROM (SELECT *, strip_accents(lower(concat_ws(' ', title, doc_id, chunk_id, text))) AS haystack
+                      FROM (SELECT NULL::VARCHAR AS seen_in WHERE false  -- an export from before seen_in
+                            UNION ALL BY NAME SELECT * FROM read_parquet($path)))
+                WHERE {where}
+                ORDER BY newest DESC, seen_in = 'knowledge_base' DESC, doc_id, chunk_id LIMIT {int(limit)}""",
                                {"path": str(path), **{f"w{i}": w for i, w in enumerate(words)}}).df().to_dict("records")
 
+    def sources_note(self) -> str | None:
+        """Why a search can find nothing at all (None when there are sources to search)."""
+        path = self.queue_dir / "knowledge.parquet"
+        if not path.exists():
+            return "no sources exported yet: the curation queue has not run"
+        with self._sql() as con:
+            empty = not con.execute("SELECT count(*) FROM read_parquet($p)", {"p": str(path)}).fetchall()[0][0]
+        return "no knowledge base and no retrieved chunks yet" if empty else None
+
     def known_sources(self) -> KnownSources:
+        """The sources a label may name: the exported citable sources (what the label stage
+        accepts too), read again when the export changes."""
         path = self.queue_dir / "knowledge.parquet"
         stamp = path.stat().st_mtime_ns if path.exists() else None
         if self._known is None or self._known[0] != stamp:
@@ -152,11 +169,9 @@ class Workspace:
                 known = KnownSources({}, set(), set())
             else:
                 with self._sql() as con:
-                    rows = con.execute("SELECT DISTINCT doc_id, version, source_updated_at FROM read_parquet($p) "
-                                       "ORDER BY source_updated_at", {"p": str(path)}).fetchall()
-                    chunks = {c for (c,) in con.execute("SELECT chunk_id FROM read_parquet($p)",
-                                                        {"p": str(path)}).fetchall()}
-                known = KnownSources({d: v for d, v, _ in rows}, {(d, v) for d, v, _ in rows}, chunks)
+                    known = KnownSources.from_rows(con.execute(
+                        "SELECT chunk_id, doc_id, version, newest_version FROM read_parquet($p)",
+                        {"p": str(path)}).fetchall())
             self._known = (stamp, known)
         return self._known[1]
 

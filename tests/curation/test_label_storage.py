@@ -168,7 +168,8 @@ def test_a_failed_label_insert_rolls_back_the_whole_file(db, tmp_path, monkeypat
 def _fresh_database() -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     create_tables(con)
-    con.execute("INSERT INTO documents VALUES ('leave', '2026', 'Leave', 'en', '2026-11-03 09:00:00+00', NULL)")
+    con.execute("INSERT INTO documents (doc_id, version, title, language, source_updated_at, indexed_at) "
+                "VALUES ('leave', '2026', 'Leave', 'en', '2026-11-03 09:00:00+00', NULL)")
     con.execute("INSERT INTO document_chunks VALUES ('leave@2026#annual-en', 'leave', '2026', '15 days')")
     for trace in ("t1", "t2", "t3"):
         con.execute("INSERT INTO raw_traces (trace_id, \"timestamp\", original_query) "

@@ -132,7 +132,7 @@ def test_the_stale_retrieval_rates_equal_counting_by_hand(traces):
     with duckdb.connect() as con:
         _window(con, traces)
         con.execute("CREATE TABLE documents (doc_id VARCHAR, version VARCHAR, source_updated_at TIMESTAMPTZ, "
-                    "indexed_at TIMESTAMPTZ)")
+                    "indexed_at TIMESTAMPTZ, indexed_at_known BOOLEAN)")
         _, stale = freshness_figures(con, DAY, WINDOW, 15.0)
     frame = pd.DataFrame([t for t in traces if t["day"] <= WINDOW])
     expected = []

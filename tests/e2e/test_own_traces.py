@@ -42,7 +42,8 @@ def test_the_loop_runs_on_own_traces_and_evaluates_an_http_service_without_the_d
         assert con.execute("SELECT count(*) FROM raw_traces").fetchall() == [(132,)]
         assert con.execute("SELECT count(*) FROM quarantine").fetchall() == [(0,)]
         assert con.execute("SELECT count(*) FROM documents").fetchall() == [(0,)]
-        queued, texts = con.execute("SELECT count(*), count(DISTINCT lower(trim(input))) FROM curation_queue").fetchall()[0]
+        queued, texts = con.execute("SELECT count(*), count(DISTINCT lower(trim(input))) "
+                                    "FROM curation_queue").fetchall()[0]
         assert queued >= 6 and queued == texts  # one row per text
         languages = con.execute("SELECT count(*) FILTER (language = 'vi'), count(*) FILTER (language = 'en'), "
                                 "count(*) FILTER (language_source = 'detected') FROM raw_traces").fetchall()[0]

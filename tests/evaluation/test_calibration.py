@@ -84,8 +84,8 @@ def test_curator_agreement_with_what_they_were_shown(tmp_path):
     con = duckdb.connect(str(tmp_path / "db.duckdb"))
     from rag_loop.store.tables import create_tables
     create_tables(con)
-    con.execute("INSERT INTO documents VALUES ('leave', '2026', 'Leave', 'en', "
-                "'2026-11-03 09:00:00+00', '2026-11-03 09:10:00+00')")
+    con.execute("INSERT INTO documents (doc_id, version, title, language, source_updated_at, indexed_at) "
+                "VALUES ('leave', '2026', 'Leave', 'en', '2026-11-03 09:00:00+00', '2026-11-03 09:10:00+00')")
     con.execute("INSERT INTO document_chunks VALUES ('leave@2026#annual-en', 'leave', '2026', 'x')")
     for trace in ("t1", "t2", "t3"):
         con.execute("INSERT INTO raw_traces (trace_id, \"timestamp\", original_query) "

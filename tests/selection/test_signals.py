@@ -90,7 +90,7 @@ def test_a_rephrase_is_the_same_users_next_turn_of_a_session_of_one_service(con,
 
 def _load_documents(con):
     con.execute("""
-        INSERT INTO documents VALUES
+        INSERT INTO documents (doc_id, version, title, language, source_updated_at, indexed_at) VALUES
           ('leave', '2025', 'Leave 2025', 'en', '2025-01-01 00:00:00+00', '2025-01-01 00:10:00+00'),
           ('leave', '2026', 'Leave 2026', 'en', '2026-11-03 09:00:00+00', '2026-11-03 09:10:00+00')""")
 

@@ -54,19 +54,29 @@
   function runSearch() {
     var text = search.value;
     fetch("/sources?q=" + encodeURIComponent(text), {credentials: "same-origin"})
-      .then(function (reply) { return reply.json(); })
-      .then(function (hits) {
+      .then(function (reply) {
+        return reply.json().then(function (hits) { return {hits: hits, note: reply.headers.get("X-Sources-Note")}; });
+      })
+      .then(function (found) {
         if (search.value !== text) { return; }
         results.textContent = "";
-        hits.forEach(function (hit) {
+        if (!found.hits.length && text.trim()) {
+          var none = document.createElement("li");
+          none.className = "missing";
+          none.textContent = found.note || "no source matches";
+          results.appendChild(none);
+        }
+        found.hits.forEach(function (hit) {
+          var source = hit.source || hit.chunk_id;
           var item = document.createElement("li");
           var pick = document.createElement("button");
           pick.type = "button"; pick.className = "pick-source";
-          pick.setAttribute("data-source", hit.chunk_id);
-          pick.textContent = hit.chunk_id + (hit.newest ? "" : " (older version)");
+          pick.setAttribute("data-source", source);
+          pick.textContent = source + (hit.newest ? "" : " (older version)");
           var about = document.createElement("span");
           about.className = "meta";
-          about.textContent = " " + (hit.title || hit.doc_id) + ": " + hit.text;
+          about.textContent = " " + (hit.title || hit.doc_id) + ": " + (hit.text || "(no text: ids only)")
+            + (hit.seen_in === "traces" ? " · seen in production traces" : "");
           item.appendChild(pick); item.appendChild(about);
           results.appendChild(item);
         });
