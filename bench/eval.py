@@ -1,11 +1,11 @@
 """Offline-judge throughput on the demo's newest golden release.
 
-    python bench/eval.py [--goldens data/goldens] [--repeat 3]
+    python bench/eval.py [--goldens .demo/goldens] [--repeat 3]
 
 Times, in one process: the system under test alone (the demo rag_app answering every golden:
 the bare baseline), then a full regression eval with the offline judge (six metrics per
 case, embedding cache warm after the first repeat). Prints cases per second and the ratio.
-Needs a release: run `make demo` first.
+Needs a release: run `make demo` first (the demo's releases are in its home, `.demo/`).
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ from rag_loop.evaluation.regression import EvalSettings, run_regression
 from rag_loop.evaluation.runner import build_cases, load_app, release_of
 
 DEMO_APP = "rag_loop.demo.rag_app:answer_for_eval"  # the demo's system under test
+DEMO_GOLDENS = Path(__file__).resolve().parents[1] / ".demo" / "goldens"  # the demo's home (Makefile DEMO_HOME)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--goldens", type=Path, default=Path("data/goldens"))
+    parser.add_argument("--goldens", type=Path, default=DEMO_GOLDENS)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     settings = EvalSettings(rag_app=DEMO_APP, rag_config={"config": "baseline"}, max_error_rate=1.0)
