@@ -1,12 +1,17 @@
 """Novel intents per day, before selection: the input of the sampling stage's novelty stream.
 
-A day's queries are clustered together with the trailing window's (per language, the same
-PCA + HDBSCAN as intent dedup). A cluster whose members come almost only from the judged day
-(share ≥ `new_cluster_share`) is an intent the traffic did not have before: its queries of
-the day are novel. A single odd query is not (noise is left to the random and signal
-streams), and a query of an intent already asked in the window is not, however far it is
-from its nearest neighbour: per-query distances do not separate a new intent from an old
-one's paraphrase (multilingual-e5 puts both above 0.9 cosine). Only earlier days are the
+A day's sample is clustered on its own (per language, the same PCA + HDBSCAN as intent
+dedup), and each query is placed against the trailing window's: it is unclaimed when the
+window holds nothing as close to it as its second-nearest distinct query of the day (the day
+asks it more densely than the window ever did). A cluster whose queries are almost all
+unclaimed (share ≥ `new_cluster_share`) is an intent the traffic did not have before: its
+unclaimed queries of the day are novel. A single odd query is not (noise is left to the random
+and signal streams), and a query of an intent already asked in the window is not: the
+comparison is with the day's own density, since absolute distances do not separate a new
+intent from an old one's paraphrase (multilingual-e5 puts both above 0.9 cosine). The day's
+cost grows with its sample, not with the window (one clustering of the day, one product with
+the window's vectors; re-clustering the whole window every day cost 10 s a day at 2,000
+queries a day and grew with the window). Only earlier days are the
 reference, so novelty never looks ahead, and it is computed from raw traffic, not from the
 selected candidates, so selection does not depend on its own output. A rerun judges again only
 the days whose traffic changed (a fingerprint of their trace ids and ingestion times, stored
@@ -60,22 +65,40 @@ class NoveltySettings:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
 
 
-def new_intent_members(days: np.ndarray, vectors: np.ndarray, day: object,
-                       settings: NoveltySettings) -> tuple[np.ndarray, np.ndarray]:
-    """Which of the judged day's points fall in a new cluster, and that cluster's size.
+def unclaimed(history: np.ndarray, today: np.ndarray, neighbours: int = 2) -> np.ndarray:
+    """Per point of the day, whether the window (`history`) has nothing as close to it as its
+    `neighbours`-th nearest other query of the day: a query the day asks more densely than the
+    window ever did. Identical queries count once (a question asked ten times is one point)."""
+    _, first, inverse = np.unique(today, axis=0, return_index=True, return_inverse=True)
+    distinct = today[first]
+    if len(distinct) <= neighbours:
+        return np.zeros(len(today), bool)
+    similarity = distinct @ distinct.T
+    np.fill_diagonal(similarity, -np.inf)
+    own = -np.partition(-similarity, neighbours - 1, axis=1)[:, neighbours - 1]
+    window = np.full(len(distinct), -np.inf, np.float32)
+    for start in range(0, len(history), 8192):  # one product per block of the window's vectors
+        np.maximum(window, (distinct @ history[start:start + 8192].T).max(axis=1), out=window)
+    return (window < own)[inverse.ravel()]
 
-    `days` and `vectors` cover the judged day and its window; returns boolean and size arrays
-    over the judged day's points.
-    """
-    today = days == day
-    labels = cluster_vectors(vectors, settings.cluster).labels
-    novel, sizes = np.zeros(int(today.sum()), bool), np.zeros(int(today.sum()), int)
-    positions = np.flatnonzero(today)
-    for label in set(labels[today].tolist()) - {NOISE}:
+
+def new_intent_members(history: np.ndarray, today: np.ndarray,
+                       settings: NoveltySettings) -> tuple[np.ndarray, np.ndarray]:
+    """Which of the judged day's points (`today`) are queries of a new intent, and its size.
+
+    The day's sample is clustered alone; a cluster whose queries are at least
+    `new_cluster_share` `unclaimed` by the window is an intent the traffic did not have
+    before, and its unclaimed queries are novel (a known query that fell in it is not). The
+    day's cost grows with its own sample (one clustering of it, one product with the window's
+    vectors), not with the window's length."""
+    free = unclaimed(history, today)
+    labels = cluster_vectors(today, settings.cluster).labels
+    novel, sizes = np.zeros(len(today), bool), np.zeros(len(today), int)
+    for label in set(labels.tolist()) - {NOISE}:
         members = labels == label
-        if today[members].mean() >= settings.new_cluster_share:
-            hit = np.isin(positions, np.flatnonzero(members))
-            novel[hit], sizes[hit] = True, int(members.sum())
+        if free[members].mean() >= settings.new_cluster_share:
+            novel[members & free] = True
+            sizes[members & free] = int(members.sum())
     return novel, sizes
 
 
@@ -121,8 +144,8 @@ def detect_novelty(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
             continue
         _, vectors = router.embed(con, group["original_query"].tolist(), language, log=log)
         for day in todo:
-            in_window = (days <= day) & (days >= day - window)
-            novel, sizes = new_intent_members(days[in_window], vectors[in_window], day, settings)
+            history = (days < day) & (days >= day - window)
+            novel, sizes = new_intent_members(vectors[history], vectors[days == day], settings)
             changed.append((pd.Timestamp(day).date(), language))
             rows.append(pd.DataFrame({"day": changed[-1][0],
                                       "trace_id": group["trace_id"].to_numpy()[days == day],
