@@ -7,7 +7,9 @@ that run the project's Dagster jobs, so that nobody writes run-config YAML by ha
 
 A run goes through the job of `definitions.py` in this process and is recorded in the Dagster
 instance of the deployment's home (DAGSTER_HOME, default `$RAG_LOOP_HOME/dagster`, set up from
-deploy/dagster.yaml the first time), so it shows in the UI beside the runs the UI launched.
+deploy/dagster.yaml the first time), so it shows in the UI beside the runs the UI launched. The
+run carries this process's host, pid and start (assets/run_liveness.py): a run whose process was
+killed is ended before the next one starts here, and by the daemon's run monitoring.
 """
 
 from __future__ import annotations
@@ -45,19 +47,22 @@ def run_job(name: str, run_config: Mapping[str, Any] | None = None, partition_ra
     from dagster import DagsterInstance
     from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
+    from assets.run_liveness import end_dead_runs, process_tags
     from definitions import defs
     job = defs.resolve_job_def(name)
-    tags = {}
+    tags = process_tags()  # host, pid and start of this process: a run left behind by a kill is found
     if partition_range:
         first, _, last = partition_range.partition("...")
         if not first or not last:
             raise click.BadParameter(f"{partition_range!r}: expected FIRST...LAST", param_hint="--partition-range")
-        tags = {ASSET_PARTITION_RANGE_START_TAG: first, ASSET_PARTITION_RANGE_END_TAG: last}
+        tags |= {ASSET_PARTITION_RANGE_START_TAG: first, ASSET_PARTITION_RANGE_END_TAG: last}
     instance_home()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         instance = DagsterInstance.get()
     with instance:
+        # runs whose process was killed hold the instance's one run slot forever: end them first
+        end_dead_runs(instance, echo=lambda line: click.echo(line, err=True))
         result = job.execute_in_process(run_config=dict(run_config or {}), instance=instance, tags=tags,
                                         raise_on_error=False)
     click.echo(f"{name}: {'SUCCESS' if result.success else 'FAILURE'} (run {result.run_id})")

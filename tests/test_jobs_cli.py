@@ -1,9 +1,18 @@
-"""The job commands build the run config a user would otherwise write by hand."""
+"""The job commands build the run config a user would otherwise write by hand, and record the
+process that runs them."""
+
+import shutil
+import subprocess
+import sys
+import types
 
 import pytest
 from click.testing import CliRunner
+from dagster import DagsterInstance, DagsterRunStatus, job, op
+from dagster._core.test_utils import create_run_for_test
 
 import jobs_cli
+from assets.run_liveness import HOST_TAG, PID_TAG, START_TAG, RagLoopRunLauncher, process_tags
 
 
 @pytest.fixture
@@ -40,3 +49,36 @@ def test_a_malformed_range_is_refused_before_anything_runs(monkeypatch):
     monkeypatch.setattr(jobs_cli, "instance_home", lambda: pytest.fail("nothing may run"))
     result = CliRunner().invoke(jobs_cli.main, ["run", "drift_job", "--partition-range", "2026-11-01"])
     assert result.exit_code != 0 and "FIRST...LAST" in result.output
+
+
+def test_a_run_records_its_process_and_first_ends_the_runs_whose_process_died(monkeypatch, tmp_path, capsys):
+    """Issue 43: a run killed mid-run held the instance's one run slot forever."""
+    @op
+    def nothing():
+        pass
+
+    @job
+    def tiny_job():
+        nothing()
+
+    monkeypatch.setitem(sys.modules, "definitions", types.SimpleNamespace(
+        defs=types.SimpleNamespace(resolve_job_def=lambda name: tiny_job)))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    shutil.copy(jobs_cli.INSTANCE_SETTINGS, tmp_path / "dagster.yaml")
+    killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    tags = process_tags(killed.pid)
+    killed.kill()
+    killed.wait()
+    with DagsterInstance.from_config(str(tmp_path)) as instance:  # deploy/dagster.yaml as the daemon reads it
+        assert isinstance(instance.run_launcher, RagLoopRunLauncher) and instance.run_monitoring_enabled
+        dead = create_run_for_test(instance, job_name="release_goldens", status=DagsterRunStatus.STARTED, tags=tags)
+
+    assert jobs_cli.run_job("tiny_job")
+    said = capsys.readouterr()
+    assert f"Ended run {dead.run_id} (release_goldens, STARTED): process {killed.pid} on host" in said.err
+    with DagsterInstance.from_config(str(tmp_path)) as instance:
+        assert instance.get_run_by_id(dead.run_id).status == DagsterRunStatus.FAILURE
+        (run,) = [r for r in instance.get_runs() if r.job_name == "tiny_job"]
+        assert run.status == DagsterRunStatus.SUCCESS and f"(run {run.run_id})" in said.out
+        mine, keys = process_tags(), (HOST_TAG, PID_TAG, START_TAG)
+        assert {k: run.tags[k] for k in keys} == {k: mine[k] for k in keys}
