@@ -24,7 +24,7 @@ from typing import Any
 import click
 import yaml
 
-from rag_loop.cli import main
+from rag_loop.cli import main, release_text
 from rag_loop.home import home
 
 INSTANCE_SETTINGS = Path(__file__).resolve().parent / "deploy" / "dagster.yaml"
@@ -100,8 +100,10 @@ def run_command(job: str, config_file: Path | None, partition_range: str | None)
 
 
 @main.command("release")
-@click.option("--notes", required=True, help="What changed and why: kept in the release's manifest.")
-@click.option("--by", "released_by", required=True, help="Who releases (kept in the manifest).")
+@click.option("--notes", required=True, callback=release_text,
+              help="What changed and why: kept in the release's manifest.")
+@click.option("--by", "released_by", required=True, callback=release_text,
+              help="Who releases (kept in the manifest; not empty, as --by \"$USER\" gives where USER is unset).")
 @click.option("--settle-seconds", type=float, default=None,
               help="Label files younger than this wait for the next run (default: the asset's).")
 @_CONFIG

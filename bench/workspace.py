@@ -86,7 +86,7 @@ def main() -> None:
         ids = build(folder, args.rows, args.labels)
         print(f"queue export of {args.rows:,} rows and {args.labels:,} labels written in "
               f"{time.perf_counter() - start:.1f} s")
-        client = TestClient(create_app(Workspace(folder)))
+        client = TestClient(create_app(Workspace(folder)), base_url="http://127.0.0.1")  # a served host
         client.cookies.set("rl_curator", "ana")
         parquet = str(folder / "queue" / "bench.parquet")
         bare = timed(lambda: duckdb.sql(f"SELECT count(*) FROM read_parquet('{parquet}')").fetchall(), args.repeat)

@@ -266,26 +266,49 @@ def summary(db: str, next_steps: bool) -> None:
 @click.option("--dagster-url", envvar="RAG_LOOP_DAGSTER_URL", show_envvar=True, default=None,
               help="A Dagster webserver (e.g. http://127.0.0.1:3000) that launches a release from the "
                    "workspace, queued like any run; without it, the release runs `rag-loop release`.")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Anything but loopback needs --token.")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="The address to listen on. Only a loopback address (127.0.0.1, ::1, localhost) goes "
+                   "without --token; \"\", 0.0.0.0 and :: listen on every interface.")
 @click.option("--port", type=int, default=8765, show_default=True)
 @click.option("--token", envvar="RAG_LOOP_WORKSPACE_TOKEN", show_envvar=True, default=None,
               help="Every request must carry it (open the printed link once per browser).")
+@click.option("--allowed-host", "allowed_hosts", multiple=True, envvar="RAG_LOOP_WORKSPACE_HOSTS", show_envvar=True,
+              help="A host name curators open the workspace by (repeatable; the variable: space-separated). "
+                   "Requests naming another host are refused (DNS rebinding). Default: the --host address, "
+                   "and localhost on loopback; required when --host listens on every interface.")
 def serve(curation_dir: Path, reports_dir: Path, goldens_dir: Path, dagster_url: str | None, host: str, port: int,
-          token: str | None) -> None:
+          token: str | None, allowed_hosts: tuple[str, ...]) -> None:
     """The curator workspace in the browser: the queue, a trace and its label, the sources."""
     import uvicorn
 
     from rag_loop.workspace.app import create_app
     from rag_loop.workspace.releases import WebserverRelease, launch_release
-    from rag_loop.workspace.security import is_loopback
+    from rag_loop.workspace.security import is_loopback, served_hosts
     from rag_loop.workspace.store import Workspace
     if not is_loopback(host) and not token:
-        raise click.UsageError(f"--host {host} is not loopback: set --token (or RAG_LOOP_WORKSPACE_TOKEN)")
-    link = f"http://{host}:{port}/" + (f"?token={token}" if token else "")
-    click.echo(f"rag-loop workspace on {link} (queue exports in {curation_dir / 'queue'})")
+        raise click.UsageError(f"--host {host!r} is not a loopback address: set --token (or "
+                               "RAG_LOOP_WORKSPACE_TOKEN), or listen on 127.0.0.1")
+    try:
+        hosts = served_hosts(host, allowed_hosts)
+    except ValueError as error:
+        raise click.UsageError(str(error)) from error
+    link = f"http://{hosts[0]}:{port}/" + (f"?token={token}" if token else "")
+    click.echo(f"rag-loop workspace on {link} (queue exports in {curation_dir / 'queue'}; "
+               f"answers to {', '.join(hosts)})")
     release = WebserverRelease(dagster_url) if dagster_url else launch_release
-    uvicorn.run(create_app(Workspace(curation_dir, reports_dir, goldens_dir), token, release), host=host, port=port,
-                log_level="warning")
+    uvicorn.run(create_app(Workspace(curation_dir, reports_dir, goldens_dir), token, release, hosts), host=host,
+                port=port, log_level="warning")
+
+
+def release_text(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A click callback for `rag-loop release --notes / --by`: refused unless a release may keep
+    it (given, visible text, a sane length; `release_request_errors`)."""
+    from rag_loop.goldens.release import release_request_errors
+    notes, released_by = (value, "-") if param.name == "notes" else ("-", value)
+    errors = release_request_errors(notes, released_by)
+    if errors:
+        raise click.BadParameter(errors[0].split(": ", 1)[1])
+    return value.strip()
 
 
 @main.group()

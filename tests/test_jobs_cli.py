@@ -82,3 +82,11 @@ def test_a_run_records_its_process_and_first_ends_the_runs_whose_process_died(mo
         assert run.status == DagsterRunStatus.SUCCESS and f"(run {run.run_id})" in said.out
         mine, keys = process_tags(), (HOST_TAG, PID_TAG, START_TAG)
         assert {k: run.tags[k] for k in keys} == {k: mine[k] for k in keys}
+
+
+def test_rag_loop_release_refuses_an_empty_releaser_before_running_anything(tmp_path):
+    """`--by "$USER"` where USER is unset gives an empty name: refused, no run started."""
+    refused = CliRunner().invoke(jobs_cli.main, ["release", "--notes", "June refresh", "--by", ""],
+                                 env={"RAG_LOOP_HOME": str(tmp_path)})
+    assert refused.exit_code == 2 and "say who releases" in refused.output
+    assert not (tmp_path / "dagster").exists()  # no instance set up, no run recorded

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal, NoReturn, get_args
@@ -245,7 +245,7 @@ class LabelRow(BaseModel):
     labeled_at: Annotated[datetime | None, BeforeValidator(_timestamp)] = None
 
 
-def check_label(row: dict[str, Any], known: KnownSources, traces: set[str]) -> CheckedLabel:
+def check_label(row: dict[str, Any], known: KnownSources, traces: Container[str]) -> CheckedLabel:
     """Validate one curator row with `LabelRow`: normalized values, or every error as `field: message`."""
     if "_unparsable" in row:
         return CheckedLabel({"trace_id": "", "decision": ""}, [row["_unparsable"]])

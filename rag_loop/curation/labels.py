@@ -3,13 +3,18 @@
 A label file (JSONL or CSV, rows shaped like the curation queue) is read once; its valid rows
 land in `curated_labels`, its invalid rows in `label_errors` with every problem listed (a row
 is validated by the pydantic model `LabelRow`, in label_rules.py). A relabel of a trace supersedes the earlier
-label (latest `labeled_at`, then the later file and line); both rows are kept. A file is read only
-once settled (see `store_label_files`), and its rows are stored with one statement per table.
+label (`current_order`: latest `labeled_at`, then the later file and line); both rows are kept. A file
+is read only once settled (see `store_label_files`), and its rows are stored with one statement per
+table. A bad row costs that row only (`read_label_rows`), and a label is appended on a line of its
+own (`append_label`), so a line cut by a full disk or a killed writer never takes another with it.
 """
 
 from __future__ import annotations
 
+import csv
+import fcntl
 import hashlib
+import io
 import json
 import os
 import time
@@ -19,11 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import pandas as pd
 import pyarrow as pa
 
 from rag_loop.curation.label_rules import CheckedLabel, KnownSources, check_label
-from rag_loop.curation.queue_files import read_queue
+from rag_loop.curation.queue_files import _from_cell
 from rag_loop.logs import Log, quiet
 from rag_loop.store.ddl import LABELS_DDL
 
@@ -89,7 +93,7 @@ def store_label_files(con: duckdb.DuckDBPyConnection, directory: Path, log: Log 
             report.waiting.append(f"{relative}: {why}")
             log(f"{relative}: not read yet, {why}")
             continue
-        rows = _read_rows(path)
+        rows = read_label_rows(path)
         after = path.stat()
         if (after.st_size, after.st_mtime_ns) != (stat.st_size, stat.st_mtime_ns):
             report.waiting.append(f"{relative}: changed while it was read: still being written")
@@ -97,7 +101,7 @@ def store_label_files(con: duckdb.DuckDBPyConnection, directory: Path, log: Log 
             continue
         labels: dict[str, dict[str, Any]] = {}  # by label_id: a later row of the same id wins
         errors: list[dict[str, Any]] = []
-        file_time = datetime.fromtimestamp(stat.st_mtime, UTC)
+        modified = file_time(stat)
         for line_no, row in rows:
             checked = check_label(row, known, traces)
             if checked.errors:
@@ -107,7 +111,7 @@ def store_label_files(con: duckdb.DuckDBPyConnection, directory: Path, log: Log 
                 errors.append({**error, "raw": json.dumps(row, ensure_ascii=False, default=str)[:4000]})
                 continue
             report.warnings += len(checked.warnings)
-            label = _label_values(checked, relative, line_no, file_time)
+            label = _label_values(checked, relative, line_no, modified)
             labels[label["label_id"]] = label
         stored, rejected = len(rows) - len(errors), len(errors)
         con.execute("BEGIN")
@@ -158,16 +162,20 @@ def _insert_frame(con: duckdb.DuckDBPyConnection, schema: pa.Schema, rows: list[
         con.unregister(name)
 
 
-def _read_rows(path: Path) -> list[tuple[int, dict]]:
-    """Numbered rows of a label file; a line that is not a JSON object, or not UTF-8, becomes
-    an error row (a CSV that cannot be read at all is one error row, line 0)."""
+def read_label_rows(path: Path) -> list[tuple[int, dict]]:
+    """Numbered rows of a label file, each one on its own: a row that cannot be read becomes an
+    error row of its line (`_unparsable`), and the rows around it are read as usual. JSONL: a
+    line that is not a JSON object, or not UTF-8. CSV: see `_csv_rows`."""
     if path.suffix == ".csv":
-        try:
-            return list(enumerate(read_queue(path), start=2))  # line 1 is the header
-        except (UnicodeDecodeError, ValueError, pd.errors.ParserError) as error:
-            return [(0, {"_unparsable": f"unreadable CSV: {error}"[:300]})]
+        return _csv_rows(path)
+    return jsonl_rows(path.read_bytes())
+
+
+def jsonl_rows(data: bytes, first_line: int = 1) -> list[tuple[int, dict]]:
+    """Numbered rows of JSON lines that start at line `first_line` of their file (the rest of a
+    file read before, `read_label_rows`)."""
     rows = []
-    for line_no, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
+    for line_no, raw in enumerate(data.split(b"\n"), start=first_line):
         if not raw.strip():
             continue
         try:
@@ -182,15 +190,113 @@ def _read_rows(path: Path) -> list[tuple[int, dict]]:
     return rows
 
 
+_read_rows = read_label_rows  # the name bench/labels.py imports
+
+
+def _csv_rows(path: Path) -> list[tuple[int, dict]]:
+    """Rows of a CSV label file by the line each starts on. A row is an error of its own line when
+    its quoting is broken, its cells do not match the header, or it is cut: the file ends inside a
+    quoted cell, or its last row has no line break. A cut row is never read as a shorter value (a
+    JSON line is never cut into a valid object; a CSV row is, so it must end with its line break).
+    A file that is not UTF-8 is one error row, line 0."""
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        return [(0, {"_unparsable": f"unreadable CSV: not UTF-8 (byte {error.start})"})]
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    header: list[str] | None = None
+    rows: list[tuple[int, dict]] = []
+    read_last = False  # whether the last record read is the last of `rows` (not a header or blank)
+    while True:
+        start = reader.line_num + 1
+        try:
+            cells = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as error:
+            cut = "unexpected end of data" in str(error)
+            rows.append((start, {"_unparsable": CUT_ROW if cut else f"invalid CSV: {error}"}))
+            read_last = False
+            continue
+        read_last = bool(cells) and header is not None
+        if not cells:
+            continue  # a blank line
+        if header is None:
+            header = cells
+        elif len(cells) != len(header):
+            rows.append((start, {"_unparsable": f"{len(cells)} cells where the header has {len(header)}"}))
+        else:
+            rows.append((start, {key: _csv_value(value) for key, value in zip(header, cells)}))
+    if read_last and not text.endswith(("\n", "\r")):
+        rows[-1] = (rows[-1][0], {"_unparsable": CUT_ROW})  # the last row, without its line break
+    return rows
+
+
+CUT_ROW = ("cut off: the row does not end with a line break (the file may still be being written, or "
+           "its writer was stopped); end the row with a line break to have it read")
+
+
+def _csv_value(cell: str) -> Any:
+    """A cell as `read_queue` reads it: the formula guard removed, a JSON list or object decoded."""
+    value = _from_cell(cell)
+    if value.startswith(("[", "{")):
+        try:
+            return json.loads(value)
+        except (json.JSONDecodeError, RecursionError):
+            pass  # text that merely starts with a bracket: "[doc#chunk] 15 days"
+    return value
+
+
+def append_label(path: Path, record: dict[str, Any]) -> None:
+    """Append one label as a JSON line, under an exclusive lock (two writers never interleave),
+    on a line of its own: after a cut last line (a full disk, a killed writer) a line break
+    comes first, so the cut line stays one error row and this label is read whole. Synced to
+    disk before returning, so a label reported saved is saved."""
+    try:
+        line = json.dumps(record, ensure_ascii=False, default=str).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate read from a JSON escape: keep it escaped
+        line = json.dumps(record, ensure_ascii=True, default=str).encode("utf-8")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            end = handle.seek(0, os.SEEK_END)
+            handle.seek(max(end - 1, 0))
+            fresh = end == 0 or handle.read(1) == b"\n"
+            handle.write((b"" if fresh else b"\n") + line + b"\n")  # append mode: always at the end
+            handle.flush()
+            os.fsync(handle.fileno())
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def file_time(stat: os.stat_result) -> datetime:
+    """A label file's modification time: the `labeled_at` of its rows that have none."""
+    return datetime.fromtimestamp(stat.st_mtime, UTC)
+
+
+def label_time(labeled_at: datetime | None, modified: datetime) -> datetime:
+    """When a label was given: its validated `labeled_at` (an instant), else its file's time."""
+    return labeled_at or modified
+
+
+def current_order(labeled_at: datetime, source_file: str, line_no: int) -> tuple[datetime, str, int]:
+    """The rule for which label of a trace is current: the one with the largest key, i.e. the
+    latest `label_time`, then the later file (its path under the labels folder), then the later
+    line. `curated_labels` stores `label_time` as `labeled_at` and the `current_labels` view orders
+    by the same three columns; the workspace picks with this key. Tests hold the two together."""
+    return labeled_at, source_file, line_no
+
+
 def _label_values(checked: CheckedLabel, source_file: str, line_no: int,
-                  file_time: datetime) -> dict[str, Any]:
+                  modified: datetime) -> dict[str, Any]:
     """A `curated_labels` row (but stored_at) of a valid label; empty optional texts are NULL."""
     v = checked.values
     return {"label_id": hashlib.sha256(f"{source_file}:{line_no}:{v['trace_id']}".encode()).hexdigest()[:16],
             "trace_id": v["trace_id"], "decision": v["decision"], "input": v.get("input") or None,
             "expected_output": v["expected_output"], "expected_sources": v["expected_sources"],
             "tags": v["tags"], "origin": v["origin"] or None, "failure_type": v["failure_type"] or None,
-            "curator": v.get("curator") or None, "labeled_at": v["labeled_at"] or file_time,
+            "curator": v.get("curator") or None, "labeled_at": label_time(v["labeled_at"], modified),
             "cluster_id": v.get("cluster_id") or None, "cluster_weight": v["cluster_weight"],
             "priority": v.get("priority") or None, "source_trace_ids": v["source_trace_ids"],
             "warnings": checked.warnings, "source_file": source_file, "line_no": line_no,

@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -45,6 +46,29 @@ def redaction_quality(con: duckdb.DuckDBPyConnection, redactor: Redactor) -> dic
     return {**{f"redaction_recall_{k}": v for k, v in planted_recall(redactor).items()},
             **{f"redaction_kb_false_positives_{k}": v
                for k, v in false_positives(redactor, knowledge).items()}}
+
+
+MAX_NOTES_CHARS, MAX_RELEASER_CHARS = 10_000, 200
+# C0 controls but tab, line feed and carriage return, and DEL: a NUL cannot even be passed to the
+# release process (an argument ends at it), the others are no text a reader can see
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def release_request_errors(notes: str, released_by: str) -> list[str]:
+    """What is wrong with a release's notes and its releaser, in the releaser's words: both are
+    kept in the manifest, so both must be given, be text a reader can see and be of a sane length."""
+    errors = []
+    for name, value, most, empty in (("notes", notes, MAX_NOTES_CHARS, "say what this release changes"),
+                                     ("released_by", released_by, MAX_RELEASER_CHARS,
+                                      "say who releases (a name or e-mail): the manifest keeps it")):
+        if not value.strip():
+            errors.append(f"{name}: {empty}")
+        elif len(value) > most:
+            errors.append(f"{name}: {len(value):,} characters, at most {most:,}")
+        elif found := _CONTROL.search(value):
+            errors.append(f"{name}: a control character (U+{ord(found.group()):04X}) at position "
+                          f"{found.start() + 1}: remove it")
+    return errors
 
 
 def golden_id(trace_id: str) -> str:

@@ -4,33 +4,42 @@ keyboard shortcuts and the source search; nothing is fetched from elsewhere."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from urllib.parse import parse_qs, quote, urlencode
+from urllib.parse import parse_qs, urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from rag_loop.goldens.release import release_request_errors
 from rag_loop.schema import FailureType, Origin
-from rag_loop.workspace.releases import Launched, launch_release, pending, released_goldens, releases
+from rag_loop.store.releases import release_versions
+from rag_loop.workspace.releases import Launched, launch_release, newest_release, outcome, pending, releases
 from rag_loop.workspace.security import (
     CSRF_COOKIE,
     CURATOR_COOKIE,
     HEADERS,
+    LOOPBACK_HOSTS,
+    REPORT_POLICY,
     TOKEN_COOKIE,
+    BodyLimit,
+    local_path,
     new_token,
     origin_allowed,
+    path_part,
     same,
     shown,
 )
-from rag_loop.workspace.store import CURATOR_NAME, FILTERS, INTENT_SORTS, STATUSES, Workspace
+from rag_loop.workspace.store import FILTERS, INTENT_SORTS, STATUSES, Workspace, valid_curator
 
 HERE = Path(__file__).resolve().parent
 FAILURE_TYPE_HELP = {
@@ -52,13 +61,22 @@ ORIGIN_HELP = {
 }
 
 
+MAX_PAGE = 1_000_000  # a queue page number past this is no page anyone reached by "next"
+REPORT_NAME = re.compile(r"[\w-][\w.-]{0,199}\.html")  # what reports are called: a name, not a path
+MAX_FORM_FIELDS = 500
+
+
 def create_app(workspace: Workspace, token: str | None = None,
-               release: Callable[[str, str], Launched] = launch_release) -> Starlette:
+               release: Callable[[str, str], Launched] = launch_release,
+               hosts: Sequence[str] = LOOPBACK_HOSTS) -> Starlette:
     """The app; with `token`, every request must carry it (required off loopback). `release`
-    makes a golden release (default: the release_goldens job, in its own process)."""
+    makes a golden release (default: the release_goldens job, in its own process). `hosts`: the
+    Host header values it answers (`served_hosts`; default: the loopback names), any other is
+    refused (400), so a rebound DNS name of another site never reaches it."""
     templates = Environment(loader=FileSystemLoader(HERE / "templates"),
                             autoescape=select_autoescape(default=True, default_for_string=True))
     templates.filters["shown"] = shown
+    templates.filters["path_part"] = path_part
 
     def page(request: Request, template: str, code: int = 200, **values) -> HTMLResponse:
         html = templates.get_template(template).render(csrf=request.state.csrf, curator=request.state.curator,
@@ -70,7 +88,7 @@ def create_app(workspace: Workspace, token: str | None = None,
             return RedirectResponse("/curator", status_code=303)
         filters = {k: request.query_params.get(k, "") for k in (*FILTERS, "signal")}
         status = request.query_params.get("status", "")
-        page_number = max(0, int(request.query_params.get("page", "0") or 0))
+        page_number = page_of(request.query_params.get("page", ""))
         rows, matching = workspace.rows(filters, status if status in STATUSES else "", page_number)
         query = {k: v for k, v in {**filters, "status": status}.items() if v}
         return page(request, "queue.html", rows=rows, matching=matching, filters=filters, status=status,
@@ -83,15 +101,22 @@ def create_app(workspace: Workspace, token: str | None = None,
             return RedirectResponse("/curator", status_code=303)
         trace_id = request.path_params["trace_id"]
         row = workspace.row(trace_id)
-        if row is None:
-            return page(request, "missing.html", 404, trace_id=trace_id)
+        form = await _form(request) if request.method == "POST" else {}
+        if row is None:  # not in the newest export: a label typed before it was replaced is shown again
+            answer = _answer(form) if form.get("action", [""])[0] not in ("", "undo") else {}
+            return page(request, "missing.html", 409 if answer else 404, trace_id=trace_id, answer=answer,
+                        queue_file=workspace.queue_file())
         if request.method == "POST":
-            form = await _form(request)
             if form.get("action", [""])[0] == "undo":
                 workspace.undo(request.state.curator, trace_id)
-                return RedirectResponse(f"/trace/{quote(trace_id)}", status_code=303)
+                return RedirectResponse(f"/trace/{path_part(trace_id)}", status_code=303)
             answer = _answer(form)
-            checked = workspace.save_label(request.state.curator, trace_id, answer)
+            try:
+                checked = workspace.save_label(request.state.curator, trace_id, answer)
+            except OSError as error:  # a full disk: say so, and give the text back
+                return page(request, "trace.html", 503, row=row, answer=answer, **_help(workspace, trace_id),
+                            errors=[f"the label could not be written ({error.strerror or error}): nothing "
+                                    "was saved; try again once the disk has room"])
             if checked.errors:
                 return page(request, "trace.html", 422, row=row, errors=checked.errors, answer=answer,
                             **_help(workspace, trace_id))
@@ -117,8 +142,10 @@ def create_app(workspace: Workspace, token: str | None = None,
     async def curator(request: Request) -> Response:
         if request.method == "POST":
             name = (await _form(request)).get("curator", [""])[0].strip()
-            if not CURATOR_NAME.match(name):
-                return page(request, "curator.html", 422, error="letters, digits and . @ + - only", name=name)
+            if not valid_curator(name):
+                return page(request, "curator.html", 422, name=name,
+                            error="letters, digits and . @ + - only, at most 64, not starting with a dot "
+                                  "(the name is part of your label file's name)")
             response = RedirectResponse("/", status_code=303)
             response.set_cookie(CURATOR_COOKIE, name, httponly=True, samesite="strict")
             return response
@@ -134,16 +161,19 @@ def create_app(workspace: Workspace, token: str | None = None,
         if not request.state.curator:
             return RedirectResponse("/curator", status_code=303)
         launched = None
+        goldens = workspace.goldens_dir
         if request.method == "POST":
             notes = (await _form(request)).get("notes", [""])[0].strip()
-            if not notes:
-                launched = Launched(False, "notes: say what this release changes")
+            if errors := release_request_errors(notes, request.state.curator):
+                launched = Launched(False, "\n".join(errors))
             else:
+                before = release_versions(goldens) if goldens else []
                 launched = await run_in_threadpool(release, notes, request.state.curator)
-        goldens = workspace.goldens_dir
+                launched = outcome(launched, before, release_versions(goldens) if goldens else [])
+        newest = newest_release(goldens)
         return page(request, "releases.html", 200 if launched is None or launched.ok else 422,
-                    releases=releases(goldens) if goldens else [], launched=launched,
-                    pending=pending(goldens, workspace.decisions()) if goldens
+                    releases=releases(goldens) if goldens else [], launched=launched, newest=newest,
+                    pending=pending(goldens, workspace.decisions()) if goldens and not newest.problem
                     else {"new": [], "changed": [], "withdrawn": []})
 
     async def evals(request: Request) -> Response:
@@ -161,11 +191,10 @@ def create_app(workspace: Workspace, token: str | None = None,
 
     async def report(request: Request) -> Response:
         name = request.path_params["name"]
-        folder = workspace.reports_dir
-        path = (folder / name) if folder else None
-        if path is None or "/" in name or not name.endswith(".html") or not path.is_file():
-            return page(request, "missing.html", 404, trace_id=name)
-        return FileResponse(path, media_type="text/html")
+        path = report_path(workspace.reports_dir, name)
+        if path is None:
+            return page(request, "missing.html", 404, trace_id=name, what="report")
+        return FileResponse(path, media_type="text/html", headers={"Content-Security-Policy": REPORT_POLICY})
 
     routes = [Route("/", queue), Route("/check/{trace_id:path}", check, methods=["POST"]),
               Route("/trace/{trace_id:path}", trace, methods=["GET", "POST"]),
@@ -174,7 +203,26 @@ def create_app(workspace: Workspace, token: str | None = None,
               Route("/releases", releases_page, methods=["GET", "POST"]),
               Route("/evals/{run_id}", compare),
               Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static")]
-    return Starlette(routes=routes, middleware=[Middleware(Guard, token=token)])
+    return Starlette(routes=routes, middleware=[
+        Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts), www_redirect=False),
+        Middleware(BodyLimit), Middleware(Guard, token=token)])
+
+
+def page_of(value: str) -> int:
+    """A queue page number from the URL: digits, at most MAX_PAGE; anything else is the first page."""
+    return min(int(value), MAX_PAGE) if value.isascii() and value.isdigit() else 0
+
+
+def report_path(folder: Path | None, name: str) -> Path | None:
+    """The report file `name` names: a plain `.html` name in `folder`, a file there and not a link
+    out of it (the resolved path must stay in the folder); None for anything else."""
+    if folder is None or not REPORT_NAME.fullmatch(name):
+        return None
+    try:
+        path = (folder / name).resolve()
+        return path if path.parent == folder.resolve() and path.is_file() else None
+    except OSError:
+        return None
 
 
 class Guard(BaseHTTPMiddleware):
@@ -187,16 +235,22 @@ class Guard(BaseHTTPMiddleware):
     async def dispatch(self, request: Request, call_next) -> Response:
         if self.token and not same(request.cookies.get(TOKEN_COOKIE), self.token):
             if same(request.query_params.get("token"), self.token):
-                response = RedirectResponse(request.url.path, status_code=303)
+                response = RedirectResponse(local_path(request.url.path), status_code=303)
                 response.set_cookie(TOKEN_COOKIE, self.token, httponly=True, samesite="strict")
                 return _secured(response)
             return _secured(HTMLResponse("<h1>401</h1><p>This workspace needs its token: open the link "
                                          "with <code>?token=…</code>.</p>", status_code=401))
         csrf = request.cookies.get(CSRF_COOKIE) or new_token()
         request.state.csrf = csrf
-        request.state.curator = request.cookies.get(CURATOR_COOKIE, "")
+        curator = request.cookies.get(CURATOR_COOKIE, "")
+        request.state.curator = curator if valid_curator(curator) else ""  # a forged cookie names no one
         if request.method == "POST":
-            form = await _form(request)
+            try:
+                form = await _form(request)
+            except ValueError:
+                return _secured(HTMLResponse(f"<h1>413</h1><p>The form has more than {MAX_FORM_FIELDS} fields, "
+                                             "the most a workspace form has: nothing was saved.</p>",
+                                             status_code=413))
             if not (same(form.get("csrf", [""])[0], request.cookies.get(CSRF_COOKIE))
                     and origin_allowed(request.headers.get("origin"), request.headers.get("host"))):
                 return _secured(HTMLResponse("<h1>403</h1><p>The form did not come from this workspace "
@@ -208,14 +262,17 @@ class Guard(BaseHTTPMiddleware):
 
 
 def _secured(response: Response) -> Response:
-    response.headers.update(HEADERS)
+    """The security headers, but where a route set its own (a report's policy)."""
+    for name, value in HEADERS.items():
+        response.headers.setdefault(name, value)
     return response
 
 
 async def _form(request: Request) -> dict[str, list[str]]:
-    """The urlencoded form (read once; the body is cached by Starlette)."""
+    """The urlencoded form (read once; the body is cached by Starlette). A ValueError when it
+    has more than MAX_FORM_FIELDS fields."""
     body = await request.body()
-    return parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True)
+    return parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS)
 
 
 def _answer(form: dict[str, list[str]]) -> dict:
@@ -233,8 +290,8 @@ def _answer(form: dict[str, list[str]]) -> dict:
 
 
 def _help(workspace: Workspace, trace_id: str) -> dict:
-    version, goldens = released_goldens(workspace.goldens_dir) if workspace.goldens_dir else (None, {})
-    return {"release": version, "golden": goldens.get(trace_id),
+    newest = newest_release(workspace.goldens_dir)
+    return {"release": newest.version, "golden": newest.goldens.get(trace_id), "release_problem": newest.problem,
             "failure_types": [(f.value, FAILURE_TYPE_HELP.get(f.value, "")) for f in FailureType],
             "origins": [(o.value, ORIGIN_HELP.get(o.value, "")) for o in Origin],
             "decision": workspace.decisions().get(trace_id)}
@@ -243,7 +300,7 @@ def _help(workspace: Workspace, trace_id: str) -> dict:
 def _next_url(workspace: Workspace, done: str) -> str:
     rows, _ = workspace.rows({}, "todo", 0, 2)
     following = [r["trace_id"] for r in rows if r["trace_id"] != done]
-    return f"/trace/{quote(following[0])}" if following else "/"
+    return f"/trace/{path_part(following[0])}" if following else "/"
 
 
 def _clean(row: dict) -> dict:

@@ -5,13 +5,15 @@ Hand-over: the queue stage exports `<batch>.parquet` (the queue rows and each tr
 and `knowledge.parquet` beside its JSONL/CSV; the workspace queries them with an in-memory
 DuckDB, and writes each curator's labels as label files (`<curator>-<batch>.jsonl` in the
 labels folder), which the label sensor and `curated_labels` ingest: labels keep one path into
-the database. A label is checked with the same rules as `curated_labels` before it is written.
+the database. A label is checked with the same rules as `curated_labels` before it is written,
+and the workspace reads the label files back with them too: a trace's current label is the one
+`curated_labels` would pick (`current_order`). Each label file is read again only when it changes.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
+import os
 import re
 import threading
 from collections.abc import Iterator
@@ -25,16 +27,29 @@ import duckdb
 import pyarrow as pa
 
 from rag_loop.curation.label_rules import CheckedLabel, KnownSources, check_label
-from rag_loop.curation.labels import label_files
-from rag_loop.curation.queue_files import read_queue
-from rag_loop.store.files import directory_fingerprint
+from rag_loop.curation.labels import (
+    append_label,
+    current_order,
+    file_time,
+    jsonl_rows,
+    label_files,
+    label_time,
+    read_label_rows,
+)
+from rag_loop.workspace.security import SHOWN_CHARS
 
 EXPORTS = ("knowledge.parquet", "intents.parquet")  # beside the queue exports, not one of them
 JSON_COLUMNS = ("retrieval_context", "variant_trace_ids", "signals", "judge_scores", "expected_sources",
                 "tags", "details")
 FILTERS = ("priority", "language", "cluster_id", "suggested_failure_type")
 STATUSES = ("todo", "accept", "reject", "later")
-CURATOR_NAME = re.compile(r"^[\w.@+-]{1,64}$")
+CURATOR_NAME = re.compile(r"[\w@+-][\w.@+-]{0,63}")  # a file name part: no slash, no leading dot
+BATCH_NAME = re.compile(r"[\w@+-][\w.@+-]{0,99}")
+# what one label may hold, and why: the curator sees the reason with the error
+LIMITS = {"expected_output": (SHOWN_CHARS, "a page shows 20,000 characters of a text, so a longer expected "
+                                           "output could not be read back in full"),
+          "reject_reason": (2_000, "a reason, not a document: the text it is about is in the trace")}
+MAX_LISTED = {"expected_sources": 100, "tags": 50}
 INTENT_SORTS = ("volume", "failure_rate", "judged_pass_rate", "trend", "size")
 RUN_ID = re.compile(r"^[\w-]{1,100}$")  # an eval run id names a file: no dots, no slashes
 # what the queue page lists: the wide columns (context, details) stay in the file
@@ -45,9 +60,73 @@ LISTED = "trace_id, batch, priority, language, input, cluster_id, cluster_label,
 class Decision:
     decision: str
     curator: str
-    labeled_at: str
+    labeled_at: str  # the instant `current_order` compared, ISO 8601
     reject_reason: str | None = None
     expected_output: str | None = None
+
+
+@dataclass(frozen=True)
+class Label:
+    """A valid line of a label file: its `current_order` key, its decision, and the row as written
+    (undo writes it again)."""
+
+    order: tuple[datetime, str, int]
+    trace_id: str
+    decision: Decision
+    row: dict[str, Any]
+    timed_by_file: bool = False  # no labeled_at: its time is its file's, which any write changes
+
+
+@dataclass(frozen=True)
+class _Read:
+    """What the workspace read of one label file, and where it stopped: a write that appends
+    (the file grew, the bytes before the old end unchanged) is all it reads next time."""
+
+    stamp: tuple[int, int, int, object]  # size, mtime_ns, inode, and the stamp of the sources checked with
+    end: int = 0  # bytes read up to and including the last line break
+    lines: int = 0  # line breaks before `end`
+    tail: bytes = b""  # the TAIL_BYTES before `end`
+    whole: tuple[Label, ...] = ()  # the labels of the lines before `end`
+    labels: tuple[Label, ...] = ()  # ... and of a last line without its line break (read again)
+
+    def appended(self, stamp: tuple[int, int, int, object]) -> bool:
+        """Whether a file now at `stamp` may have only grown since (the tail decides)."""
+        return stamp[0] > self.stamp[0] and stamp[2:] == self.stamp[2:] and \
+            not any(label.timed_by_file for label in self.whole)
+
+
+TAIL_BYTES = 256
+
+
+class _AnyTrace:
+    """The trace ids a label may name, as far as the workspace can tell: any (it never opens
+    raw_traces; curated_labels checks them)."""
+
+    def __contains__(self, trace_id: object) -> bool:
+        return True
+
+
+def valid_curator(name: object) -> bool:
+    """A curator name names their label file: letters, digits and . @ + -, no leading dot."""
+    return isinstance(name, str) and CURATOR_NAME.fullmatch(name) is not None
+
+
+def _require_curator(name: str) -> None:
+    if not valid_curator(name):
+        raise ValueError(f"curator: {name[:80]!r} is not a name of letters, digits and .@+- (no leading dot)")
+
+
+def limit_errors(answer: dict[str, Any]) -> list[str]:
+    """What in a curator's answer is longer than a label may be, with why (`LIMITS`, `MAX_LISTED`)."""
+    errors = []
+    for key, (most, why) in LIMITS.items():
+        length = len(str(answer.get(key) or ""))
+        if length > most:
+            errors.append(f"{key}: {length:,} characters, at most {most:,} ({why})")
+    for key, most in MAX_LISTED.items():
+        if len(answer.get(key) or []) > most:
+            errors.append(f"{key}: {len(answer[key]):,} given, at most {most}")
+    return errors
 
 
 class Workspace:
@@ -57,15 +136,16 @@ class Workspace:
         self.queue_dir, self.labels_dir = curation_dir / "queue", curation_dir / "labels"
         self.reports_dir, self.goldens_dir = reports_dir, goldens_dir
         self._lock = threading.Lock()
+        self._files: dict[str, _Read] = {}  # by path under labels/
         self._decisions: tuple[object, dict[str, Decision]] | None = None
         self._known: tuple[object, KnownSources] | None = None
         self._choices: tuple[object, dict[str, list[str]]] | None = None
 
     def queue_file(self) -> Path | None:
         """The newest queue export the workspace can read (`<batch>.parquet`)."""
-        files = sorted(self.queue_dir.glob("*.parquet"), key=lambda p: p.stat().st_mtime)
-        files = [f for f in files if f.name not in EXPORTS]
-        return files[-1] if files else None
+        stamped = [(stat.st_mtime, path) for path in self.queue_dir.glob("*.parquet")
+                   if path.name not in EXPORTS and (stat := _stat(path)) is not None]  # replaced: skipped
+        return max(stamped)[1] if stamped else None
 
     @contextmanager
     def _sql(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -175,21 +255,39 @@ class Workspace:
             self._known = (stamp, known)
         return self._known[1]
 
+    def labels(self) -> tuple[object, list[Label]]:
+        """Every valid label line (valid by `curated_labels`' rules, any trace id) and a stamp that
+        changes with them. A file is read again only when its size or time changes (or the
+        citable sources do): a save re-reads the file it appended to, not every label file."""
+        known = self.known_sources()
+        sources = self._known[0] if self._known else None  # knowledge.parquet's time
+        with self._lock:
+            files = {}
+            for path in label_files(self.labels_dir):
+                stat = _stat(path)
+                if stat is None:
+                    continue  # removed while the folder was listed
+                relative = str(path.relative_to(self.labels_dir))
+                try:
+                    files[relative] = _read_file(path, relative, stat, known, sources, self._files.get(relative))
+                except OSError:
+                    continue  # gone or unreadable: curated_labels reports it; the workspace shows the rest
+            self._files = files
+            return tuple((name, read.stamp) for name, read in files.items()), \
+                [label for read in files.values() for label in read.labels]
+
     def decisions(self) -> dict[str, Decision]:
-        """Each trace's newest decision in the label files (recomputed when a file changes)."""
-        stamp = directory_fingerprint(self.labels_dir, label_files) if self.labels_dir.exists() else None
+        """Each trace's current decision in the label files: its label that is last by
+        `current_order`, the rule `current_labels` follows (recomputed when a file changes)."""
+        stamp, labels = self.labels()
         with self._lock:
             if self._decisions is None or self._decisions[0] != stamp:
-                newest: dict[str, Decision] = {}
-                for path in label_files(self.labels_dir) if stamp is not None else []:
-                    for row in _readable(path):
-                        decision = Decision(str(row.get("decision") or "").lower(), str(row.get("curator") or ""),
-                                            str(row.get("labeled_at") or ""), row.get("reject_reason"),
-                                            row.get("expected_output"))
-                        previous = newest.get(str(row.get("trace_id")))
-                        if previous is None or decision.labeled_at >= previous.labeled_at:
-                            newest[str(row.get("trace_id"))] = decision
-                self._decisions = (stamp, newest)
+                newest: dict[str, Label] = {}
+                for label in labels:
+                    previous = newest.get(label.trace_id)
+                    if previous is None or label.order > previous.order:
+                        newest[label.trace_id] = label
+                self._decisions = (stamp, {t: label.decision for t, label in newest.items()})
             return self._decisions[1]
 
     def progress(self) -> dict[str, dict[str, int]]:
@@ -207,14 +305,17 @@ class Workspace:
         row = self.row(trace_id)
         if row is None:
             return CheckedLabel({"trace_id": trace_id}, [f"trace_id: {trace_id!r} is not in the queue"]), {}
-        if not CURATOR_NAME.match(curator):
-            return CheckedLabel({"trace_id": trace_id}, ["curator: a name of letters, digits and .@+-"]), {}
+        if not valid_curator(curator):
+            return CheckedLabel({"trace_id": trace_id}, ["curator: a name of letters, digits and .@+- "
+                                                         "(no leading dot)"]), {}
         record = {key: row.get(key) for key in ("trace_id", "input", "cluster_id", "priority", "cluster_weight",
                                                  "suggested_failure_type", "judge_score", "variant_trace_ids",
                                                  "batch")}
         record.update(answer, curator=curator, labeled_at=datetime.now(UTC).isoformat())
         if answer.get("decision") == "reject" and not str(answer.get("reject_reason") or "").strip():
             return CheckedLabel({"trace_id": trace_id}, ["reject_reason: say why the row is rejected"]), record
+        if too_long := limit_errors(answer):
+            return CheckedLabel({"trace_id": trace_id}, too_long), record
         traces = {trace_id, *(row.get("variant_trace_ids") or [])}
         return check_label(record, self.known_sources(), traces), record
 
@@ -227,28 +328,26 @@ class Workspace:
         return checked
 
     def undo(self, curator: str, trace_id: str) -> str | None:
-        """Put back what a trace's newest label replaced: the label before it, written again as
-        the newest (a label file is never edited), or "later" when there was none. Returns the
-        decision now in force, or None when the trace has no label."""
-        labels = sorted((row for path in label_files(self.labels_dir) for row in _readable(path)
-                         if str(row.get("trace_id")) == trace_id), key=lambda r: str(r.get("labeled_at") or ""))
+        """Put back what a trace's current label replaced: the label before it by `current_order`,
+        written again as the newest (a label file is never edited), or "later" when there was
+        none. Returns the decision now in force, or None when the trace has no label."""
+        _require_curator(curator)
+        labels = sorted((label for label in self.labels()[1] if label.trace_id == trace_id),
+                        key=lambda label: label.order)
         if not labels:
             return None
-        previous = dict(labels[-2]) if len(labels) > 1 else {"trace_id": trace_id, "decision": "later",
-                                                              "batch": labels[-1].get("batch")}
+        previous = dict(labels[-2].row) if len(labels) > 1 else {"trace_id": trace_id, "decision": "later",
+                                                                  "batch": labels[-1].row.get("batch")}
         previous.update(curator=curator, labeled_at=datetime.now(UTC).isoformat())
         self._append(curator, previous)
         return str(previous["decision"])
 
     def _append(self, curator: str, record: dict[str, Any]) -> None:
-        self.labels_dir.mkdir(parents=True, exist_ok=True)
-        path = self.labels_dir / f"{curator}-{record.get('batch') or 'queue'}.jsonl"
-        line = json.dumps(record, ensure_ascii=False, default=str) + "\n"
-        with open(path, "a", encoding="utf-8") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            handle.write(line)
-            handle.flush()
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        """Append to `<curator>-<batch>.jsonl` (`<curator>-queue.jsonl` when the batch is no file name)."""
+        _require_curator(curator)
+        batch = record.get("batch")
+        name = batch if isinstance(batch, str) and BATCH_NAME.fullmatch(batch) else "queue"
+        append_label(self.labels_dir / f"{curator}-{name}.jsonl", record)
 
     def intents(self, sort: str = "volume", singletons: bool = False) -> list[dict]:
         """The intent clusters of `intents.parquet`, sorted by `sort` (largest first)."""
@@ -298,11 +397,52 @@ class Workspace:
                                ).df().to_dict("records")
 
 
-def _readable(path: Path) -> list[dict]:
+def _read_file(path: Path, relative: str, stat: os.stat_result, known: KnownSources, sources: object,
+               before: _Read | None) -> _Read:
+    """The valid labels of one label file (an unreadable line costs itself only), checked with
+    `known` (of the export stamped `sources`): `before` as it is when the file is unchanged, read
+    on from its end when the file was appended to, else read whole (a CSV always)."""
+    stamp = (stat.st_size, stat.st_mtime_ns, stat.st_ino, sources)
+    if before is not None and before.stamp == stamp:
+        return before
+    modified = file_time(stat)
+    if path.suffix != ".jsonl":
+        return _Read(stamp, labels=tuple(_labels_of(read_label_rows(path), relative, modified, known)))
+    with open(path, "rb") as handle:
+        base = before if before is not None and before.appended(stamp) else None
+        if base is not None:
+            handle.seek(base.end - len(base.tail))
+            base = base if handle.read(len(base.tail)) == base.tail else None
+        start = _Read(stamp) if base is None else base
+        handle.seek(start.end)
+        data = handle.read()
+    cut = data.rfind(b"\n") + 1
+    lines = start.lines + data.count(b"\n", 0, cut)
+    whole = start.whole + tuple(_labels_of(jsonl_rows(data[:cut], start.lines + 1), relative, modified, known))
+    rest = _labels_of(jsonl_rows(data[cut:], lines + 1), relative, modified, known)
+    return _Read(stamp, start.end + cut, lines, (start.tail + data[:cut])[-TAIL_BYTES:], whole, whole + tuple(rest))
+
+
+def _labels_of(rows: list[tuple[int, dict]], relative: str, modified: datetime, known: KnownSources) -> list[Label]:
+    """The valid rows of a label file as labels: checked with `curated_labels`' rules (any trace id)."""
+    labels = []
+    for line_no, row in rows:
+        checked = check_label(row, known, _AnyTrace())
+        if checked.errors:
+            continue
+        values = checked.values
+        at = label_time(values["labeled_at"], modified)
+        labels.append(Label(current_order(at, relative, line_no), values["trace_id"], Decision(
+            values["decision"], values["curator"], at.isoformat(), values["reject_reason"] or None,
+            values["expected_output"] or None), row, timed_by_file=values["labeled_at"] is None))
+    return labels
+
+
+def _stat(path: Path) -> os.stat_result | None:
     try:
-        return read_queue(path)
-    except (ValueError, OSError, UnicodeDecodeError):
-        return []  # curated_labels reports a broken file; the workspace shows what it can
+        return path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
 
 
 def _decoded(row: dict) -> dict:

@@ -76,7 +76,7 @@ def test_a_label_file_that_changes_while_it_is_read_waits(db, tmp_path, monkeypa
     labels.mkdir()
     path = labels / "f.csv"
     path.write_text(HEADER + ROW[:-len(" paid annual leave.\n")])
-    read_rows = labels_module._read_rows
+    read_rows = labels_module.read_label_rows
 
     def read_then_the_writer_goes_on(p):
         rows = read_rows(p)
@@ -84,11 +84,11 @@ def test_a_label_file_that_changes_while_it_is_read_waits(db, tmp_path, monkeypa
             handle.write(" paid annual leave.\n")
         return rows
 
-    monkeypatch.setattr(labels_module, "_read_rows", read_then_the_writer_goes_on)
+    monkeypatch.setattr(labels_module, "read_label_rows", read_then_the_writer_goes_on)
     report = store_label_files(db, labels)
     assert report.files == 0 and report.waiting == ["f.csv: changed while it was read: still being written"]
     assert db.execute("SELECT count(*) FROM label_files").fetchall() == [(0,)]
-    monkeypatch.setattr(labels_module, "_read_rows", read_rows)
+    monkeypatch.setattr(labels_module, "read_label_rows", read_rows)
     assert store_label_files(db, labels).stored == 1
     assert db.execute("SELECT expected_output FROM curated_labels").fetchall() == [("25 days of paid annual leave.",)]
 

@@ -243,7 +243,7 @@ def _the_workspace_compares_the_candidate_with_the_baseline(paths):
     assert flipped and rows[:len(flipped)] == flipped  # flips first
     assert all(r["language"] == "vi" and r["query_type"] == "policy" for r in flipped)
     assert all(r["expected_output"] and r["baseline_answer"] and r["answer"] != r["baseline_answer"] for r in flipped)
-    client = TestClient(create_app(workspace))
+    client = TestClient(create_app(workspace), base_url="http://127.0.0.1")  # a host the workspace serves
     client.cookies.set("rl_curator", "ana")
     html = client.get(f"/evals/{candidate['run_id']}").text
     assert f"{len(flipped)} case × metric flipped" in html and html.count('class="flipped"') == len(flipped)

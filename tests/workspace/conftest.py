@@ -17,15 +17,24 @@ def curation(demo_run, tmp_path):
     return folder
 
 
+BASE_URL = "http://127.0.0.1:8765"  # a host the workspace answers (Starlette's "testserver" is refused)
+
+
+def client_of(app, **options) -> TestClient:
+    """Starlette's test client, on a host the workspace was started for."""
+    return TestClient(app, base_url=BASE_URL, **options)
+
+
 def csrf_of(html: str) -> str:
     return re.search(r'name="csrf" value="([^"]+)"', html).group(1)
 
 
 class Curator:
-    """A browser session of one curator, through Starlette's test client."""
+    """A browser session of one curator, through Starlette's test client (a server error is a
+    500 reply, not an exception, so a test can say what it expected instead)."""
 
     def __init__(self, app, name: str):
-        self.client = TestClient(app)
+        self.client = client_of(app, raise_server_exceptions=False)
         self.csrf = csrf_of(self.client.get("/curator").text)
         assert self.client.post("/curator", data={"csrf": self.csrf, "curator": name}).status_code == 200
 

@@ -9,7 +9,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from markupsafe import escape
-from starlette.testclient import TestClient
 
 from rag_loop.curation.labels import store_label_files
 from rag_loop.curation.queue_files import export_for_workspace
@@ -17,7 +16,7 @@ from rag_loop.workspace.app import create_app
 from rag_loop.workspace.security import shown
 from rag_loop.workspace.store import Workspace
 from tests.helpers import demo_copy
-from tests.workspace.conftest import Curator
+from tests.workspace.conftest import Curator, client_of
 
 
 def _first(workspace, **filters):
@@ -83,7 +82,7 @@ def test_forged_posts_are_refused(app, workspace):
     ana = Curator(app, "ana")
     row = _first(workspace)
     assert ana.label(row["trace_id"], action="later", csrf="forged").status_code == 403
-    stranger = TestClient(app)  # another site's page posting into the curator's browser
+    stranger = client_of(app)  # another site's page posting into the curator's browser
     reply = stranger.post(f"/trace/{row['trace_id']}", data={"action": "later"},
                           cookies={"rl_curator": "ana"})
     assert reply.status_code == 403
@@ -94,14 +93,14 @@ def test_forged_posts_are_refused(app, workspace):
 
 
 def test_off_loopback_every_request_needs_the_token(workspace):
-    client = TestClient(create_app(workspace, token="s3cret"))
+    client = client_of(create_app(workspace, token="s3cret"))
     assert client.get("/").status_code == 401 and client.get("/static/workspace.js").status_code == 401
     assert client.get("/", params={"token": "wrong"}).status_code == 401
     assert client.get("/", params={"token": "s3cret"}).status_code == 200  # the cookie, then the page
 
 
 def test_pages_carry_a_policy_that_runs_no_foreign_or_inline_script(app):
-    reply = TestClient(app).get("/curator")
+    reply = client_of(app).get("/curator")
     policy = reply.headers["content-security-policy"]
     assert "script-src 'self'" in policy and "unsafe-inline" not in policy and "default-src 'none'" in policy
     assert reply.headers["x-frame-options"] == "DENY"
@@ -183,7 +182,7 @@ def test_reports_are_served_and_nothing_else(tmp_path, workspace):
     reports.mkdir()
     (reports / "eval-1.html").write_text("<h1>report</h1>")
     (tmp_path / "secret.html").write_text("no")
-    client = TestClient(create_app(Workspace(workspace.queue_dir.parent, reports)))
+    client = client_of(create_app(Workspace(workspace.queue_dir.parent, reports)))
     assert client.get("/reports/eval-1.html").text == "<h1>report</h1>"
     assert client.get("/reports/..%2Fsecret.html").status_code == 404
     assert client.get("/reports/secret.txt").status_code == 404

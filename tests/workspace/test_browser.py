@@ -133,6 +133,22 @@ def test_hostile_text_runs_nothing_and_navigates_nowhere(browser, tmp_path):
         server.close()
 
 
+def test_a_report_keeps_its_own_styles_and_runs_no_script(browser, tmp_path):
+    from selenium.webdriver.common.by import By
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / "release-v0001.html").write_text(  # as rag_loop.reporting writes one: inline style, no file
+        "<!doctype html><html><head><title>report</title><style>h1 { color: rgb(1, 2, 3); }</style></head>"
+        "<body><h1 id='title'>v0001</h1><script>document.title = 'ran';</script></body></html>")
+    server = Server(create_app(Workspace(tmp_path, reports)))
+    try:
+        browser.get(server.url + "/reports/release-v0001.html")
+        assert browser.find_element(By.ID, "title").value_of_css_property("color") == "rgba(1, 2, 3, 1)"
+        assert browser.title == "report"  # sandboxed: a script in a report does not run
+    finally:
+        server.close()
+
+
 def test_two_curators_label_the_same_cluster_at_once_and_nothing_is_lost(browser, curation, demo_run, tmp_path):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service

@@ -6,13 +6,12 @@ import shutil
 import socket
 
 import pytest
-from starlette.testclient import TestClient
 
 from rag_loop.workspace.app import create_app
 from rag_loop.workspace.releases import launch_release
 from rag_loop.workspace.store import Workspace
 from tests.helpers import PROJECT
-from tests.workspace.conftest import Curator, csrf_of
+from tests.workspace.conftest import Curator, client_of, csrf_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -46,7 +45,7 @@ def test_a_release_from_the_workspace_holds_the_accepted_golden_and_loads_in_dee
     assert len(mine) == 1 and mine[0].expected_output == "Fifteen days."
     assert mine[0].additional_metadata["expected_sources"] == [source]
     assert mine[0].additional_metadata["curator"] == "ana"
-    refused = TestClient(app).post("/releases", data={"notes": "forged"})  # no token, no cookie
+    refused = client_of(app).post("/releases", data={"notes": "forged"})  # no token, no cookie
     assert refused.status_code == 403
     trace_page = ana.client.get(f"/trace/{row['trace_id']}").text
     assert "In release <a href=\"/releases\">v0001</a> as golden" in trace_page  # label → golden

@@ -109,7 +109,10 @@
     var body = new URLSearchParams(new FormData(form));
     body.set("action", "accept");
     fetch(form.getAttribute("data-check"), {method: "POST", body: body, credentials: "same-origin"})
-      .then(function (reply) { return reply.json(); })
+      .then(function (reply) {  // a refusal (a form too large: 413) says why in its text
+        if (reply.ok) { return reply.json(); }
+        return reply.text().then(function (text) { return {errors: [text], warnings: []}; });
+      })
       .then(function (verdict) {
         errors.textContent = "";
         verdict.errors.concat(verdict.warnings).forEach(function (text) {
