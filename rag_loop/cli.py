@@ -18,7 +18,6 @@ which click reads when a command runs.
 from __future__ import annotations
 
 import getpass
-import json
 import os
 import textwrap
 from collections.abc import Callable
@@ -29,7 +28,7 @@ import click
 import duckdb
 
 from rag_loop.curation.label_rules import DECISIONS, MAX_TAG_CHARS, KnownSources, check_source
-from rag_loop.curation.labels import label_files
+from rag_loop.curation.labels import append_label, label_files, read_label_rows, valid_curator
 from rag_loop.curation.queue_files import read_queue
 from rag_loop.evaluation.settings import DEFAULT_THRESHOLDS, LlmJudgeSettings
 from rag_loop.home import DEMO_INPUTS, home
@@ -74,6 +73,9 @@ def main() -> None:
 def label(queue_file: Path | None, curation_dir: Path, queue_dir: Path | None, labels_dir: Path | None,
           curator: str, db: str, limit: int | None) -> None:
     """Label the curation queue row by row."""
+    if not valid_curator(curator):
+        raise click.BadParameter(f"{curator!r}: letters, digits and . @ + - only (it names the label file)",
+                                 param_hint="--curator")
     queue_file = queue_file or _newest_queue(queue_dir or curation_dir / "queue")
     labels_dir = labels_dir or curation_dir / "labels"
     rows = read_queue(queue_file)
@@ -92,10 +94,7 @@ def label(queue_file: Path | None, curation_dir: Path, queue_dir: Path | None, l
         if answer is None:
             click.echo("Stopped; labeled rows are saved.")
             return
-        labels_dir.mkdir(parents=True, exist_ok=True)
-        record = {**row, **answer, "curator": curator, "labeled_at": datetime.now(UTC).isoformat()}
-        with open(out, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        append_label(out, {**row, **answer, "curator": curator, "labeled_at": datetime.now(UTC).isoformat()})
     click.echo(f"\nDone: {len(todo)} rows labeled in {out}.")
 
 
@@ -107,10 +106,11 @@ def _newest_queue(directory: Path) -> Path:
 
 
 def _decided_trace_ids(directory: Path) -> tuple[set[str], set[str]]:
-    """(accepted or rejected, put off for later) trace ids, by each trace's newest label."""
+    """(accepted or rejected, put off for later) trace ids, by each trace's newest label (a line
+    that cannot be read costs itself only)."""
     newest: dict[str, str] = {}
     for path in label_files(directory):
-        for row in read_queue(path):
+        for _, row in read_label_rows(path):
             newest[str(row.get("trace_id"))] = str(row.get("decision") or "").strip().lower()
     done = {t for t, d in newest.items() if d in ("accept", "reject")}
     return done, {t for t, d in newest.items() if d in ("later", "skip")}

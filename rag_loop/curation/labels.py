@@ -17,6 +17,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -42,6 +43,14 @@ class LabelReport:
     warnings: int = 0
     errors: list[dict[str, Any]] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)  # "path: why" of files not read yet (maybe being written)
+
+
+CURATOR_NAME = re.compile(r"[\w@+-][\w.@+-]{0,63}")  # a file name part: no slash, no leading dot
+
+
+def valid_curator(name: object) -> bool:
+    """A curator name names their label file: letters, digits and . @ + -, no leading dot."""
+    return isinstance(name, str) and CURATOR_NAME.fullmatch(name) is not None
 
 
 def label_files(directory: Path) -> list[Path]:

@@ -35,6 +35,7 @@ from rag_loop.curation.labels import (
     label_files,
     label_time,
     read_label_rows,
+    valid_curator,
 )
 from rag_loop.workspace.security import SHOWN_CHARS
 
@@ -43,7 +44,6 @@ JSON_COLUMNS = ("retrieval_context", "variant_trace_ids", "signals", "judge_scor
                 "tags", "details")
 FILTERS = ("priority", "language", "cluster_id", "suggested_failure_type")
 STATUSES = ("todo", "accept", "reject", "later")
-CURATOR_NAME = re.compile(r"[\w@+-][\w.@+-]{0,63}")  # a file name part: no slash, no leading dot
 BATCH_NAME = re.compile(r"[\w@+-][\w.@+-]{0,99}")
 # what one label may hold, and why: the curator sees the reason with the error
 LIMITS = {"expected_output": (SHOWN_CHARS, "a page shows 20,000 characters of a text, so a longer expected "
@@ -104,11 +104,6 @@ class _AnyTrace:
 
     def __contains__(self, trace_id: object) -> bool:
         return True
-
-
-def valid_curator(name: object) -> bool:
-    """A curator name names their label file: letters, digits and . @ + -, no leading dot."""
-    return isinstance(name, str) and CURATOR_NAME.fullmatch(name) is not None
 
 
 def _require_curator(name: str) -> None:

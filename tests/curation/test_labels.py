@@ -139,3 +139,24 @@ def test_every_iso_8601_time_is_read_as_the_same_instant(moment, zone, separator
     checked = check_label({**GOOD, "labeled_at": written.isoformat(separator)}, KNOWN, {"t1"})
     assert not checked.errors, checked.errors
     assert checked.values["labeled_at"] == (written if zone else written.replace(tzinfo=UTC))
+
+
+def test_the_terminal_labeller_starts_after_a_cut_line_and_names_only_a_label_file(db, tmp_path):
+    """A label file cut mid-line (a full disk, a kill) costs that line only: the next label from
+    `rag-loop label` is written whole on a line of its own; a curator name is a file name part."""
+    db.close()
+    queue = [{"trace_id": t, "batch": "b1", "priority": "P3", "cluster_id": "en-0001", "cluster_label": "leave",
+              "cluster_size": 2, "cluster_weight": 2.0, "input": f"q {t}", "actual_output": "15 days",
+              "language": "en", "signals": [], "retrieval_context": [], "suggested_failure_type": "none",
+              "suggested_origin": "production_sample"} for t in ("t1", "t2")]
+    queue_file, _ = export_queue(queue, tmp_path / "queue", "b1")
+    labels = tmp_path / "labels"
+    labels.mkdir()
+    (labels / "ana-b1.jsonl").write_text('{"trace_id": "t1", "decision": "acc')  # cut, no line break
+    args = ["label", "--queue", str(queue_file), "--labels-dir", str(labels), "--db", str(tmp_path / "db.duckdb")]
+    result = CliRunner().invoke(cli, [*args, "--curator", "ana"], input="r\n\nnot a question\nq\n")
+    assert result.exit_code == 0, result.output
+    lines = (labels / "ana-b1.jsonl").read_text().splitlines()
+    assert lines[0] == '{"trace_id": "t1", "decision": "acc' and json.loads(lines[1])["decision"] == "reject"
+    refused = CliRunner().invoke(cli, [*args, "--curator", "../evil"], input="q\n")
+    assert refused.exit_code == 2 and not (tmp_path / "evil-b1.jsonl").exists()
