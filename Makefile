@@ -99,6 +99,7 @@ bench: install
 	$(BIN)/python bench/online_eval.py
 	$(BIN)/python bench/workspace.py
 	$(BIN)/python bench/language_id.py --data $(SHARED_DATA)
+	$(BIN)/python bench/loop.py --data $(SHARED_DATA) --incremental  # 15-30 min: the loop on 100k and 1M traces
 	$(BIN)/python bench/engines.py $(if $(wildcard $(VENV)/lib/python3.11/site-packages/pyspark),,--skip-spark)
 
 clean:  # the demo's home only: your RAG_LOOP_HOME is yours to remove
