@@ -1,6 +1,8 @@
 """Online evaluation: are the estimates honest, and is the judge fast enough?
 
-    python bench/online_eval.py [--seeds 120] [--remote-traces 160]
+    python bench/online_eval.py [--seeds 120] [--remote-traces 160] [--only throughput|history]
+                                [--scores FILE] [--history 1000000] [--due 2000]
+                                [--omp-wait-policy default|passive]
 
 1. Estimates. Every trace of the demo traffic (14 days) is judged once with the offline judge:
    that is the population truth per day and metric. Then, for each seed, the selection stage
@@ -10,11 +12,22 @@
    the naive selected-set rate (biased on purpose).
 2. Offline throughput: traces/s for Faithfulness + Answer Relevancy + Contextual Relevancy
    (goal >= 500/s on 2 cores), against a bare word-overlap scorer of the same cases in the
-   same process.
+   same process, with the load average. `--scores FILE`: every verdict (trace, metric, status,
+   score, passed, reason) written to a Parquet file, to compare two versions of the judge.
 3. Remote throughput: the LLM judge (DeepEval's metrics, reasons included) against a local
    stand-in that answers in 200 ms, 16 traces in flight (goal >= 40 traces/s), Faithfulness
    alone and the three metrics, then with 15 % of calls refused (429, 500, 503, stalls): no
    case may be lost.
+4. History (`--only history`, not run by default): `--due` demo traces due for judging, alone
+   in a database and then beside `--history` traces of older days (a tenth of them selected and
+   judged by the same judge version, as after months of daily runs): the run's seconds,
+   `planned_work` and `trace_cases`, each on a freshly opened database. Judging cost should
+   follow what is due, not the history.
+
+The judge's model runs with torch's own thread count, as in a Dagster run. `--omp-wait-policy
+passive` sets OMP_WAIT_POLICY=PASSIVE before torch loads (unless set): libgomp's threads then
+sleep between parallel regions instead of spinning, which on a shared 2-core machine starves
+the other processes and the model's own next region; the vectors are the same bit for bit.
 """
 
 from __future__ import annotations
@@ -31,22 +44,26 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("DEEPEVAL_TELEMETRY_OPT_OUT", "1")
 os.environ.setdefault("DEEPEVAL_DISABLE_DOTENV", "1")
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # the stand-in judge server lives with the tests
+sys.path.insert(0, str(ROOT))  # the stand-in judge server lives with the tests (imported in part 3 only)
 
 import duckdb  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+import pyarrow as pa  # noqa: E402
 from sklearn.metrics import cohen_kappa_score  # noqa: E402
 
+from rag_loop.evaluation.judges import evidence, offline, support  # noqa: E402
 from rag_loop.evaluation.judges.llm import LlmJudge  # noqa: E402
 from rag_loop.evaluation.judges.offline import OfflineJudge  # noqa: E402
 from rag_loop.evaluation.settings import LlmJudgeSettings  # noqa: E402
 from rag_loop.ingest import ingest_directory  # noqa: E402
 from rag_loop.ingest.documents import load_knowledge_base  # noqa: E402
 from rag_loop.online.judgments import (  # noqa: E402
+    ONLINE_DDL,
     JudgingSettings,
     OnlineMetric,
     judge_traces,
+    judge_version,
     planned_work,
     trace_cases,
 )
@@ -54,7 +71,6 @@ from rag_loop.online.quality import OnlineQualitySettings, quality_table  # noqa
 from rag_loop.selection.sampling import SamplingPolicy, select_candidates  # noqa: E402
 from rag_loop.selection.signals import SLICE_COLUMNS, SignalSettings, compute_signals  # noqa: E402
 from rag_loop.store.tables import create_tables  # noqa: E402
-from tests.helpers.standin_openai import StandIn  # noqa: E402
 
 DEMO = ROOT / "data" / "demo"
 METRICS = [OnlineMetric("Faithfulness", 0.75), OnlineMetric("Answer Relevancy", 0.7),
@@ -141,6 +157,9 @@ def remote_throughput(con: duckdb.DuckDBPyConnection, traces: int, flaky: float,
                       in_flight: int = 16) -> tuple[float, int, int, int]:
     """(traces/s, judged, errored, refused calls) of the LLM judge on the stand-in (200 ms); a
     fresh model name each time, so that no reply comes from an earlier run's cache."""
+    # imported here: `tests` sets OMP_NUM_THREADS=1 for its workers, and imported before the
+    # offline judge's model loads it made parts 1-2 measure a one-thread model (since 56a580d)
+    from tests.helpers.standin_openai import StandIn
     con.execute("CREATE OR REPLACE TABLE failure_candidates AS SELECT trace_id, day, ['random'] AS streams, "
                 "true AS by_random, 1.0 AS inclusion_probability FROM trace_signals WHERE trace_id IN "
                 "(SELECT trace_id FROM trace_chunks) ORDER BY hash(trace_id) LIMIT ?", [traces])
@@ -158,19 +177,146 @@ def remote_throughput(con: duckdb.DuckDBPyConnection, traces: int, flaky: float,
     return judged_traces / seconds, report.judged, report.errored, refused
 
 
+HISTORY_TABLES = ("raw_traces", "trace_chunks", "documents", "document_chunks", "failure_candidates")
+
+
+def history_database(path: Path, source: dict[str, pa.Table], due: list[str], history: int,
+                     version: str) -> dict[str, int]:
+    """The demo's traces in a new database, `due` of them selected and not judged yet, after
+    `history` traces of older days (copies of the demo's, 14 days back per copy, written first
+    as daily ingestion appends them), a tenth of them selected and judged by `version`."""
+    con = duckdb.connect(str(path))
+    create_tables(con)
+    con.execute(ONLINE_DDL)
+    for name, table in source.items():
+        con.register(f"source_{name}", table)
+    con.register("due", pa.table({"trace_id": pa.array(due, pa.string())}))
+    copies = -(-history // source["raw_traces"].num_rows) if history else 0
+    if copies:
+        renamed = "'h' || k || '-' || s.trace_id"
+        con.execute(f"""INSERT INTO raw_traces SELECT s.* REPLACE ({renamed} AS trace_id,
+                            "timestamp" - to_days(14 * ({copies} - k)) AS "timestamp")
+                        FROM range({copies}) r(k), source_raw_traces s ORDER BY k LIMIT {history}""")
+        older = f"s.day - (14 * ({copies} - k))::INTEGER"
+        con.execute(f"""INSERT INTO trace_chunks SELECT s.* REPLACE ({renamed} AS trace_id, {older} AS day)
+                        FROM range({copies}) r(k), source_trace_chunks s
+                        WHERE {renamed} IN (SELECT trace_id FROM raw_traces) ORDER BY k""")
+        con.execute(f"""CREATE TABLE failure_candidates AS
+                        SELECT s.* REPLACE ({renamed} AS trace_id, {older} AS day)
+                        FROM range({copies}) r(k), source_failure_candidates s
+                        WHERE hash(k, s.trace_id) % 10 = 0 AND {renamed} IN (SELECT trace_id FROM raw_traces)
+                        ORDER BY k""")
+        con.execute("""INSERT INTO trace_judgments BY NAME
+                        SELECT trace_id, day, metric, 'offline' AS judge_id, ? AS judge_version,
+                               'judged' AS status, 0.8 AS score, 0.5 AS threshold, true AS passed,
+                               '3/3 claims supported (mean 0.80)' AS reason, streams, by_random,
+                               inclusion_probability, 1.0 AS metric_rate, 'history' AS run_id, now() AS judged_at
+                        FROM failure_candidates, (SELECT unnest(?) AS metric)""",
+                    [version, [m.name for m in METRICS]])
+    due_candidates = "SELECT * FROM source_failure_candidates SEMI JOIN due USING (trace_id)"
+    con.execute(f"INSERT INTO failure_candidates {due_candidates}" if copies
+                else f"CREATE TABLE failure_candidates AS {due_candidates}")
+    con.execute('INSERT INTO raw_traces SELECT * FROM source_raw_traces ORDER BY "timestamp"')
+    con.execute("INSERT INTO trace_chunks SELECT * FROM source_trace_chunks ORDER BY day")
+    con.execute("INSERT INTO documents SELECT * FROM source_documents")
+    con.execute("INSERT INTO document_chunks SELECT * FROM source_document_chunks")
+    sizes = {t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
+             for t in ("raw_traces", "trace_chunks", "failure_candidates", "trace_judgments")}
+    con.close()
+    return sizes
+
+
+def clear_text_caches() -> None:
+    """The judge's per-text caches (statements, words, terms) emptied: each run starts cold."""
+    for module in (evidence, offline, support):
+        for value in vars(module).values():
+            if callable(getattr(value, "cache_clear", None)):
+                value.cache_clear()
+
+
+def history_check(con: duckdb.DuckDBPyConnection, folder: Path, history: int, due: int, repeats: int = 2) -> None:
+    """`due` traces judged alone in a database and beside `history` judged traces of older days."""
+    source = {t: con.sql(f"SELECT * FROM {t}").to_arrow_table() for t in HISTORY_TABLES}
+    due_ids = [r[0] for r in con.execute(
+        "SELECT trace_id FROM failure_candidates WHERE trace_id IN (SELECT trace_id FROM trace_chunks) "
+        "ORDER BY day DESC, trace_id LIMIT ?", [due]).fetchall()]
+    version = judge_version(OfflineJudge())[1]
+    settings = JudgingSettings(METRICS)
+    paths = {}
+    for size in (0, history):
+        start = time.perf_counter()
+        paths[size] = Path(folder) / f"history-{size}.duckdb"
+        sizes = history_database(paths[size], source, due_ids, size, version)
+        print(f"  database with {size:,} older traces built in {time.perf_counter() - start:.0f} s: {sizes}")
+    rows = []
+    for repeat in range(repeats):
+        for size, path in paths.items():
+            work_copy = path.with_suffix(f".run{repeat}.duckdb")
+            work_copy.write_bytes(path.read_bytes())  # every run on the same unjudged state
+            with duckdb.connect(str(work_copy)) as db:  # freshly opened: nothing of it in memory
+                start = time.perf_counter()
+                work = planned_work(db, settings, version)
+                planning = time.perf_counter() - start
+                start = time.perf_counter()
+                cases = trace_cases(db, work)
+                reading = time.perf_counter() - start
+            clear_text_caches()
+            judge = OfflineJudge()
+            judge.evidence.vectors(["warm up the model"])
+            with duckdb.connect(str(work_copy)) as db:
+                start = time.perf_counter()
+                report = judge_traces(db, judge, settings)
+                seconds = time.perf_counter() - start
+            work_copy.unlink()
+            rows.append({"older traces": f"{size:,}", "run": repeat + 1, "due traces": len(cases),
+                         "planned rows": report.planned, "judge_traces s": round(seconds, 2),
+                         "traces/s": round(len(cases) / seconds), "planned_work ms": round(planning * 1000),
+                         "trace_cases ms": round(reading * 1000),
+                         "load": round(os.getloadavg()[0], 2)})
+    print(pd.DataFrame(rows).to_string(index=False))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=120)
     parser.add_argument("--remote-traces", type=int, default=160)
+    parser.add_argument("--only", choices=["throughput", "history"], default=None,
+                        help="throughput: part 2 alone (every demo trace judged offline, the bare scorer); "
+                             "history: part 4 (not run otherwise)")
+    parser.add_argument("--scores", type=Path, help="write part 2's verdicts to this Parquet file")
+    parser.add_argument("--history", type=int, default=1_000_000, help="older traces of part 4")
+    parser.add_argument("--due", type=int, default=2_000, help="traces due in part 4")
+    parser.add_argument("--omp-wait-policy", choices=["default", "passive"], default="default",
+                        help="passive: OMP_WAIT_POLICY=PASSIVE (unless set) before torch loads")
     args = parser.parse_args()
+    assert "torch" not in sys.modules, "torch loaded before the OpenMP settings"
+    if args.omp_wait_policy == "passive":
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # libgomp reads it once, as torch loads
     with tempfile.TemporaryDirectory() as folder:
         con = demo_database(Path(folder) / "bench.duckdb")
+        if args.only == "history":
+            print(f"part 4: {args.due} traces due, alone and beside {args.history:,} judged older traces "
+                  f"(OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}):")
+            select_candidates(con, SamplingPolicy(random_rate=1.0, daily_budget_usd=None, salt="everything"))
+            history_check(con, Path(folder), args.history, args.due)
+            con.close()
+            return
         verdicts, seconds, traces = judge_everything(con)
+        if args.scores:
+            con.execute(f"COPY (SELECT trace_id, metric, status, score, passed, reason FROM trace_judgments "
+                        f"ORDER BY ALL) TO '{args.scores}' (FORMAT parquet)")
         bare = bare_overlap_seconds(con)
-        print("judge against the demo's truth (outcome correct vs wrong / wrong_prompt / stale):")
-        print(against_truth(verdicts).round(3).to_string())
+        if args.only is None:
+            print("judge against the demo's truth (outcome correct vs wrong / wrong_prompt / stale):")
+            print(against_truth(verdicts).round(3).to_string())
+        import torch  # loaded by the judge's model by now
         print(f"offline judge, 3 metrics: {traces} traces in {seconds:.2f} s = {traces / seconds:.0f} traces/s "
-              f"(goal >= 500); bare word overlap {traces / bare:.0f} traces/s, ratio {seconds / bare:.0f}x")
+              f"(goal >= 500); bare word overlap {traces / bare:.0f} traces/s, ratio {seconds / bare:.0f}x; "
+              f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, {torch.get_num_threads()} torch "
+              f"threads, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}")
+        if args.only == "throughput":
+            con.close()
+            return
         checks = estimator_check(con, verdicts, args.seeds)
         checks = checks.dropna(subset=["estimate"])
         checks["covered"] = (checks["low"] <= checks["truth"]) & (checks["truth"] <= checks["high"])

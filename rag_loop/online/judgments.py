@@ -13,8 +13,11 @@ request path with referenceless metrics, one row per trace × metric × judge ve
   scored; such a row is looked at again by every run and judged once its input appears (a
   knowledge base that resolves the trace's ids, a late span with the answer). A row still
   missing the same input is left as it is and counted apart (`still_unjudgeable`).
-- Results are written as they arrive (a run killed half way keeps what it judged); a judge
+- Results are written as they arrive, in batches of `flush_every` rows or every
+  `flush_seconds`, whichever comes first (a run killed half way keeps what it judged); a judge
   error is `errored`, never a pass, and retried by the next run.
+- A run's cost follows what is due, not the history: the plan joins only the days that may
+  hold something due (`planned_work`), and the traces' texts are read on their own days.
 """
 
 from __future__ import annotations
@@ -25,9 +28,10 @@ import json
 import math
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
+from datetime import time as clock
 from typing import Any
 
 import duckdb
@@ -81,7 +85,8 @@ class JudgingSettings:
     concurrency: int = 8
     deadline_seconds: float | None = None  # the run stops judging here; the rest waits for the next run
     max_error_rate: float = 0.05  # above this share of errored judgements the run is marked
-    flush_every: int = 50  # results written per batch
+    flush_every: int = 1000  # results written per batch at most (an INSERT costs ~15 ms however few its rows)
+    flush_seconds: float = 2.0  # ... and at least this often: a slow judge's results are not held back
     prepare_every: int = 512  # cases the judge prepares at once (the offline judge embeds them in one batch)
 
 
@@ -123,28 +128,68 @@ def _draw(salt: str, metric: str) -> str:
     return f"(('0x' || substr(md5('{prefix}' || c.trace_id), 1, 8))::UBIGINT / 4294967296.0)"
 
 
+def _drawn(salt: str, metric: OnlineMetric) -> str:
+    """SQL: whether the metric's rate draws the trace. The draw is below 1 (at most
+    (2^32 - 1) / 2^32) and not below 0, so a rate of 1 draws every trace and a rate of 0 none:
+    no md5 is computed for those."""
+    if metric.rate >= 1.0:
+        return "true"
+    if metric.rate <= 0.0:
+        return "false"
+    return f"{_draw(salt, metric.name)} < {float(metric.rate)}"
+
+
+# a stored row this version must look at again: errored, or unjudgeable for want of an input
+# that may have arrived since (`MAY_ARRIVE`, the parameter $may_arrive)
+_OPEN_ROW = ("(status IS NULL OR status = 'errored' "
+             "OR (status = 'unjudgeable' AND coalesce(list_contains($may_arrive, reason), false)))")
+_PLANNED_COLUMNS = ["trace_id", "day", "streams", "by_random", "metric", "metric_rate",
+                    "inclusion_probability", "previous_status", "previous_reason"]
+
+
 def planned_work(con: duckdb.DuckDBPyConnection, settings: JudgingSettings, version: str) -> pd.DataFrame:
     """Selected trace × metric pairs the metric's rate draws and this judge version has not
     judged yet: errored ones are judged again, unjudgeable ones for want of an input that may
-    have arrived since are looked at again (`previous_status`, `previous_reason`)."""
+    have arrived since are looked at again (`previous_status`, `previous_reason`).
+
+    Only the days that may hold such pairs are joined. A day × metric whose drawn candidates
+    are exactly the trace ids this version has settled rows for on that day (same count, same
+    xor of their hashes: one grouped scan of each table's keys, no join) has nothing due, so a
+    judged history costs two grouped scans, not a join of every candidate with every
+    judgement. The other days (new traffic, a recomputed selection, errored or unjudgeable
+    rows, a new judge version) are planned row by row."""
     con.execute(ONLINE_DDL)
-    parts = [f"""SELECT c.trace_id, c.day, c.streams, c.by_random, '{m.name.replace("'", "''")}' AS metric,
-                        {float(m.rate)} AS metric_rate, c.inclusion_probability * {float(m.rate)}
-                            AS inclusion_probability
-                 FROM failure_candidates c WHERE {_draw(settings.salt, m.name)} < {float(m.rate)}"""
-             for m in settings.metrics]
-    if not parts:
-        return pd.DataFrame(columns=["trace_id", "day", "streams", "by_random", "metric",
-                                     "metric_rate", "inclusion_probability", "previous_status",
-                                     "previous_reason"])
+    if not settings.metrics:
+        return pd.DataFrame(columns=_PLANNED_COLUMNS)
+    drawn = [(_quoted(m.name), float(m.rate), _drawn(settings.salt, m)) for m in settings.metrics]
+    keys = " UNION ALL ".join(f"SELECT c.day, {name} AS metric, c.trace_id FROM failure_candidates c WHERE {draw}"
+                              for name, _, draw in drawn)
+    rows = " UNION ALL ".join(
+        f"""SELECT c.trace_id, c.day, c.streams, c.by_random, {name} AS metric, {rate} AS metric_rate,
+                   c.inclusion_probability * {rate} AS inclusion_probability
+            FROM failure_candidates c
+            WHERE {draw} AND EXISTS (SELECT 1 FROM open_days o WHERE o.day IS NOT DISTINCT FROM c.day
+                                     AND o.metric = {name})""" for name, rate, draw in drawn)
     return con.execute(f"""
+        WITH wanted AS (SELECT day, metric, count(*) AS n, bit_xor(hash(trace_id)) AS keys
+                        FROM ({keys}) GROUP BY ALL),
+        settled AS (SELECT day, metric, count(*) AS n, bit_xor(hash(trace_id)) AS keys FROM trace_judgments
+                    WHERE judge_version = $version AND NOT {_OPEN_ROW} GROUP BY ALL),
+        open_days AS (SELECT w.day, w.metric FROM wanted w
+                      LEFT JOIN settled s ON s.day IS NOT DISTINCT FROM w.day AND s.metric = w.metric
+                      WHERE s.n IS DISTINCT FROM w.n OR s.keys IS DISTINCT FROM w.keys),
+        p AS ({rows})
         SELECT p.*, done.status AS previous_status, done.reason AS previous_reason
-        FROM ({" UNION ALL ".join(parts)}) p
-        LEFT JOIN (SELECT trace_id, metric, status, reason FROM trace_judgments WHERE judge_version = ?) done
+        FROM p LEFT JOIN (SELECT trace_id, metric, status, reason FROM trace_judgments
+                          WHERE judge_version = $version AND trace_id IN (SELECT trace_id FROM p)) done
             USING (trace_id, metric)
         WHERE done.status IS NULL OR done.status = 'errored'
-              OR (done.status = 'unjudgeable' AND list_contains(?, done.reason))
-        ORDER BY p.day, p.trace_id, p.metric""", [version, list(MAY_ARRIVE)]).df()
+              OR (done.status = 'unjudgeable' AND list_contains($may_arrive, done.reason))
+        ORDER BY p.day, p.trace_id, p.metric""", {"version": version, "may_arrive": list(MAY_ARRIVE)}).df()
+
+
+def _quoted(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 @dataclass
@@ -164,13 +209,47 @@ class TraceCase:
         return None
 
 
+def day_ranges(days: Collection[date]) -> list[tuple[datetime, datetime]]:
+    """Runs of consecutive UTC days as [start, end) instants: what a day-pruned read scans."""
+    ranges: list[tuple[datetime, datetime]] = []
+    for day in sorted(set(days)):
+        start = datetime.combine(day, clock(), tzinfo=UTC)
+        if ranges and ranges[-1][1] == start:
+            ranges[-1] = (ranges[-1][0], start + timedelta(days=1))
+        else:
+            ranges.append((start, start + timedelta(days=1)))
+    return ranges
+
+
+def _trace_texts(con: duckdb.DuckDBPyConnection, days: Mapping[str, date | None]) -> dict[str, tuple]:
+    """trace id -> (query, answer), each trace read on its day (`days`: trace id -> its
+    candidate's UTC day), one query per run of consecutive days whose range on the timestamp
+    skips the other days' row groups; a trace not found there (no day, or its timestamp moved
+    since it was selected) is looked for on every day."""
+    select = ("SELECT trace_id, coalesce(rewritten_query, original_query), answer FROM raw_traces "
+              "WHERE trace_id IN (SELECT unnest(?))")
+    found: dict[str, tuple] = {}
+    for start, end in day_ranges({d for d in days.values() if d is not None}):
+        ids = [t for t, d in days.items() if d is not None and start.date() <= d < end.date()]
+        found.update((row[0], row[1:]) for row in con.execute(
+            select + ' AND "timestamp" >= ? AND "timestamp" < ?', [ids, start, end]).fetchall())
+    missing = [t for t in days if t not in found]
+    if missing:
+        found.update((row[0], row[1:]) for row in con.execute(select, [missing]).fetchall())
+    return found
+
+
+def _day(value: Any) -> date | None:
+    if value is None or value is pd.NaT or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value.date() if isinstance(value, datetime) else value
+
+
 def trace_cases(con: duckdb.DuckDBPyConnection, work: pd.DataFrame) -> list[TraceCase]:
     """The judge's view of each planned trace: the query (rewritten where the app rewrote a
     follow-up), the answer and the context text that reached the LLM."""
     ids = list(dict.fromkeys(work["trace_id"]))
-    traces = {row[0]: row[1:] for row in con.execute(
-        "SELECT trace_id, coalesce(rewritten_query, original_query), answer FROM raw_traces "
-        "WHERE trace_id IN (SELECT unnest(?))", [ids]).fetchall()}
+    traces = _trace_texts(con, {t: _day(d) for t, d in zip(work["trace_id"], work["day"], strict=True)})
     contexts = retrieval_contexts(con, ids)
     plans: dict[str, list[dict]] = {}
     for row in work.to_dict("records"):
@@ -208,6 +287,7 @@ def judge_traces(con: duckdb.DuckDBPyConnection, judge: Judge, settings: Judging
     if not cases:
         return run
     pending: list[dict[str, Any]] = []
+    flushed = [time.perf_counter()]
 
     def write(rows: list[dict[str, Any]], force: bool = False) -> None:
         pending.extend(rows)
@@ -217,9 +297,11 @@ def judge_traces(con: duckdb.DuckDBPyConnection, judge: Judge, settings: Judging
             counts[row["status"]] += 1
             setattr(run, row["status"], getattr(run, row["status"]) + 1)
             run.newly_judgeable += row.get("previous_status") == "unjudgeable" and row["status"] != "unjudgeable"
-        if pending and (force or len(pending) >= settings.flush_every):
+        if pending and (force or len(pending) >= settings.flush_every
+                        or time.perf_counter() - flushed[0] >= settings.flush_seconds):
             store_judgments(con, pending)
             pending.clear()
+            flushed[0] = time.perf_counter()
 
     base = {"judge_id": judge_id, "judge_version": version, "run_id": run.run_id}
     start = time.perf_counter()

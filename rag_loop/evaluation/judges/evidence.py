@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from functools import lru_cache
 
 import numpy as np
 
@@ -33,21 +34,32 @@ _WORD = re.compile(r"\w+")
 _STOP = frozenset(["a", "an", "the", "of", "to", "in", "on", "for", "and", "or", "is", "are", "be", "was", "were", "it", "its", "this", "that", "with", "as", "at", "by", "from", "do", "does", "did", "i", "you", "we", "they", "my", "your", "our", "can", "how", "what", "when", "where", "which", "who", "why", "per", "up", "la", "co", "duoc", "cho", "va", "khong", "voi", "cua", "toi", "ban", "minh", "thi", "nao", "the", "gi"])
 
 
+# The rules below are pure functions of a text, and a judging run asks them of the same texts
+# over and over (a knowledge base's sentences recur in every trace that retrieved them, a
+# query is compared with each of its statements): they are cached per text.
+_TEXTS_CACHED = 65536
+
+
 def statements(text: str | None) -> list[str]:
     """Sentences of a text, citations removed, empty ones dropped."""
-    if not text:
-        return []
+    return list(_statements(text)) if text else []
+
+
+@lru_cache(maxsize=_TEXTS_CACHED // 4)  # whole answers and chunks: fewer, longer texts
+def _statements(text: str) -> tuple[str, ...]:
     cleaned = _CITATION.sub(" ", text)
-    return [s.strip(" .;") for s in _SENTENCE_END.split(cleaned) if s.strip(" .;")]
+    return tuple(s.strip(" .;") for s in _SENTENCE_END.split(cleaned) if s.strip(" .;"))
 
 
-def key_tokens(text: str) -> set[str]:
+@lru_cache(maxsize=_TEXTS_CACHED)
+def key_tokens(text: str) -> frozenset[str]:
     """Numbers, codes and e-mail addresses: what must match exactly."""
-    return {t.lower().strip(".") for t in _KEY.findall(text)}
+    return frozenset(t.lower().strip(".") for t in _KEY.findall(text))
 
 
-def content_words(text: str) -> set[str]:
-    return {w for w in _WORD.findall(fold_accents(text).lower()) if w not in _STOP and len(w) > 1}
+@lru_cache(maxsize=_TEXTS_CACHED)
+def content_words(text: str) -> frozenset[str]:
+    return frozenset(w for w in _WORD.findall(fold_accents(text).lower()) if w not in _STOP and len(w) > 1)
 
 
 class Evidence:

@@ -123,10 +123,11 @@ def graded_reason(texts: Sequence[str], grades: Sequence[float], what: str, fail
             + (f"; {failing}: {[f'{t} ({g:.2f})' for g, t in weakest]}" if weakest else ""))
 
 
-def codes(text: str) -> set[str]:
+@lru_cache(maxsize=65536)
+def codes(text: str) -> frozenset[str]:
     """The identifiers a text names (error codes, ticket ids: key tokens with a letter, such as
     "err-pay-977"), not its plain numbers or e-mail addresses."""
-    return {t for t in key_tokens(text) if "@" not in t and any(c.isalpha() for c in t)}
+    return frozenset(t for t in key_tokens(text) if "@" not in t and any(c.isalpha() for c in t))
 
 
 def relevance_grades(evidence: Evidence, texts: Sequence[str], query: str) -> list[float]:
