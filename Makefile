@@ -21,8 +21,9 @@ DEMO_ENV := RAG_LOOP_HOME="$(DEMO_HOME)" DAGSTER_HOME="$(DEMO_HOME)/dagster" \
 	RAG_LOOP_GOLDENS_DIR="$(DEMO_HOME)/goldens" RAG_LOOP_REPORTS_DIR="$(DEMO_HOME)/reports" \
 	RAG_LOOP_TRACES_DIR="$(CURDIR)/data/demo/traces" RAG_LOOP_KB_DIR="$(CURDIR)/data/demo/kb" \
 	RAG_LOOP_DRIFT_START=2026-11-01
-# a Dagster instance in a home: deploy/dagster.yaml copied there once (yours may then differ)
-INSTANCE = mkdir -p "$$DAGSTER_HOME" && { test -f "$$DAGSTER_HOME/dagster.yaml" || cp deploy/dagster.yaml "$$DAGSTER_HOME/"; }
+# a Dagster instance in a home: deploy/dagster.yaml copied there once (yours may then differ;
+# a home from before rag_loop_dagster/ has its run launcher's module name brought up to date)
+INSTANCE = $(BIN)/python -c "from rag_loop_dagster.jobs_cli import instance_home; instance_home()"
 
 .PHONY: install demo run release evaluate curate test ui demo-data bench clean
 

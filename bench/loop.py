@@ -254,7 +254,7 @@ def child(home: Path, baseline_glob: str) -> None:
     from dagster import DagsterEventType, DagsterInstance
     from dagster._core.utils import make_new_run_id
 
-    from definitions import defs
+    from rag_loop_dagster.definitions import defs
     job, instance, marks = defs.resolve_job_def("rag_loop_job"), DagsterInstance.get(), {}
     kinds = {DagsterEventType.STEP_START: 0, DagsterEventType.STEP_SUCCESS: 1, DagsterEventType.STEP_FAILURE: 1}
 

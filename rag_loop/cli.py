@@ -1,7 +1,6 @@
 """`rag-loop label`: walk the curation queue in the terminal, row by row, no spreadsheet.
 `rag-loop calibrate FILE`: check a judge against human faithfulness labels.
 `rag-loop summary`: print what the pipeline stored.
-`rag-loop serve`: the curator workspace in the browser (rag_loop.workspace).
 `rag-loop demo generate` / `rag-loop demo curate --round 1|2`: the embedded demo's data and
 its scripted curator (the demo package is imported only when a demo command runs).
 
@@ -10,6 +9,9 @@ suggestions and re-ask until the value is valid. Every answered row is appended 
 `<labels dir>/<curator>-<batch>.jsonl`, which the labels sensor picks up; rows already
 accepted or rejected in that directory are skipped, so a session can stop and resume, and
 rows put off for [l]ater come back, after the others. A reject asks for its reason.
+
+`rag-loop serve` (the curator workspace, rag_loop.workspace) is declared with the job commands
+in rag_loop_dagster.jobs_cli, which gives the workspace its way to release.
 
 Nothing is read from the environment at import: each option names its variable (`envvar=`),
 which click reads when a command runs.
@@ -251,53 +253,6 @@ def summary(db: str, next_steps: bool) -> None:
     """Print what the pipeline stored: tables, selection, clusters, releases, evals, drift."""
     from rag_loop.reporting.summary import print_summary
     print_summary(db, next_steps)
-
-
-@main.command()
-@click.option("--curation-dir", type=click.Path(file_okay=False, path_type=Path), envvar="RAG_LOOP_CURATION_DIR",
-              show_envvar=True, default=lambda: home().curation_dir, show_default="curation/ in $RAG_LOOP_HOME",
-              help="The curation folder: the queue export it shows, the labels folder it writes.")
-@click.option("--reports-dir", type=click.Path(file_okay=False, path_type=Path), envvar="RAG_LOOP_REPORTS_DIR",
-              show_envvar=True, default=lambda: home().reports_dir, show_default="reports/ in $RAG_LOOP_HOME",
-              help="HTML reports of releases and evals, served at /reports/.")
-@click.option("--goldens-dir", type=click.Path(file_okay=False, path_type=Path), envvar="RAG_LOOP_GOLDENS_DIR",
-              show_envvar=True, default=lambda: home().goldens_dir, show_default="goldens/ in $RAG_LOOP_HOME",
-              help="The golden releases it shows.")
-@click.option("--dagster-url", envvar="RAG_LOOP_DAGSTER_URL", show_envvar=True, default=None,
-              help="A Dagster webserver (e.g. http://127.0.0.1:3000) that launches a release from the "
-                   "workspace, queued like any run; without it, the release runs `rag-loop release`.")
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="The address to listen on. Only a loopback address (127.0.0.1, ::1, localhost) goes "
-                   "without --token; \"\", 0.0.0.0 and :: listen on every interface.")
-@click.option("--port", type=int, default=8765, show_default=True)
-@click.option("--token", envvar="RAG_LOOP_WORKSPACE_TOKEN", show_envvar=True, default=None,
-              help="Every request must carry it (open the printed link once per browser).")
-@click.option("--allowed-host", "allowed_hosts", multiple=True, envvar="RAG_LOOP_WORKSPACE_HOSTS", show_envvar=True,
-              help="A host name curators open the workspace by (repeatable; the variable: space-separated). "
-                   "Requests naming another host are refused (DNS rebinding). Default: the --host address, "
-                   "and localhost on loopback; required when --host listens on every interface.")
-def serve(curation_dir: Path, reports_dir: Path, goldens_dir: Path, dagster_url: str | None, host: str, port: int,
-          token: str | None, allowed_hosts: tuple[str, ...]) -> None:
-    """The curator workspace in the browser: the queue, a trace and its label, the sources."""
-    import uvicorn
-
-    from rag_loop.workspace.app import create_app
-    from rag_loop.workspace.releases import WebserverRelease, launch_release
-    from rag_loop.workspace.security import is_loopback, served_hosts
-    from rag_loop.workspace.store import Workspace
-    if not is_loopback(host) and not token:
-        raise click.UsageError(f"--host {host!r} is not a loopback address: set --token (or "
-                               "RAG_LOOP_WORKSPACE_TOKEN), or listen on 127.0.0.1")
-    try:
-        hosts = served_hosts(host, allowed_hosts)
-    except ValueError as error:
-        raise click.UsageError(str(error)) from error
-    link = f"http://{hosts[0]}:{port}/" + (f"?token={token}" if token else "")
-    click.echo(f"rag-loop workspace on {link} (queue exports in {curation_dir / 'queue'}; "
-               f"answers to {', '.join(hosts)})")
-    release = WebserverRelease(dagster_url) if dagster_url else launch_release
-    uvicorn.run(create_app(Workspace(curation_dir, reports_dir, goldens_dir), token, release, hosts), host=host,
-                port=port, log_level="warning")
 
 
 def release_text(ctx: click.Context, param: click.Parameter, value: str) -> str:

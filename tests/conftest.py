@@ -75,7 +75,7 @@ def con(tmp_path_factory):
 
 
 def _demo_paths(root):
-    from assets.resources import RagLoopPaths
+    from rag_loop_dagster.assets.resources import RagLoopPaths
     return RagLoopPaths(traces_dir=str(DEMO / "traces"), knowledge_dir=str(DEMO / "kb"),
                         curation_dir=str(root / "curation"), goldens_dir=str(root / "goldens"),
                         reports_dir=str(root / "reports"), lake_dir=str(root / "lake"))
@@ -86,8 +86,8 @@ def _build_demo_run(root) -> None:
     from dagster import AssetsDefinition, materialize
     from dagster_duckdb import DuckDBResource
 
-    from assets.resources import DuckDBEngineResource, OfflineJudgeResource
-    from definitions import defs
+    from rag_loop_dagster.assets.resources import DuckDBEngineResource, OfflineJudgeResource
+    from rag_loop_dagster.definitions import defs
     root.mkdir(parents=True, exist_ok=True)
     resources = {"duckdb": DuckDBResource(database=str(root / "rag.duckdb")), "paths": _demo_paths(root),
                  "embedder": fake_embedder(), "judge": OfflineJudgeResource(),
@@ -128,7 +128,7 @@ def demo_run(tmp_path_factory, worker_id):
 
 
 def _release_paths(root, demo_paths):
-    from assets.resources import RagLoopPaths
+    from rag_loop_dagster.assets.resources import RagLoopPaths
     return RagLoopPaths(traces_dir=demo_paths.traces_dir, knowledge_dir=demo_paths.knowledge_dir,
                         curation_dir=str(root / "curation"), goldens_dir=str(root / "goldens"),
                         reports_dir=str(root / "reports"))
@@ -140,9 +140,9 @@ def _build_demo_releases(root, database, queue, demo_paths) -> None:
     from dagster import materialize
     from dagster_duckdb import DuckDBResource
 
-    from assets.curation import curated_labels
-    from assets.goldens import golden_release, golden_releases
     from rag_loop.demo.curator import curate
+    from rag_loop_dagster.assets.curation import curated_labels
+    from rag_loop_dagster.assets.goldens import golden_release, golden_releases
     root.mkdir(parents=True, exist_ok=True)
     shutil.copy(database, root / "rag.duckdb")
     resources = {"duckdb": DuckDBResource(database=str(root / "rag.duckdb")), "paths": _release_paths(root, demo_paths)}

@@ -4,7 +4,7 @@ from tests.helpers import undeclared_tables
 
 
 def test_definitions_load():
-    from definitions import defs
+    from rag_loop_dagster.definitions import defs
     repo = defs.get_repository_def()
     assert {"ingest_job", "rag_loop_job"} <= {j.name for j in repo.get_all_jobs()}
     assert defs.get_sensor_def("new_trace_files_sensor")
@@ -13,7 +13,7 @@ def test_definitions_load():
 def test_every_table_the_loop_writes_is_a_declared_asset(demo_run):
     _, database, _ = demo_run
     assert undeclared_tables(database) == set()
-    from definitions import defs
+    from rag_loop_dagster.definitions import defs
     graph = defs.resolve_asset_graph()
     parents = {k.to_user_string(): {p.to_user_string() for p in graph.get(k).parent_keys}
                for k in graph.get_all_asset_keys()}

@@ -6,10 +6,10 @@ import subprocess
 import duckdb
 from click.testing import CliRunner
 
-from assets.resources import build_resources
 from rag_loop.cli import main as cli
 from rag_loop.home import home
 from rag_loop.ingest import ingest_directory
+from rag_loop_dagster.assets.resources import build_resources
 from tests.helpers import PROJECT, trace_line
 
 PARTS = ("RAG_LOOP_DB", "RAG_LOOP_CURATION_DIR", "RAG_LOOP_GOLDENS_DIR", "RAG_LOOP_REPORTS_DIR", "DAGSTER_HOME")

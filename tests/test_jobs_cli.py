@@ -11,8 +11,8 @@ from click.testing import CliRunner
 from dagster import DagsterInstance, DagsterRunStatus, job, op
 from dagster._core.test_utils import create_run_for_test
 
-import jobs_cli
-from assets.run_liveness import HOST_TAG, PID_TAG, START_TAG, RagLoopRunLauncher, process_tags
+from rag_loop_dagster import jobs_cli
+from rag_loop_dagster.assets.run_liveness import HOST_TAG, PID_TAG, START_TAG, RagLoopRunLauncher, process_tags
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def test_a_run_records_its_process_and_first_ends_the_runs_whose_process_died(mo
     def tiny_job():
         nothing()
 
-    monkeypatch.setitem(sys.modules, "definitions", types.SimpleNamespace(
+    monkeypatch.setitem(sys.modules, "rag_loop_dagster.definitions", types.SimpleNamespace(
         defs=types.SimpleNamespace(resolve_job_def=lambda name: tiny_job)))
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
     shutil.copy(jobs_cli.INSTANCE_SETTINGS, tmp_path / "dagster.yaml")

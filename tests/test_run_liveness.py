@@ -12,7 +12,7 @@ from dagster._core.events import DagsterEventType, EngineEventData
 from dagster._core.launcher import WorkerStatus
 from dagster._core.test_utils import create_run_for_test
 
-from assets.run_liveness import (
+from rag_loop_dagster.assets.run_liveness import (
     BOOT_TAG,
     HOST_TAG,
     PID_TAG,

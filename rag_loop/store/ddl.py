@@ -1,6 +1,6 @@
 """Every rag-loop table with a fixed schema, in one place.
 
-Which asset writes each table is declared in `assets/` (a stage's own table, or a part of its
+Which asset writes each table is declared in `rag_loop_dagster/assets/` (a stage's own table, or a part of its
 multi_asset); tables a stage builds from a query (trace_signals, failure_candidates,
 quality_estimates, query_embeddings, intent_clusters, trace_clusters, curation_queue) take
 the schema of that SELECT. Columns added after a first release are added to existing

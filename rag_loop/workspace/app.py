@@ -23,7 +23,7 @@ from starlette.staticfiles import StaticFiles
 from rag_loop.goldens.release import release_request_errors
 from rag_loop.schema import FailureType, Origin
 from rag_loop.store.releases import release_versions
-from rag_loop.workspace.releases import Launched, launch_release, newest_release, outcome, pending, releases
+from rag_loop.workspace.releases import Launched, newest_release, outcome, pending, releases
 from rag_loop.workspace.security import (
     CSRF_COOKIE,
     CURATOR_COOKIE,
@@ -38,6 +38,7 @@ from rag_loop.workspace.security import (
     path_part,
     same,
     shown,
+    trace_url,
 )
 from rag_loop.workspace.store import FILTERS, INTENT_SORTS, STATUSES, Workspace, valid_curator
 
@@ -64,19 +65,22 @@ ORIGIN_HELP = {
 MAX_PAGE = 1_000_000  # a queue page number past this is no page anyone reached by "next"
 REPORT_NAME = re.compile(r"[\w-][\w.-]{0,199}\.html")  # what reports are called: a name, not a path
 MAX_FORM_FIELDS = 500
+NO_RELEASE = "This workspace was started without a way to release: start it with `rag-loop serve`."
 
 
 def create_app(workspace: Workspace, token: str | None = None,
-               release: Callable[[str, str], Launched] = launch_release,
+               release: Callable[[str, str], Launched] | None = None,
                hosts: Sequence[str] = LOOPBACK_HOSTS) -> Starlette:
     """The app; with `token`, every request must carry it (required off loopback). `release`
-    makes a golden release (default: the release_goldens job, in its own process). `hosts`: the
+    makes a golden release (`rag-loop serve` gives one from rag_loop_dagster.releasing; without
+    it the page says so and releases nothing). `hosts`: the
     Host header values it answers (`served_hosts`; default: the loopback names), any other is
     refused (400), so a rebound DNS name of another site never reaches it."""
     templates = Environment(loader=FileSystemLoader(HERE / "templates"),
                             autoescape=select_autoescape(default=True, default_for_string=True))
     templates.filters["shown"] = shown
     templates.filters["path_part"] = path_part
+    templates.filters["trace_url"] = trace_url
 
     def page(request: Request, template: str, code: int = 200, **values) -> HTMLResponse:
         html = templates.get_template(template).render(csrf=request.state.csrf, curator=request.state.curator,
@@ -99,7 +103,7 @@ def create_app(workspace: Workspace, token: str | None = None,
     async def trace(request: Request) -> Response:
         if not request.state.curator:
             return RedirectResponse("/curator", status_code=303)
-        trace_id = request.path_params["trace_id"]
+        trace_id = _trace_id(request)
         row = workspace.row(trace_id)
         form = await _form(request) if request.method == "POST" else {}
         if row is None:  # not in the newest export: a label typed before it was replaced is shown again
@@ -109,7 +113,7 @@ def create_app(workspace: Workspace, token: str | None = None,
         if request.method == "POST":
             if form.get("action", [""])[0] == "undo":
                 workspace.undo(request.state.curator, trace_id)
-                return RedirectResponse(f"/trace/{path_part(trace_id)}", status_code=303)
+                return RedirectResponse(trace_url(trace_id), status_code=303)
             answer = _answer(form)
             try:
                 checked = workspace.save_label(request.state.curator, trace_id, answer)
@@ -121,14 +125,14 @@ def create_app(workspace: Workspace, token: str | None = None,
                 return page(request, "trace.html", 422, row=row, errors=checked.errors, answer=answer,
                             **_help(workspace, trace_id))
             following = _next_url(workspace, trace_id)
-            return RedirectResponse(f"{following}?{urlencode({'saved': trace_id, 'as': answer['decision']})}",
-                                    status_code=303)
+            saved = urlencode({"saved": trace_id, "as": answer["decision"]})
+            return RedirectResponse(f"{following}{'&' if '?' in following else '?'}{saved}", status_code=303)
         saved = request.query_params.get("saved")
         return page(request, "trace.html", row=row, errors=[], answer={}, saved=saved,
                     saved_as=request.query_params.get("as", ""), **_help(workspace, trace_id))
 
     async def check(request: Request) -> Response:
-        trace_id = request.path_params["trace_id"]
+        trace_id = _trace_id(request)
         form = {"action": ["accept"], **(await _form(request))}  # what an accept would say
         checked, _ = workspace.check(request.state.curator, trace_id, _answer(form))
         return JSONResponse({"errors": checked.errors, "warnings": checked.warnings})
@@ -166,6 +170,8 @@ def create_app(workspace: Workspace, token: str | None = None,
             notes = (await _form(request)).get("notes", [""])[0].strip()
             if errors := release_request_errors(notes, request.state.curator):
                 launched = Launched(False, "\n".join(errors))
+            elif release is None:
+                launched = Launched(False, NO_RELEASE)
             else:
                 before = release_versions(goldens) if goldens else []
                 launched = await run_in_threadpool(release, notes, request.state.curator)
@@ -197,6 +203,7 @@ def create_app(workspace: Workspace, token: str | None = None,
         return FileResponse(path, media_type="text/html", headers={"Content-Security-Policy": REPORT_POLICY})
 
     routes = [Route("/", queue), Route("/check/{trace_id:path}", check, methods=["POST"]),
+              Route("/check", check, methods=["POST"]), Route("/trace", trace, methods=["GET", "POST"]),
               Route("/trace/{trace_id:path}", trace, methods=["GET", "POST"]),
               Route("/sources", sources), Route("/curator", curator, methods=["GET", "POST"]),
               Route("/reports/{name}", report), Route("/intents", intents), Route("/evals", evals),
@@ -300,7 +307,12 @@ def _help(workspace: Workspace, trace_id: str) -> dict:
 def _next_url(workspace: Workspace, done: str) -> str:
     rows, _ = workspace.rows({}, "todo", 0, 2)
     following = [r["trace_id"] for r in rows if r["trace_id"] != done]
-    return f"/trace/{path_part(following[0])}" if following else "/"
+    return trace_url(following[0]) if following else "/"
+
+
+def _trace_id(request: Request) -> str:
+    """The trace a /trace or /check request names: in its path, or as `id` (`trace_url`)."""
+    return request.path_params.get("trace_id", request.query_params.get("id", ""))
 
 
 def _clean(row: dict) -> dict:

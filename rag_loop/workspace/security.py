@@ -25,7 +25,7 @@ import re
 import secrets
 import socket
 from collections.abc import Sequence
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from starlette.datastructures import Headers
 from starlette.responses import PlainTextResponse
@@ -120,6 +120,17 @@ def local_path(path: str) -> str:
 def path_part(value: object) -> str:
     """A value as one URL path segment: `/` encoded too, so `a/../b` is not resolved away."""
     return quote(str(value), safe="")
+
+
+# path segments a browser resolves away even percent-encoded (WHATWG URL: "%2e" is a dot)
+_DOT_SEGMENTS = frozenset(["", ".", ".."])
+
+
+def trace_url(trace_id: object, page: str = "/trace") -> str:
+    """The workspace's address of a trace's page (or its `/check`): the id as one path segment,
+    or as the `id` parameter when it is empty, `.` or `..`, which no path can carry."""
+    text = str(trace_id)
+    return f"{page}?{urlencode({'id': text})}" if text in _DOT_SEGMENTS else f"{page}/{path_part(text)}"
 
 
 class TooLarge(Exception):

@@ -6,8 +6,8 @@ import time
 from dagster import DagsterInstance, build_sensor_context, materialize
 from dagster_duckdb import DuckDBResource
 
-from assets.curation import SETTLE_SECONDS, curated_labels, new_label_files_sensor
-from assets.resources import RagLoopPaths
+from rag_loop_dagster.assets.curation import SETTLE_SECONDS, curated_labels, new_label_files_sensor
+from rag_loop_dagster.assets.resources import RagLoopPaths
 from tests.helpers import GOOD, write_labels
 
 

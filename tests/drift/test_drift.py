@@ -88,7 +88,7 @@ def test_first_day_has_no_baseline_and_a_rerun_of_a_day_is_idempotent(drift_days
 def test_schedule_requests_yesterdays_partition():
     from dagster import build_schedule_context
 
-    from assets.drift import drift_schedule
+    from rag_loop_dagster.assets.drift import drift_schedule
     context = build_schedule_context(scheduled_execution_time=datetime(2026, 11, 15, 1, 30, tzinfo=UTC))
     request = drift_schedule(context)
     assert request.partition_key == "2026-11-14" and request.run_key == "drift-2026-11-14"
@@ -98,8 +98,8 @@ def test_drift_assets_materialize_a_partition_with_their_checks(drift_days, tmp_
     from dagster import materialize
     from dagster_duckdb import DuckDBResource
 
-    from assets.drift import DRIFT_ASSETS
-    from assets.resources import DuckDBEngineResource, RagLoopPaths
+    from rag_loop_dagster.assets.drift import DRIFT_ASSETS
+    from rag_loop_dagster.assets.resources import DuckDBEngineResource, RagLoopPaths
     _, _, database = drift_days
     result = materialize(DRIFT_ASSETS, partition_key="2026-11-11", resources={
         "duckdb": DuckDBResource(database=str(database)), "embedder": fake_embedder(),
@@ -117,8 +117,8 @@ def test_a_partition_without_traffic_says_its_checks_were_not_evaluated(drift_da
     from dagster import materialize
     from dagster_duckdb import DuckDBResource
 
-    from assets.drift import DRIFT_ASSETS
-    from assets.resources import DuckDBEngineResource, RagLoopPaths
+    from rag_loop_dagster.assets.drift import DRIFT_ASSETS
+    from rag_loop_dagster.assets.resources import DuckDBEngineResource, RagLoopPaths
     _, _, database = drift_days
     result = materialize(DRIFT_ASSETS, partition_key="2026-10-01", resources={
         "duckdb": DuckDBResource(database=str(database)), "embedder": fake_embedder(),

@@ -84,7 +84,7 @@ def test_a_killed_run_is_ended_and_the_run_queued_behind_it_goes_through(tmp_pat
     lock = duckdb.connect(str(home / "rag_loop.duckdb"))  # DuckDB's one writer: the victim waits for it
     code = victim = daemon = instance = None
     try:
-        code = _start([BIN / "dagster", "api", "grpc", "-m", "definitions", "-d", PROJECT, "-p", port,
+        code = _start([BIN / "dagster", "api", "grpc", "-m", "rag_loop_dagster.definitions", "-d", PROJECT, "-p", port,
                        "--location-name", "rag-loop"], tmp_path / "code.log", env=env, cwd=PROJECT)
         victim = _start([BIN / "rag-loop", "run", "ingest_job"], tmp_path / "victim.log", env=env, cwd=tmp_path)
         # the victim makes the instance's storage (the first to open it does; two at once would race)

@@ -22,11 +22,13 @@ import pytest
 
 from rag_loop.demo.curator import curate
 from rag_loop.workspace.app import create_app
-from rag_loop.workspace.releases import FINISHED, WebserverRelease
 from rag_loop.workspace.store import Workspace
+from rag_loop_dagster.releasing import WebserverRelease, graphql_client
 from tests.helpers import PROJECT, demo_config
 from tests.helpers.browser import CHROMIUM, DRIVER, MISSING, chromium
 from tests.workspace.conftest import Curator, csrf_of
+
+FINISHED = ("SUCCESS", "FAILURE", "CANCELED")
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -40,24 +42,24 @@ def _free_port() -> int:
 
 
 class Dagster:
-    """The webserver's GraphQL API, through the workspace's client of it."""
+    """The webserver's GraphQL API: runs launched with dagster-graphql's client (as the
+    workspace launches its release), the test's own queries posted as they are."""
 
     def __init__(self, url: str):
         self.url = url
-        self.graphql = WebserverRelease(url).graphql  # raises on a GraphQL error
+        self.client = graphql_client(url)
+
+    def graphql(self, query: str, variables: dict | None = None) -> dict:
+        request = urllib.request.Request(f"{self.url}/graphql", method="POST",
+                                         data=json.dumps({"query": query, "variables": variables or {}}).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            body = json.loads(response.read())
+        assert not body.get("errors"), body["errors"]
+        return body["data"]
 
     def launch(self, job: str, run_config: dict | None = None) -> str:
-        repository = self.graphql("{ repositoriesOrError { ... on RepositoryConnection { nodes { name "
-                                  "location { name } } } } }")["repositoriesOrError"]["nodes"][0]
-        data = self.graphql("""
-            mutation($params: ExecutionParams!) { launchRun(executionParams: $params) {
-              __typename ... on LaunchRunSuccess { run { runId } }
-              ... on PythonError { message } ... on RunConfigValidationInvalid { errors { message } } } }""",
-            {"params": {"selector": {"repositoryLocationName": repository["location"]["name"],
-                                     "repositoryName": repository["name"], "jobName": job},
-                        "runConfigData": run_config or {}}})["launchRun"]
-        assert data["__typename"] == "LaunchRunSuccess", data
-        return data["run"]["runId"]
+        return self.client.submit_job_execution(job, run_config=run_config or {})
 
     def run(self, run_id: str) -> dict:
         return self.graphql("query($id: ID!) { runOrError(runId: $id) { ... on Run { status "

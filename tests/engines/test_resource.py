@@ -3,7 +3,7 @@ one in a Dagster run)."""
 
 import pytest
 
-from assets.resources import DuckDBEngineResource, SparkEngineResource, build_resources
+from rag_loop_dagster.assets.resources import DuckDBEngineResource, SparkEngineResource, build_resources
 
 
 def test_rag_loop_engine_chooses_the_engine_resource(monkeypatch):

@@ -2,9 +2,9 @@
 
 import pytest
 
-from assets.resources import HttpRagAppResource
 from rag_loop.evaluation.http_app import HttpFields, HttpRagApp, RagAppError
 from rag_loop.evaluation.runner import build_cases
+from rag_loop_dagster.assets.resources import HttpRagAppResource
 from tests.helpers.standin_rag import RagService
 
 

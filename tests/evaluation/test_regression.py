@@ -193,8 +193,8 @@ def test_demo_candidate_fails_a_gate_that_the_baseline_passes(demo_releases):
     from dagster import materialize
     from dagster_duckdb import DuckDBResource
 
-    from assets.evaluation import regression_eval
-    from assets.resources import LocalEmbedderResource, OfflineJudgeResource, PythonRagAppResource
+    from rag_loop_dagster.assets.evaluation import regression_eval
+    from rag_loop_dagster.assets.resources import LocalEmbedderResource, OfflineJudgeResource, PythonRagAppResource
     root, paths = demo_releases
 
     def evaluate(config):

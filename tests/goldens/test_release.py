@@ -135,8 +135,8 @@ def test_demo_curator_rounds_make_v0001_then_v0002(demo_releases):
     from dagster import materialize
     from dagster_duckdb import DuckDBResource
 
-    from assets.curation import curated_labels
-    from assets.goldens import golden_release, golden_releases
+    from rag_loop_dagster.assets.curation import curated_labels
+    from rag_loop_dagster.assets.goldens import golden_release, golden_releases
     root, paths = demo_releases  # the two rounds, labelled and released (tests/conftest.py)
     resources = {"duckdb": DuckDBResource(database=str(root / "rag.duckdb")), "paths": paths}
     release = [curated_labels, golden_release, golden_releases]

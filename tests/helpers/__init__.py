@@ -70,7 +70,7 @@ def metadata_of(result, asset: str) -> dict:
 
 def undeclared_tables(database) -> set[str]:
     """Tables and views in the database that no asset declares: the lineage graph would lie."""
-    from definitions import defs
+    from rag_loop_dagster.definitions import defs
     declared = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
     stored = {name for (name,) in query(database, "SELECT table_name FROM duckdb_tables() UNION "
                                                   "SELECT view_name FROM duckdb_views() "

@@ -4,9 +4,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from assets.resources import EmbedderResource
 from rag_loop.vectors.embedding import Embedder
 from rag_loop.vectors.router import LanguageRouter
+from rag_loop_dagster.assets.resources import EmbedderResource
 
 
 class HashingEmbedder:

@@ -3,13 +3,13 @@ import shutil
 from dagster import DagsterInstance, build_sensor_context, materialize
 from dagster_duckdb import DuckDBResource
 
-from assets.ingestion import (
+from rag_loop_dagster.assets.ingestion import (
     knowledge_base,
     new_trace_files_sensor,
     raw_traces,
     raw_traces_quarantine_rate,
 )
-from assets.resources import DuckDBEngineResource, RagLoopPaths
+from rag_loop_dagster.assets.resources import DuckDBEngineResource, RagLoopPaths
 from tests.helpers import DEMO, trace_line
 
 
@@ -77,7 +77,7 @@ def test_the_files_of_a_failed_run_are_requested_again_after_a_pause(tmp_path):
     from dagster import DagsterRunStatus
     from dagster._core.test_utils import create_run_for_test
 
-    from assets.sensors import INPUT_TAG
+    from rag_loop_dagster.assets.sensors import INPUT_TAG
     traces = tmp_path / "traces"
     shutil.copytree(DEMO / "traces" / "malformed", traces)
     paths = RagLoopPaths(traces_dir=str(traces))
@@ -106,4 +106,4 @@ def instance_time_shift(seconds: float):
     later = datetime.now(UTC) + timedelta(seconds=seconds)
     fake = mock.MagicMock(wraps=datetime)
     fake.now.return_value = later
-    return mock.patch("assets.sensors.datetime", fake)
+    return mock.patch("rag_loop_dagster.assets.sensors.datetime", fake)

@@ -3,8 +3,8 @@ their rates, and GEval criteria without a reference."""
 
 import pytest
 
-from assets.online import JudgingConfig, OnlineQualityConfig
 from rag_loop.online.judgments import JudgingSettings, OnlineMetric, judge_traces
+from rag_loop_dagster.assets.online import JudgingConfig, OnlineQualityConfig
 from tests.online.test_judgments import _traces
 from tests.online.world import ScriptedJudge, build_world
 

@@ -84,8 +84,8 @@ def test_online_quality_materializes_a_partition_with_its_checks(demo_run, tmp_p
     from dagster import materialize
     from dagster_duckdb import DuckDBResource
 
-    from assets.online import online_quality
-    from assets.resources import DuckDBEngineResource, RagLoopPaths
+    from rag_loop_dagster.assets.online import online_quality
+    from rag_loop_dagster.assets.resources import DuckDBEngineResource, RagLoopPaths
     copy = tmp_path / "rag.duckdb"
     demo_copy(demo_run, tmp_path).close()
     (tmp_path / "copy.duckdb").rename(copy)

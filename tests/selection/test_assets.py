@@ -8,10 +8,10 @@ import pytest
 from dagster import DagsterInstance, materialize
 from dagster_duckdb import DuckDBResource
 
-from assets.ingestion import raw_traces
-from assets.resources import DuckDBEngineResource, RagLoopPaths
-from assets.selection import failure_candidates, quality_estimates, trace_signals
 from rag_loop.selection.signals import SignalSettings, compute_signals
+from rag_loop_dagster.assets.ingestion import raw_traces
+from rag_loop_dagster.assets.resources import DuckDBEngineResource, RagLoopPaths
+from rag_loop_dagster.assets.selection import failure_candidates, quality_estimates, trace_signals
 from tests.helpers import demo_config, metadata_of, query, trace_line
 
 

@@ -1,5 +1,6 @@
 """A release made from the workspace: it runs the release_goldens job in its own process, and
-the golden the curator accepted is in it and loads in DeepEval."""
+the golden the curator accepted is in it and loads in DeepEval; a workspace given no way to
+release says so."""
 
 import os
 import shutil
@@ -8,8 +9,8 @@ import socket
 import pytest
 
 from rag_loop.workspace.app import create_app
-from rag_loop.workspace.releases import launch_release
 from rag_loop.workspace.store import Workspace
+from rag_loop_dagster.releasing import WebserverRelease, release_in_own_process
 from tests.helpers import PROJECT
 from tests.workspace.conftest import Curator, client_of, csrf_of
 
@@ -27,7 +28,7 @@ def test_a_release_from_the_workspace_holds_the_accepted_golden_and_loads_in_dee
            "RAG_LOOP_HOME": str(tmp_path), "DAGSTER_HOME": str(tmp_path / "dagster"),
            "PYTHONPATH": str(PROJECT), "DAGSTER_DISABLE_TELEMETRY": "1"}
     workspace = Workspace(curation, tmp_path / "reports", goldens)
-    app = create_app(workspace, release=lambda notes, by: launch_release(notes, by, env))
+    app = create_app(workspace, release=lambda notes, by: release_in_own_process(notes, by, env))
     ana = Curator(app, "ana")
     row = workspace.rows({}, "todo", 0, 1)[0][0]
     source = ana.client.get("/sources", params={"q": "leave policy"}).json()[0]["chunk_id"]
@@ -57,9 +58,22 @@ def test_a_release_from_the_workspace_holds_the_accepted_golden_and_loads_in_dee
 
 
 def test_a_release_through_a_webserver_that_is_down_says_so():
-    from rag_loop.workspace.releases import WebserverRelease
     with socket.socket() as probe:  # a loopback port nobody listens on
         probe.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{probe.getsockname()[1]}"
     launched = WebserverRelease(url)("notes", "ana")
     assert not launched.ok and url in launched.output and launched.link is None
+
+
+def test_a_workspace_given_no_way_to_release_says_so_and_releases_nothing(tmp_path):
+    ana = Curator(create_app(Workspace(tmp_path / "curation", goldens_dir=tmp_path / "goldens")), "ana")
+    page = ana.client.get("/releases").text
+    refused = ana.client.post("/releases", data={"csrf": csrf_of(page), "notes": "June"})
+    assert refused.status_code == 422 and "started without a way to release" in refused.text
+    assert not (tmp_path / "goldens").exists()
+
+
+@pytest.mark.parametrize("url", ["ftp://127.0.0.1:3000", "127.0.0.1:3000", "http://"])
+def test_a_webserver_address_that_is_no_http_url_is_refused_with_its_reason(url):
+    launched = WebserverRelease(url)("notes", "ana")
+    assert not launched.ok and "not an http(s) address" in launched.output

@@ -13,8 +13,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from jobs_cli import main as rag_loop
 from rag_loop.curation.queue_files import read_queue
+from rag_loop_dagster.jobs_cli import main as rag_loop
 
 
 def command(*args: str) -> bool:

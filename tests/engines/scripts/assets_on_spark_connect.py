@@ -16,10 +16,10 @@ import duckdb
 from dagster import DagsterInstance, materialize
 from dagster_duckdb import DuckDBResource
 
-from assets.ingestion import raw_traces, trace_lake
-from assets.resources import RagLoopPaths, SparkEngineResource
-from assets.selection import failure_candidates, quality_estimates, trace_signals
 from rag_loop.drift.figures import retrieval_figures
+from rag_loop_dagster.assets.ingestion import raw_traces, trace_lake
+from rag_loop_dagster.assets.resources import RagLoopPaths, SparkEngineResource
+from rag_loop_dagster.assets.selection import failure_candidates, quality_estimates, trace_signals
 from tests.helpers import trace_line
 from tests.helpers.otlp import line, request_spans, write
 

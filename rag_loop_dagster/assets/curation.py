@@ -19,14 +19,14 @@ from dagster import (
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
-from assets.intents import intent_clusters
-from assets.resources import DUCKDB_WRITER, EmbedderResource, RagLoopPaths
-from assets.sensors import request_for_input
-from assets.stage import stage_asset
 from rag_loop.curation.labels import label_summary, settled_label_files, store_label_files
 from rag_loop.curation.queue import build_curation_queue
 from rag_loop.curation.representatives import QueueSettings
 from rag_loop.store.files import directory_fingerprint
+from rag_loop_dagster.assets.intents import intent_clusters
+from rag_loop_dagster.assets.resources import DUCKDB_WRITER, EmbedderResource, RagLoopPaths
+from rag_loop_dagster.assets.sensors import request_for_input
+from rag_loop_dagster.assets.stage import stage_asset
 
 _QUEUE_DEFAULTS = QueueSettings()
 

@@ -1,5 +1,6 @@
-"""The `rag-loop` command: the library's commands (rag_loop.cli, free of Dagster) and the ones
-that run the project's Dagster jobs, so that nobody writes run-config YAML by hand:
+"""The `rag-loop` command: the library's commands (rag_loop.cli, free of Dagster), the ones that
+run the project's Dagster jobs, so that nobody writes run-config YAML by hand, and `serve`, the
+curator workspace with a way to release (rag_loop_dagster.releasing):
 
     rag-loop release --notes "June refresh" --by ana@example.com
     rag-loop eval --release latest            # or v0002; -c FILE for the rest of the config
@@ -8,8 +9,8 @@ that run the project's Dagster jobs, so that nobody writes run-config YAML by ha
 A run goes through the job of `definitions.py` in this process and is recorded in the Dagster
 instance of the deployment's home (DAGSTER_HOME, default `$RAG_LOOP_HOME/dagster`, set up from
 deploy/dagster.yaml the first time), so it shows in the UI beside the runs the UI launched. The
-run carries this process's host, pid and start (assets/run_liveness.py): a run whose process was
-killed is ended before the next one starts here, and by the daemon's run monitoring.
+run carries this process's host, pid and start (assets/run_liveness.py): a run whose process
+was killed is ended before the next one starts here, and by the daemon's run monitoring.
 """
 
 from __future__ import annotations
@@ -27,15 +28,31 @@ import yaml
 from rag_loop.cli import main, release_text
 from rag_loop.home import home
 
-INSTANCE_SETTINGS = Path(__file__).resolve().parent / "deploy" / "dagster.yaml"
+INSTANCE_SETTINGS = Path(__file__).resolve().parent.parent / "deploy" / "dagster.yaml"
+
+
+# the run launcher's module before the Dagster side moved into rag_loop_dagster/
+_MOVED_MODULES = {"module: assets.run_liveness": "module: rag_loop_dagster.assets.run_liveness"}
 
 
 def instance_home() -> Path:
-    """DAGSTER_HOME, else the home's `dagster/` folder, with the project's instance settings."""
+    """DAGSTER_HOME, else the home's `dagster/` folder, with the project's instance settings
+    (copied the first time; a home set up before the move to rag_loop_dagster/ has its module
+    names brought up to date, or Dagster could not load its run launcher)."""
     folder = Path(os.environ.get("DAGSTER_HOME") or home().dagster_home)
     folder.mkdir(parents=True, exist_ok=True)
-    if not (folder / "dagster.yaml").exists() and INSTANCE_SETTINGS.exists():
-        shutil.copy(INSTANCE_SETTINGS, folder / "dagster.yaml")
+    settings = folder / "dagster.yaml"
+    if not settings.exists() and INSTANCE_SETTINGS.exists():
+        shutil.copy(INSTANCE_SETTINGS, settings)
+    elif settings.exists():
+        text = settings.read_text()
+        updated = text
+        for old, new in _MOVED_MODULES.items():
+            updated = updated.replace(old, new)
+        if updated != text:
+            settings.write_text(updated)
+            click.echo(f"{settings}: the run launcher's module renamed to rag_loop_dagster.assets.run_liveness",
+                       err=True)
     os.environ["DAGSTER_HOME"] = str(folder)
     return folder
 
@@ -47,8 +64,8 @@ def run_job(name: str, run_config: Mapping[str, Any] | None = None, partition_ra
     from dagster import DagsterInstance
     from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
-    from assets.run_liveness import end_dead_runs, process_tags
-    from definitions import defs
+    from rag_loop_dagster.assets.run_liveness import end_dead_runs, process_tags
+    from rag_loop_dagster.definitions import defs
     job = defs.resolve_job_def(name)
     tags = process_tags()  # host, pid and start of this process: a run left behind by a kill is found
     if partition_range:
@@ -125,6 +142,53 @@ def eval_command(release: str, mode: str | None, config_file: Path | None) -> No
     blocking gate that fails makes the exit status 1."""
     values: dict[str, Any] = {"release": release, **({"mode": mode} if mode else {})}
     sys.exit(0 if run_job("regression_eval_job", _merged(_config(config_file), {"regression_eval": values})) else 1)
+
+
+@main.command()
+@click.option("--curation-dir", type=click.Path(file_okay=False, path_type=Path), envvar="RAG_LOOP_CURATION_DIR",
+              show_envvar=True, default=lambda: home().curation_dir, show_default="curation/ in $RAG_LOOP_HOME",
+              help="The curation folder: the queue export it shows, the labels folder it writes.")
+@click.option("--reports-dir", type=click.Path(file_okay=False, path_type=Path), envvar="RAG_LOOP_REPORTS_DIR",
+              show_envvar=True, default=lambda: home().reports_dir, show_default="reports/ in $RAG_LOOP_HOME",
+              help="HTML reports of releases and evals, served at /reports/.")
+@click.option("--goldens-dir", type=click.Path(file_okay=False, path_type=Path), envvar="RAG_LOOP_GOLDENS_DIR",
+              show_envvar=True, default=lambda: home().goldens_dir, show_default="goldens/ in $RAG_LOOP_HOME",
+              help="The golden releases it shows.")
+@click.option("--dagster-url", envvar="RAG_LOOP_DAGSTER_URL", show_envvar=True, default=None,
+              help="A Dagster webserver (e.g. http://127.0.0.1:3000) that launches a release from the "
+                   "workspace, queued like any run; without it, the release runs `rag-loop release`.")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="The address to listen on. Only a loopback address (127.0.0.1, ::1, localhost) goes "
+                   "without --token; \"\", 0.0.0.0 and :: listen on every interface.")
+@click.option("--port", type=int, default=8765, show_default=True)
+@click.option("--token", envvar="RAG_LOOP_WORKSPACE_TOKEN", show_envvar=True, default=None,
+              help="Every request must carry it (open the printed link once per browser).")
+@click.option("--allowed-host", "allowed_hosts", multiple=True, envvar="RAG_LOOP_WORKSPACE_HOSTS", show_envvar=True,
+              help="A host name curators open the workspace by (repeatable; the variable: space-separated). "
+                   "Requests naming another host are refused (DNS rebinding). Default: the --host address, "
+                   "and localhost on loopback; required when --host listens on every interface.")
+def serve(curation_dir: Path, reports_dir: Path, goldens_dir: Path, dagster_url: str | None, host: str, port: int,
+          token: str | None, allowed_hosts: tuple[str, ...]) -> None:
+    """The curator workspace in the browser: the queue, a trace and its label, the sources."""
+    import uvicorn
+
+    from rag_loop.workspace.app import create_app
+    from rag_loop.workspace.security import is_loopback, served_hosts
+    from rag_loop.workspace.store import Workspace
+    from rag_loop_dagster.releasing import WebserverRelease, release_in_own_process
+    if not is_loopback(host) and not token:
+        raise click.UsageError(f"--host {host!r} is not a loopback address: set --token (or "
+                               "RAG_LOOP_WORKSPACE_TOKEN), or listen on 127.0.0.1")
+    try:
+        hosts = served_hosts(host, allowed_hosts)
+    except ValueError as error:
+        raise click.UsageError(str(error)) from error
+    link = f"http://{hosts[0]}:{port}/" + (f"?token={token}" if token else "")
+    click.echo(f"rag-loop workspace on {link} (queue exports in {curation_dir / 'queue'}; "
+               f"answers to {', '.join(hosts)})")
+    release = WebserverRelease(dagster_url) if dagster_url else release_in_own_process
+    uvicorn.run(create_app(Workspace(curation_dir, reports_dir, goldens_dir), token, release, hosts), host=host,
+                port=port, log_level="warning")
 
 
 if __name__ == "__main__":

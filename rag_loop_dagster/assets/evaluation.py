@@ -20,15 +20,6 @@ from dagster import (
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
-from assets.resources import (
-    DUCKDB_WRITER,
-    EmbedderResource,
-    JudgeResource,
-    RagAppResource,
-    RagLoopPaths,
-    config_entry,
-)
-from assets.stage import stage_asset
 from rag_loop.evaluation.gates import Gate
 from rag_loop.evaluation.settings import (
     DEFAULT_GATES,
@@ -37,6 +28,15 @@ from rag_loop.evaluation.settings import (
     EvalSettings,
 )
 from rag_loop.reporting import plots
+from rag_loop_dagster.assets.resources import (
+    DUCKDB_WRITER,
+    EmbedderResource,
+    JudgeResource,
+    RagAppResource,
+    RagLoopPaths,
+    config_entry,
+)
+from rag_loop_dagster.assets.stage import stage_asset
 
 
 class GateConfig(Config):

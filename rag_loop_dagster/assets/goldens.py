@@ -15,9 +15,6 @@ from dagster import (
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
-from assets.curation import curated_labels
-from assets.resources import DUCKDB_WRITER, RagLoopPaths
-from assets.stage import stage_asset
 from rag_loop.goldens.lineage import refresh_release_tables
 from rag_loop.goldens.redaction import KINDS
 from rag_loop.goldens.release import (
@@ -29,6 +26,9 @@ from rag_loop.goldens.release import (
 )
 from rag_loop.reporting import plots
 from rag_loop.reporting.reports import release_report
+from rag_loop_dagster.assets.curation import curated_labels
+from rag_loop_dagster.assets.resources import DUCKDB_WRITER, RagLoopPaths
+from rag_loop_dagster.assets.stage import stage_asset
 
 
 class ReleaseConfig(Config):

@@ -18,10 +18,6 @@ from dagster import (
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
-from assets.daily import DAILY, DRIFT_CRON, check_specs, daily, day_checks, series_chart
-from assets.resources import DUCKDB_WRITER, EmbedderResource, EngineResource, RagLoopPaths
-from assets.selection import quality_estimates, trace_novelty, trace_signals
-from assets.stage import stage_asset
 from rag_loop.drift.checks import Limit
 from rag_loop.drift.days import (
     FreshnessSettings,
@@ -33,6 +29,10 @@ from rag_loop.drift.days import (
     query_mix_day,
     retrieval_day,
 )
+from rag_loop_dagster.assets.daily import DAILY, DRIFT_CRON, check_specs, daily, day_checks, series_chart
+from rag_loop_dagster.assets.resources import DUCKDB_WRITER, EmbedderResource, EngineResource, RagLoopPaths
+from rag_loop_dagster.assets.selection import quality_estimates, trace_novelty, trace_signals
+from rag_loop_dagster.assets.stage import stage_asset
 
 _common = daily("drift")
 

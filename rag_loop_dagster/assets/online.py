@@ -13,15 +13,22 @@ from dagster import (
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
-from assets.daily import check_specs, daily, day_checks, series_chart
-from assets.resources import EmbedderResource, EngineResource, GEvalCriterion, JudgeResource, RagLoopPaths, config_entry
-from assets.selection import failure_candidates
-from assets.stage import stage_asset
 from rag_loop.evaluation.settings import OFFLINE_THRESHOLDS
 from rag_loop.online.judgments import JudgingSettings, OnlineMetric
 from rag_loop.online.quality import OnlineQualitySettings, online_quality_day
 from rag_loop.selection.estimates import DEFAULT_SLICES, parse_slices
 from rag_loop.selection.sampling import SamplingPolicy
+from rag_loop_dagster.assets.daily import check_specs, daily, day_checks, series_chart
+from rag_loop_dagster.assets.resources import (
+    EmbedderResource,
+    EngineResource,
+    GEvalCriterion,
+    JudgeResource,
+    RagLoopPaths,
+    config_entry,
+)
+from rag_loop_dagster.assets.selection import failure_candidates
+from rag_loop_dagster.assets.stage import stage_asset
 
 
 class OnlineMetricConfig(Config):

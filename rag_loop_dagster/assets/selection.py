@@ -11,8 +11,6 @@ from dagster import (
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
-from assets.resources import EmbedderResource, EngineResource, RagLoopPaths
-from assets.stage import changed_days, stored_in
 from rag_loop.reporting import plots
 from rag_loop.selection.estimates import (
     DEFAULT_SLICES,
@@ -31,6 +29,8 @@ from rag_loop.selection.signals import (
     signal_coverage,
     signal_inputs,
 )
+from rag_loop_dagster.assets.resources import EmbedderResource, EngineResource, RagLoopPaths
+from rag_loop_dagster.assets.stage import changed_days, stored_in
 
 _SIGNAL_DEFAULTS = SignalSettings()
 _POLICY_DEFAULTS = SamplingPolicy()

@@ -12,13 +12,13 @@ from dagster import (
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
-from assets.resources import EmbedderResource
-from assets.selection import failure_candidates
-from assets.stage import stage_asset
 from rag_loop.intents.clusters import cluster_intents
 from rag_loop.intents.query_embeddings import embed_candidates
 from rag_loop.reporting import plots
 from rag_loop.vectors.clustering import ClusterSettings
+from rag_loop_dagster.assets.resources import EmbedderResource
+from rag_loop_dagster.assets.selection import failure_candidates
+from rag_loop_dagster.assets.stage import stage_asset
 
 _CLUSTER_DEFAULTS = ClusterSettings()
 

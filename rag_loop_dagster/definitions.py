@@ -4,11 +4,16 @@ from collections.abc import Mapping
 
 from dagster import AssetSelection, Definitions, define_asset_job, in_process_executor
 
-from assets.curation import curated_labels, curation_queue, label_job, new_label_files_sensor
-from assets.drift import DRIFT_ASSETS, drift_job, drift_schedule
-from assets.evaluation import judge_calibration, judge_calibrations, regression_eval, regression_eval_job
-from assets.goldens import golden_release, golden_releases, release_goldens
-from assets.ingestion import (
+from rag_loop_dagster.assets.curation import curated_labels, curation_queue, label_job, new_label_files_sensor
+from rag_loop_dagster.assets.drift import DRIFT_ASSETS, drift_job, drift_schedule
+from rag_loop_dagster.assets.evaluation import (
+    judge_calibration,
+    judge_calibrations,
+    regression_eval,
+    regression_eval_job,
+)
+from rag_loop_dagster.assets.goldens import golden_release, golden_releases, release_goldens
+from rag_loop_dagster.assets.ingestion import (
     ingest_job,
     knowledge_base,
     new_trace_files_sensor,
@@ -16,10 +21,10 @@ from assets.ingestion import (
     raw_traces_quarantine_rate,
     trace_lake,
 )
-from assets.intents import intent_clusters, query_embeddings
-from assets.online import online_quality, trace_judgments
-from assets.resources import DUCKDB_WRITER, build_resources
-from assets.selection import failure_candidates, quality_estimates, trace_novelty, trace_signals
+from rag_loop_dagster.assets.intents import intent_clusters, query_embeddings
+from rag_loop_dagster.assets.online import online_quality, trace_judgments
+from rag_loop_dagster.assets.resources import DUCKDB_WRITER, build_resources
+from rag_loop_dagster.assets.selection import failure_candidates, quality_estimates, trace_novelty, trace_signals
 
 rag_loop_job = define_asset_job(
     "rag_loop_job", tags=DUCKDB_WRITER,

@@ -24,9 +24,6 @@ from dagster import (
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
-from assets.resources import DUCKDB_WRITER, EngineResource, RagLoopPaths
-from assets.sensors import request_for_input
-from assets.stage import stage_asset, stored_in
 from rag_loop.engines.lake import export_lake, lake_days
 from rag_loop.ingest.documents import load_knowledge_base
 from rag_loop.ingest.language import LanguageSettings, settings_from
@@ -42,6 +39,9 @@ from rag_loop.ingest.pipeline import (
 )
 from rag_loop.store.files import directory_fingerprint
 from rag_loop.store.tables import create_tables
+from rag_loop_dagster.assets.resources import DUCKDB_WRITER, EngineResource, RagLoopPaths
+from rag_loop_dagster.assets.sensors import request_for_input
+from rag_loop_dagster.assets.stage import stage_asset, stored_in
 
 
 class LanguagesConfig(Config):
