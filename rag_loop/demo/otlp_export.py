@@ -1,7 +1,7 @@
 """Encode a native demo trace as one OTLP JSON line, as an instrumented app would export it.
 
 `genai` follows the OpenTelemetry GenAI conventions, `openinference` the OpenInference ones;
-fields neither has travel as `rag.*` attributes and document metadata (see the README).
+fields neither has travel as `rag.*` attributes and document metadata (see docs/ingestion.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The README's "your own traces" path in one process, configured by environment only, with
+"""The README's "your own traffic" path in one process, configured by environment only, with
 the `rag-loop` commands a user types: `run rag_loop_job`, then `release --notes --by` and
 `eval --release latest`.
 
