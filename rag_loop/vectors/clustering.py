@@ -7,16 +7,18 @@ budget is not spent on the same question twice. "Close" is relative to the space
 fraction `merge_distance` of the median cosine distance between two random points, because
 models differ in scale (multilingual-e5 puts most pairs within 0.2, MiniLM near 0.8). Points HDBSCAN
 leaves as noise stay singletons: they are where novel queries live. Above `fit_sample`
-points, HDBSCAN (fast_hdbscan: parallel, Numba-compiled, the same clusters as the hdbscan
-package) is fitted on a sample and every other point joins the cluster of its nearest sample
-point when it is within that cluster's reach (the largest nearest-neighbour gap inside it),
-else it is noise: one matrix product per block of points (hdbscan's approximate_predict
-loops point by point). `ClusterSettings.backend` "hdbscan" runs the hdbscan package instead
+points, HDBSCAN (fast_hdbscan: Numba-compiled, the same clusters as the hdbscan package; with
+min_samples 1 on our exact spanning tree, dense Prim on one thread, see spanning_tree) is fitted
+on a sample and every other point joins the cluster of its nearest clustered sample point when
+it is within that cluster's reach (the largest nearest-neighbour gap inside it), else it is
+noise: one matrix product per block of points (hdbscan's approximate_predict loops point by
+point). `ClusterSettings.backend` "hdbscan" runs the hdbscan package instead
 (exact spanning tree: the same labels, slower; see BACKENDS).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -30,6 +32,17 @@ _VI_STOP_WORDS = frozenset(
 
 
 def _fast_hdbscan_labels(points: np.ndarray, settings: ClusterSettings) -> np.ndarray:
+    if settings.min_samples == 1 and len(points) >= 2:
+        # single linkage on plain distances: fast_hdbscan's clusters of our exact spanning tree
+        # (dense Prim, one thread: many times faster than its Borůvka in 30 dims, see
+        # spanning_tree), so the same labels
+        from fast_hdbscan.hdbscan import clusters_from_spanning_tree
+
+        from rag_loop.vectors.spanning_tree import minimum_spanning_tree
+        labels, *_ = clusters_from_spanning_tree(
+            minimum_spanning_tree(points), min_cluster_size=settings.min_cluster_size,
+            cluster_selection_method=settings.selection_method)
+        return labels
     from fast_hdbscan import HDBSCAN  # compiles on first use (cached on disk after)
     model = HDBSCAN(min_cluster_size=settings.min_cluster_size, min_samples=settings.min_samples,
                     cluster_selection_method=settings.selection_method)
@@ -111,9 +124,9 @@ def cluster_vectors(vectors: np.ndarray, settings: ClusterSettings = ClusterSett
 
 
 def compile_once() -> None:
-    """Compile fast_hdbscan's Numba code into its on-disk cache (about 30 s, once per
-    install: `make install` runs it), so no run pays for it: both cluster selections (the
-    intents' leaf, trace_novelty's eom) compile functions of their own."""
+    """Compile fast_hdbscan's Numba code and the spanning tree's into their on-disk caches
+    (about 30 s, once per install: `make install` runs it), so no run pays for it: both cluster
+    selections (the intents' leaf, trace_novelty's eom) compile functions of their own."""
     points = np.random.default_rng(0).normal(size=(200, MAX_PCA_DIMS))
     for method in ("leaf", "eom"):
         hdbscan_labels(points, ClusterSettings(selection_method=method))
@@ -125,26 +138,47 @@ def hdbscan_labels(points: np.ndarray, settings: ClusterSettings) -> np.ndarray:
 
 
 def nearest(queries: np.ndarray, points: np.ndarray, exclude_self: bool = False,
-             block: int = 1024) -> tuple[np.ndarray, np.ndarray]:
-    """Index of and Euclidean distance to each query's nearest point: per block of queries one
-    float32 product into a reused buffer (|p|² - 2 q·p orders the points as the distance does)."""
-    queries, points = queries.astype(np.float32), points.astype(np.float32)
-    squared = np.einsum("ij,ij->i", points, points)
-    index, best = np.empty(len(queries), np.int64), np.empty(len(queries), np.float32)
-    buffer = np.empty((min(block, len(queries)), len(points)), np.float32)
-    for start in range(0, len(queries), block):
-        chunk = queries[start:start + block]
-        rows = np.arange(len(chunk))
-        scores = buffer[:len(chunk)]
-        np.matmul(chunk, points.T, out=scores)
-        scores *= -2
-        scores += squared
-        if exclude_self:
-            scores[rows, start + rows] = np.inf
-        index[start:start + len(chunk)] = scores.argmin(axis=1)
-        best[start:start + len(chunk)] = scores[rows, index[start:start + len(chunk)]]
-    distance = np.sqrt(np.maximum(best + np.einsum("ij,ij->i", queries, queries), 0))
-    return index, distance
+            block: int = 128) -> tuple[np.ndarray, np.ndarray]:
+    """Index of and Euclidean distance to each query's nearest point.
+
+    Per block of queries one float32 product with the points augmented by a column -|p|²/2
+    (q·p - |p|²/2 orders the points as the distance does), so that one argmax is the only
+    other pass over it; blocks small enough to stay in cache, shared by up to 2 threads that
+    each run BLAS on one thread (its own threads meeting on every small product stall when the
+    cores are busy). The distance is then computed from the nearest point itself."""
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    points = np.asarray(points, dtype=np.float32)
+    augmented = np.hstack([points, -0.5 * np.einsum("ij,ij->i", points, points)[:, None]])
+    index = np.empty(len(queries), np.int64)
+    if len(queries) == 0:
+        return index, np.empty(0, np.float32)
+    ones = np.ones((len(queries), 1), np.float32)
+
+    def run(start: int, stop: int) -> None:
+        buffer = np.empty((min(block, stop - start), len(points)), np.float32)
+        for first in range(start, stop, block):
+            last = min(first + block, stop)
+            scores = buffer[:last - first]
+            np.matmul(np.hstack([queries[first:last], ones[first:last]]), augmented.T, out=scores)
+            if exclude_self:
+                rows = np.arange(last - first)
+                scores[rows, first + rows] = -np.inf
+            index[first:last] = scores.argmax(axis=1)
+
+    blocks = -(-len(queries) // block)
+    threads = min(2, os.cpu_count() or 1, blocks)
+    if threads == 1:
+        run(0, len(queries))
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from threadpoolctl import threadpool_limits  # scikit-learn's dependency
+        bounds = [block * (blocks * t // threads) for t in range(threads)] + [len(queries)]
+        with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(threads) as pool:
+            for done in [pool.submit(run, a, b) for a, b in zip(bounds, bounds[1:])]:
+                done.result()
+    difference = queries - points[index]
+    return index, np.sqrt(np.einsum("ij,ij->i", difference, difference))
 
 
 def join_nearest(sample: np.ndarray, sample_labels: np.ndarray, rest: np.ndarray) -> np.ndarray:
