@@ -36,19 +36,30 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -c "from rag_loop.vectors.clustering import compile_once; compile_once()"  # Numba cache
 	touch $(STAMP)
 
+# on screen, one line per step and the summary; what the runs log (Dagster's events at DEBUG,
+# warnings) goes to DEMO_LOG. A step that fails shows the log's end and keeps its exit status.
+DEMO_LOG := $(DEMO_HOME)/demo.log
+DEMO_FAILED = || { status=$$?; echo "make demo: this step failed (exit $$status); the end of $(DEMO_LOG):"; \
+	tail -n 40 "$(DEMO_LOG)"; exit $$status; }
+
 demo: install
-	$(DEMO_ENV) sh -c '$(INSTANCE)'
-	$(DEMO_ENV) $(BIN)/rag-loop run rag_loop_job -c data/demo/loop.yaml
-	$(DEMO_ENV) $(BIN)/rag-loop run drift_job --partition-range 2026-11-01...2026-11-14
-	$(DEMO_ENV) $(BIN)/rag-loop demo curate --round 1
-	$(DEMO_ENV) $(BIN)/rag-loop run release_goldens -c data/demo/release/round-1.yaml
-	$(DEMO_ENV) $(BIN)/rag-loop demo curate --round 2
-	$(DEMO_ENV) $(BIN)/rag-loop run release_goldens -c data/demo/release/round-2.yaml
-	$(DEMO_ENV) $(BIN)/rag-loop run regression_eval_job -c data/demo/eval/baseline.yaml
+	@mkdir -p "$(DEMO_HOME)" && : > "$(DEMO_LOG)"
+	@echo "make demo: the whole loop on data/demo/, in $(DEMO_HOME) (Dagster's log: $(DEMO_LOG))"
+	@$(DEMO_ENV) sh -c '$(INSTANCE)' >> "$(DEMO_LOG)" 2>&1 $(DEMO_FAILED)
+	@$(DEMO_ENV) $(BIN)/rag-loop run rag_loop_job -c data/demo/loop.yaml --log "$(DEMO_LOG)" $(DEMO_FAILED)
+	@$(DEMO_ENV) $(BIN)/rag-loop run drift_job --partition-range 2026-11-01...2026-11-14 \
+		--log "$(DEMO_LOG)" $(DEMO_FAILED)
+	@$(DEMO_ENV) $(BIN)/rag-loop demo curate --round 1 $(DEMO_FAILED)
+	@$(DEMO_ENV) $(BIN)/rag-loop run release_goldens -c data/demo/release/round-1.yaml --log "$(DEMO_LOG)" $(DEMO_FAILED)
+	@$(DEMO_ENV) $(BIN)/rag-loop demo curate --round 2 $(DEMO_FAILED)
+	@$(DEMO_ENV) $(BIN)/rag-loop run release_goldens -c data/demo/release/round-2.yaml --log "$(DEMO_LOG)" $(DEMO_FAILED)
+	@$(DEMO_ENV) $(BIN)/rag-loop run regression_eval_job -c data/demo/eval/baseline.yaml --log "$(DEMO_LOG)" $(DEMO_FAILED)
 	@echo "Evaluating the candidate deployment: its hard gate is expected to block it (exit code ignored)."
-	-$(DEMO_ENV) $(BIN)/rag-loop run regression_eval_job -c data/demo/eval/candidate.yaml \
-		> $(DEMO_HOME)/candidate-eval.log 2>&1
-	$(DEMO_ENV) $(BIN)/rag-loop summary
+	@$(DEMO_ENV) $(BIN)/rag-loop run regression_eval_job -c data/demo/eval/candidate.yaml --log "$(DEMO_LOG)" || true
+	@echo
+	@$(DEMO_ENV) $(BIN)/rag-loop summary $(DEMO_FAILED)
+	@echo
+	@echo "Dagster's log of these runs: $(DEMO_LOG)"
 	@echo "Open the UI with: make ui  (then http://127.0.0.1:3000)"
 
 # your own deployment, in RAG_LOOP_HOME (default .rag-loop/, never the demo's): the loop on

@@ -15,10 +15,11 @@ was killed is ended before the next one starts here, and by the daemon's run mon
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -57,16 +58,18 @@ def instance_home() -> Path:
     return folder
 
 
-def run_job(name: str, run_config: Mapping[str, Any] | None = None, partition_range: str | None = None) -> bool:
-    """Execute job `name` of the project's definitions; True when the run succeeded."""
+def run_job(name: str, run_config: Mapping[str, Any] | None = None, partition_range: str | None = None,
+            log_file: Path | None = None) -> bool:
+    """Execute job `name` of the project's definitions; True when the run succeeded. Then say
+    how it went (`outcome_lines`: a verdict, the checks that failed, a report). With `log_file`,
+    what the run prints (Dagster's event log at DEBUG, warnings, the libraries' output) is
+    appended there instead of the terminal, which gets the outcome only."""
     import warnings
 
     from dagster import DagsterInstance
     from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
     from rag_loop_dagster.assets.run_liveness import end_dead_runs, process_tags
-    from rag_loop_dagster.definitions import defs
-    job = defs.resolve_job_def(name)
     tags = process_tags()  # host, pid and start of this process: a run left behind by a kill is found
     if partition_range:
         first, _, last = partition_range.partition("...")
@@ -74,16 +77,104 @@ def run_job(name: str, run_config: Mapping[str, Any] | None = None, partition_ra
             raise click.BadParameter(f"{partition_range!r}: expected FIRST...LAST", param_hint="--partition-range")
         tags |= {ASSET_PARTITION_RANGE_START_TAG: first, ASSET_PARTITION_RANGE_END_TAG: last}
     instance_home()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        instance = DagsterInstance.get()
-    with instance:
-        # runs whose process was killed hold the instance's one run slot forever: end them first
-        end_dead_runs(instance, echo=lambda line: click.echo(line, err=True))
-        result = job.execute_in_process(run_config=dict(run_config or {}), instance=instance, tags=tags,
-                                        raise_on_error=False)
-    click.echo(f"{name}: {'SUCCESS' if result.success else 'FAILURE'} (run {result.run_id})")
+    ended: list[str] = []
+    with output_to(log_file):
+        from rag_loop_dagster.definitions import defs
+        job = defs.resolve_job_def(name)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            instance = DagsterInstance.get()
+        with instance:
+            # runs whose process was killed hold the instance's one run slot forever: end them first
+            end_dead_runs(instance, echo=ended.append)
+            for line in ended:
+                click.echo(line, err=True)  # in the log too, when there is one
+            result = job.execute_in_process(run_config=dict(run_config or {}), instance=instance, tags=tags,
+                                            raise_on_error=False)
+    lines = outcome_lines(name, result)
+    if log_file:
+        for line in ended:
+            click.echo(line, err=True)
+        with log_file.open("a", encoding="utf-8") as log:
+            log.write("".join(f"{line}\n" for line in lines))
+    for line in lines:
+        click.echo(line)
     return result.success
+
+
+@contextlib.contextmanager
+def output_to(log_file: Path | None) -> Iterator[None]:
+    """Standard output and error appended to `log_file` for the duration: Python's streams, and
+    the file descriptors beneath them (what C libraries and child processes write); nothing
+    changes without a file."""
+    if log_file is None:
+        yield
+        return
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    try:
+        with log_file.open("a", encoding="utf-8", buffering=1) as log:
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+            try:
+                with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+                    yield
+            finally:
+                os.dup2(saved[0], 1)
+                os.dup2(saved[1], 2)
+    finally:
+        os.close(saved[0])
+        os.close(saved[1])
+
+
+def outcome_lines(name: str, result: Any) -> list[str]:
+    """How a run went, from its events (an ExecuteInProcessResult): `NAME: SUCCESS|FAILURE (run
+    ID)`, then what its assets say of themselves (`verdict` and `report` metadata), each failed
+    gate of a check that lists them (`failed_gates`: the eval's hard and monitoring gates, one a
+    line), the other failed checks by name on one line, and the error of each failed step that
+    no verdict already gave."""
+    from dagster import DagsterEventType
+
+    from rag_loop.evaluation.gates import failure_words
+    lines = [f"{name}: {'SUCCESS' if result.success else 'FAILURE'} (run {result.run_id})"]
+    said: set[str] = set()
+    verdicts, gates, errors, reports = [], [], [], []
+    other_checks: dict[str, list[str]] = {}
+    for event in result.all_events:
+        if event.event_type == DagsterEventType.ASSET_MATERIALIZATION:
+            metadata = event.step_materialization_data.materialization.metadata
+            if "verdict" in metadata:
+                said.add(str(metadata["verdict"].value))
+                verdicts.append(f"  verdict: {metadata['verdict'].value}")
+            if "report" in metadata:
+                reports.append(f"  report: {metadata['report'].value}")
+        elif event.event_type == DagsterEventType.ASSET_CHECK_EVALUATION:
+            evaluation = event.asset_check_evaluation_data
+            if evaluation.passed:
+                continue
+            failed = evaluation.metadata.get("failed_gates")
+            if failed is None or not failed.value:
+                other_checks.setdefault(evaluation.severity.value, []).append(evaluation.check_name)
+                continue
+            gates.append(f"  {evaluation.check_name} on {evaluation.asset_key.to_user_string()} failed "
+                         f"({evaluation.severity.value}{', blocking' if evaluation.blocking else ''}):")
+            gates += [f"    - {failure_words(f)}" for f in failed.value]
+        elif event.event_type == DagsterEventType.STEP_FAILURE:
+            failure = event.step_failure_data
+            error = failure.error
+            while error is not None and error.cause is not None:  # the user's exception, not Dagster's wrapper
+                error = error.cause
+            text = (failure.user_failure_data.description if failure.user_failure_data
+                    and failure.user_failure_data.description else error.message.strip() if error else "")
+            if text not in said:
+                said.add(text)
+                errors.append(f"  {event.step_key} failed: {(text.splitlines() or ['see its run'])[0]}")
+    if other_checks:
+        gates.append("  checks that failed: " + "; ".join(
+            f"{', '.join(names)} ({severity})" for severity, names in sorted(other_checks.items())))
+    return lines + verdicts + errors + gates + reports
 
 
 def _config(path: Path | None) -> dict[str, Any]:
@@ -102,6 +193,9 @@ def _merged(base: dict[str, Any], ops: Mapping[str, Mapping[str, Any]]) -> dict[
     return merged
 
 
+_LOG = click.option("--log", "log_file", type=click.Path(dir_okay=False, writable=True, path_type=Path),
+                    help="Append what the run prints (Dagster's event log, at DEBUG) to this file; the "
+                         "terminal gets how it went: SUCCESS or FAILURE, a verdict, what failed.")
 _CONFIG = click.option("-c", "--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
                        help="A run config (YAML); the options below are set on top of it.")
 
@@ -110,10 +204,12 @@ _CONFIG = click.option("-c", "--config", "config_file", type=click.Path(exists=T
 @click.argument("job")
 @_CONFIG
 @click.option("--partition-range", help="FIRST...LAST days of a daily job, as one run.")
-def run_command(job: str, config_file: Path | None, partition_range: str | None) -> None:
+@_LOG
+def run_command(job: str, config_file: Path | None, partition_range: str | None, log_file: Path | None) -> None:
     """Run a job of the project (rag_loop_job, ingest_job, label_job, release_goldens,
-    regression_eval_job, drift_job)."""
-    sys.exit(0 if run_job(job, _config(config_file), partition_range) else 1)
+    regression_eval_job, drift_job); the exit status is 1 when the run fails (an eval that a
+    hard gate blocks, too)."""
+    sys.exit(0 if run_job(job, _config(config_file), partition_range, log_file) else 1)
 
 
 @main.command("release")
@@ -124,12 +220,14 @@ def run_command(job: str, config_file: Path | None, partition_range: str | None)
 @click.option("--settle-seconds", type=float, default=None,
               help="Label files younger than this wait for the next run (default: the asset's).")
 @_CONFIG
-def release_command(notes: str, released_by: str, settle_seconds: float | None, config_file: Path | None) -> None:
+@_LOG
+def release_command(notes: str, released_by: str, settle_seconds: float | None, config_file: Path | None,
+                    log_file: Path | None) -> None:
     """Store new label files and make the next golden release (the release_goldens job)."""
     ops: dict[str, dict[str, Any]] = {"golden_release": {"notes": notes, "released_by": released_by}}
     if settle_seconds is not None:
         ops["curated_labels"] = {"settle_seconds": settle_seconds}
-    sys.exit(0 if run_job("release_goldens", _merged(_config(config_file), ops)) else 1)
+    sys.exit(0 if run_job("release_goldens", _merged(_config(config_file), ops), log_file=log_file) else 1)
 
 
 @main.command("eval")
@@ -137,11 +235,14 @@ def release_command(notes: str, released_by: str, settle_seconds: float | None, 
 @click.option("--mode", type=click.Choice(["live", "replay"]), default=None,
               help="live: ask the rag_app; replay: score what production answered (default: the config's).")
 @_CONFIG
-def eval_command(release: str, mode: str | None, config_file: Path | None) -> None:
-    """Evaluate a golden release on the rag_app with the judge (the regression_eval_job job); a
-    blocking gate that fails makes the exit status 1."""
+@_LOG
+def eval_command(release: str, mode: str | None, config_file: Path | None, log_file: Path | None) -> None:
+    """Evaluate a golden release on the rag_app with the judge (the regression_eval_job job).
+    Prints the verdict, each gate that failed (metric, slice, by how much against the baseline)
+    and the report's path; a blocking gate that fails makes the exit status 1."""
     values: dict[str, Any] = {"release": release, **({"mode": mode} if mode else {})}
-    sys.exit(0 if run_job("regression_eval_job", _merged(_config(config_file), {"regression_eval": values})) else 1)
+    config = _merged(_config(config_file), {"regression_eval": values})
+    sys.exit(0 if run_job("regression_eval_job", config, log_file=log_file) else 1)
 
 
 @main.command()

@@ -1,6 +1,7 @@
 """The job commands build the run config a user would otherwise write by hand, and record the
 process that runs them."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -8,7 +9,19 @@ import types
 
 import pytest
 from click.testing import CliRunner
-from dagster import DagsterInstance, DagsterRunStatus, job, op
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    DagsterInstance,
+    DagsterRunStatus,
+    Definitions,
+    MaterializeResult,
+    asset,
+    define_asset_job,
+    job,
+    op,
+)
 from dagster._core.test_utils import create_run_for_test
 
 from rag_loop_dagster import jobs_cli
@@ -18,7 +31,7 @@ from rag_loop_dagster.assets.run_liveness import HOST_TAG, PID_TAG, START_TAG, R
 @pytest.fixture
 def launched(monkeypatch):
     calls = []
-    monkeypatch.setattr(jobs_cli, "run_job", lambda job, config=None, partition_range=None:
+    monkeypatch.setattr(jobs_cli, "run_job", lambda job, config=None, partition_range=None, log_file=None:
                         calls.append((job, config, partition_range)) or True)
     return calls
 
@@ -51,18 +64,69 @@ def test_a_malformed_range_is_refused_before_anything_runs(monkeypatch):
     assert result.exit_code != 0 and "FIRST...LAST" in result.output
 
 
+@op
+def nothing():
+    print("what a library prints")  # noqa: T201
+    os.system("echo what a child process prints")  # noqa: S605
+
+
+@job
+def tiny_job():
+    nothing()
+
+
+@op
+def broken():
+    raise ValueError("the knowledge base folder is empty\nsecond line")
+
+
+@job
+def broken_job():
+    broken()
+
+
+@asset(check_specs=[AssetCheckSpec("fresh", asset="checked"), AssetCheckSpec("complete", asset="checked")])
+def checked():
+    return MaterializeResult(check_results=[
+        AssetCheckResult(check_name="fresh", passed=False, severity=AssetCheckSeverity.WARN, description="stale"),
+        AssetCheckResult(check_name="complete", passed=False, severity=AssetCheckSeverity.ERROR)])
+
+
+def _tiny_definitions(monkeypatch):
+    checked_job = Definitions(assets=[checked], jobs=[define_asset_job("checked_job", [checked])]
+                              ).resolve_job_def("checked_job")
+    jobs = {"tiny_job": tiny_job, "broken_job": broken_job, "checked_job": checked_job}
+    monkeypatch.setitem(sys.modules, "rag_loop_dagster.definitions", types.SimpleNamespace(
+        defs=types.SimpleNamespace(resolve_job_def=jobs.__getitem__)))
+
+
+def test_a_run_with_a_log_prints_one_line_and_writes_the_rest_to_the_log(monkeypatch, tmp_path, capfd):
+    """Issue 44: `make demo` printed ~940 lines of Dagster DEBUG before its summary."""
+    _tiny_definitions(monkeypatch)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    log = tmp_path / "home" / "demo.log"
+    for name in ("tiny_job", "tiny_job"):
+        result = CliRunner().invoke(jobs_cli.main, ["run", name, "--log", str(log)])
+        assert result.exit_code == 0, result.output
+        (line,) = result.output.splitlines()  # one line per run, nothing else
+        assert line.startswith("tiny_job: SUCCESS (run ")
+    terminal = capfd.readouterr()
+    assert "DEBUG" not in terminal.out + terminal.err and "child process" not in terminal.out + terminal.err
+    written = log.read_text()
+    assert written.count("RUN_SUCCESS") == 2 and written.count("tiny_job: SUCCESS (run ") == 2  # appended
+    assert "what a library prints" in written and "what a child process prints" in written
+    failed = CliRunner().invoke(jobs_cli.main, ["run", "broken_job", "--log", str(log)])
+    assert failed.exit_code == 1
+    assert failed.output.splitlines() == [failed.output.splitlines()[0],
+                                          "  broken failed: ValueError: the knowledge base folder is empty"]
+    assert failed.output.startswith("broken_job: FAILURE (run ") and "Traceback" not in failed.output
+    checks = CliRunner().invoke(jobs_cli.main, ["run", "checked_job", "--log", str(log)])
+    assert checks.output.splitlines()[1:] == ["  checks that failed: complete (ERROR); fresh (WARN)"]
+
+
 def test_a_run_records_its_process_and_first_ends_the_runs_whose_process_died(monkeypatch, tmp_path, capsys):
     """Issue 43: a run killed mid-run held the instance's one run slot forever."""
-    @op
-    def nothing():
-        pass
-
-    @job
-    def tiny_job():
-        nothing()
-
-    monkeypatch.setitem(sys.modules, "rag_loop_dagster.definitions", types.SimpleNamespace(
-        defs=types.SimpleNamespace(resolve_job_def=lambda name: tiny_job)))
+    _tiny_definitions(monkeypatch)
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
     shutil.copy(jobs_cli.INSTANCE_SETTINGS, tmp_path / "dagster.yaml")
     killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])

@@ -136,6 +136,31 @@ def evaluate_gates(table: pd.DataFrame, gates: Sequence[Gate]) -> list[GateOutco
     return outcomes
 
 
+def _where(failure: dict[str, Any]) -> str:
+    return "the whole run" if failure.get("slice", "all") == "all" else f"{failure['slice']}={failure['value']}"
+
+
+def failure_words(failure: dict[str, Any]) -> str:
+    """One gate failure (an entry of eval_runs.gate_failures) in words: `Correctness [GEval] on
+    language=vi (n=26): pass rate dropped 12 points (> 10) vs baseline`."""
+    count = f" (n={failure['n']})" if failure.get("n") is not None else ""
+    return f"{failure['metric']} on {_where(failure)}{count}: {failure['problems']}"
+
+
+def verdict(failures: Sequence[dict[str, Any]]) -> str:
+    """A run's verdict in one line, the reason first: `BLOCKED by its hard gates: Correctness
+    [GEval] on language=vi: pass rate dropped 12 points (> 10) vs baseline; on query_type=policy:
+    ...` (the blocking failures, grouped by metric), else `passes its hard gates`."""
+    by_metric: dict[str, list[str]] = {}
+    for failure in failures:
+        if failure.get("blocking", True):
+            by_metric.setdefault(failure["metric"], []).append(f"on {_where(failure)}: {failure['problems']}")
+    if not by_metric:
+        return "passes its hard gates"
+    return "BLOCKED by its hard gates: " + "; ".join(f"{metric} {'; '.join(found)}"
+                                                    for metric, found in by_metric.items())
+
+
 def baseline_run(con: duckdb.DuckDBPyConnection, release: str, run_id: str,
                  named: str | None = None) -> str | None:
     """A named run, else the latest earlier run on the same release that passed its hard gates."""

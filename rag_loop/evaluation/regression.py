@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,13 @@ class RegressionReport:
     cases: int
     errored: int
     seconds: float
+    # every gate failure as stored in eval_runs.gate_failures (metric, blocking, slice, value, n,
+    # problems), the run's own (deadline, errored results) included
+    failures: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def blocked(self) -> bool:
+        return any(f["blocking"] for f in self.failures)
 
 
 def run_regression(con: duckdb.DuckDBPyConnection, goldens_dir: Path, judge: Judge,
@@ -91,7 +98,7 @@ def run_regression(con: duckdb.DuckDBPyConnection, goldens_dir: Path, judge: Jud
     con.execute("UPDATE eval_runs SET blocked = ?, gate_failures = ?, gates_not_evaluated = ? WHERE run_id = ?",
                 [any(f["blocking"] for f in failures), json.dumps(failures), json.dumps(not_evaluated), run_id])
     report = RegressionReport(run_id, release, baseline_id, table, flipped, outcomes, usage,
-                              len(cases), run.errored, run.seconds)
+                              len(cases), run.errored, run.seconds, failures)
     if untrusted:
         raise EvalError(f"{run.errored}/{total} results errored (> {settings.max_error_rate:.0%}); "
                         f"run {run_id} is stored but cannot be trusted")

@@ -23,6 +23,7 @@ from starlette.staticfiles import StaticFiles
 from rag_loop.goldens.release import release_request_errors
 from rag_loop.schema import FailureType, Origin
 from rag_loop.store.releases import release_versions
+from rag_loop.workspace.display import PRIORITY_HELP, PRIORITY_LEGEND, language_code, recorded
 from rag_loop.workspace.releases import Launched, newest_release, outcome, pending, releases
 from rag_loop.workspace.security import (
     CSRF_COOKIE,
@@ -81,6 +82,9 @@ def create_app(workspace: Workspace, token: str | None = None,
     templates.filters["shown"] = shown
     templates.filters["path_part"] = path_part
     templates.filters["trace_url"] = trace_url
+    templates.filters["recorded"] = recorded
+    templates.filters["language_code"] = language_code
+    templates.globals.update(priority_help=PRIORITY_HELP, priority_legend=PRIORITY_LEGEND)
 
     def page(request: Request, template: str, code: int = 200, **values) -> HTMLResponse:
         html = templates.get_template(template).render(csrf=request.state.csrf, curator=request.state.curator,

@@ -1,7 +1,7 @@
 """Stage 6: regression eval of a golden release with DeepEval metrics, as a gated quality vector."""
 
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import pandas as pd
 from dagster import (
@@ -16,11 +16,12 @@ from dagster import (
     MaterializeResult,
     MetadataValue,
     define_asset_job,
+    multi_asset,
 )
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
-from rag_loop.evaluation.gates import Gate
+from rag_loop.evaluation.gates import Gate, failure_words, verdict
 from rag_loop.evaluation.settings import (
     DEFAULT_GATES,
     DEFAULT_THRESHOLDS,
@@ -28,6 +29,7 @@ from rag_loop.evaluation.settings import (
     EvalSettings,
 )
 from rag_loop.reporting import plots
+from rag_loop.store.tables import has_table
 from rag_loop_dagster.assets.resources import (
     DUCKDB_WRITER,
     EmbedderResource,
@@ -37,6 +39,9 @@ from rag_loop_dagster.assets.resources import (
     config_entry,
 )
 from rag_loop_dagster.assets.stage import stage_asset
+
+if TYPE_CHECKING:
+    from rag_loop.evaluation.regression import RegressionReport  # DeepEval: only when scoring
 
 
 class GateConfig(Config):
@@ -80,26 +85,57 @@ class EvalConfig(Config):
                             self.max_error_rate, deadline_seconds=self.deadline_seconds)
 
 
-@stage_asset(group_name="evaluation", deps=["golden_releases", "judge_calibrations"],
-       parts={"eval_runs": "One row per eval run: release, target, judge, calibration, verdict",
+EVAL_PARTS = {"eval_runs": "One row per eval run: release, target, judge, calibration, verdict",
               "eval_results": "Score per case × metric of each run",
               "eval_summary": "Per run, metric and slice: mean, median, pass rate, p10, deltas",
               "eval_flips": "Cases that flipped from pass to fail against the baseline run",
-              "judge_cache": "Validated judge replies by prompt hash (a rerun pays nothing)"},
-       check_specs=[AssetCheckSpec("hard_gates", asset="regression_eval", blocking=True,
-                                   description="Blocking gates (ERROR)."),
-                    AssetCheckSpec("monitoring_gates", asset="regression_eval",
-                                   description="Monitoring gates (WARN)."),
-                    AssetCheckSpec("gates_evaluated", asset="regression_eval",
-                                   description="WARN when a gate could not be evaluated (no "
-                                               "baseline run, or a slice the baseline lacks).")],
-       description="Scores the golden release on the rag_app with the judge's metrics: per case × "
-                   "metric, then per metric and slice (mean, median, pass rate, p10, severe), "
-                   "compared with the baseline run; stored in eval_runs / eval_results / "
-                   "eval_summary / eval_flips.")
+              "judge_cache": "Validated judge replies by prompt hash (a rerun pays nothing)"}
+EVAL_DEPS = ["golden_releases", "judge_calibrations"]
+
+
+# Written out rather than with stage_asset (same specs, same part row counts): a run its hard
+# gates block must end with a Failure saying why, after everything is recorded. Dagster's own
+# error for a failed blocking check names only the check ("1 blocking asset check failed with
+# ERROR severity: regression_eval: hard_gates"), and that is what the failed run's page showed.
+@multi_asset(
+    name="regression_eval",
+    specs=[AssetSpec("regression_eval", deps=EVAL_DEPS, group_name="evaluation", kinds={"duckdb"},
+                     description="Scores the golden release on the rag_app with the judge's metrics: per "
+                                 "case × metric, then per metric and slice (mean, median, pass rate, p10, "
+                                 "severe), compared with the baseline run; stored in eval_runs / "
+                                 "eval_results / eval_summary / eval_flips. A run its hard gates block "
+                                 "fails, its error saying which gates and by how much."),
+           *(AssetSpec(part, deps=EVAL_DEPS, description=f"{text} (written by regression_eval)",
+                       group_name="evaluation", kinds={"duckdb"}, metadata={"dagster/table_name": part})
+             for part, text in EVAL_PARTS.items())],
+    check_specs=[AssetCheckSpec("hard_gates", asset="regression_eval", blocking=True,
+                                description="Blocking gates (ERROR): a failure fails the run; the "
+                                            "evaluation's description says which gate, on which slice, "
+                                            "by how much against the baseline."),
+                 AssetCheckSpec("monitoring_gates", asset="regression_eval",
+                                description="Monitoring gates (WARN)."),
+                 AssetCheckSpec("gates_evaluated", asset="regression_eval",
+                                description="WARN when a gate could not be evaluated (no "
+                                            "baseline run, or a slice the baseline lacks).")])
 def regression_eval(context: AssetExecutionContext, config: EvalConfig, duckdb: DuckDBResource,
                     paths: RagLoopPaths, rag_app: RagAppResource, judge: JudgeResource,
-                    embedder: EmbedderResource) -> MaterializeResult:
+                    embedder: EmbedderResource):
+    report, result = _evaluate(context, config, duckdb, paths, rag_app, judge, embedder)
+    yield result
+    with duckdb.get_connection() as con:
+        for part in EVAL_PARTS:
+            rows = con.execute(f"SELECT count(*) FROM {part}").fetchall()[0][0] if has_table(con, part) else 0
+            yield MaterializeResult(asset_key=part, metadata={"dagster/row_count": rows})
+    if report.blocked:  # the reason is the run's error: the first line on its page
+        raise Failure(description=verdict(report.failures), metadata={
+            "run_id": report.run_id, "report": result.metadata["report"],
+            "failed_gates": MetadataValue.md("\n".join(f"- {failure_words(f)}" for f in report.failures
+                                                        if f["blocking"]))})
+
+
+def _evaluate(context: AssetExecutionContext, config: EvalConfig, duckdb: DuckDBResource,
+              paths: RagLoopPaths, rag_app: RagAppResource, judge: JudgeResource,
+              embedder: EmbedderResource) -> "tuple[RegressionReport, MaterializeResult]":
     from rag_loop.evaluation.regression import (
         run_regression,  # DeepEval: only when scoring
     )
@@ -123,6 +159,8 @@ def regression_eval(context: AssetExecutionContext, config: EvalConfig, duckdb: 
     vector = overall[["n", "errored", "mean", "median", "pass_rate", "p10", "severe",
                       "delta_mean", "delta_pass_rate"]].round(3)
     metadata = {
+        "verdict": verdict(report.failures),  # first: what the asset's page shows on top
+        "report": MetadataValue.path(str(page)), "report_url": paths.workspace(f"/reports/{page.name}"),
         "dagster/row_count": len(report.table), "run_id": report.run_id, "release": report.release,
         "baseline_run_id": report.baseline_run_id or "none", "cases": report.cases,
         "errored": report.errored, "seconds": round(report.seconds, 2),
@@ -136,7 +174,6 @@ def regression_eval(context: AssetExecutionContext, config: EvalConfig, duckdb: 
             plots.quality_heatmap(report.table, "language"), "quality by language")),
         "scores_vs_baseline": MetadataValue.md(plots.markdown_image(
             plots.score_histograms(results, before), "score histograms")),
-        "report": MetadataValue.path(str(page)), "report_url": paths.workspace(f"/reports/{page.name}"),
         "compare_in_workspace": paths.workspace(f"/evals/{report.run_id}"),
         "flipped_cases": MetadataValue.md(
             report.flipped[["metric", "input", "baseline_score", "score"]].head(20).to_markdown(index=False)
@@ -151,22 +188,31 @@ def regression_eval(context: AssetExecutionContext, config: EvalConfig, duckdb: 
                                    "baseline_run_id": report.baseline_run_id or "none",
                                    "details": MetadataValue.md(pd.DataFrame(unevaluated).to_markdown(index=False)
                                                                if unevaluated else "every gate evaluated")})]
-    return MaterializeResult(metadata=metadata, check_results=checks)
+    return report, MaterializeResult(asset_key="regression_eval", metadata=metadata, check_results=checks)
 
 
-def _gate_check(report, blocking: bool) -> AssetCheckResult:
+def _gate_check(report: "RegressionReport", blocking: bool) -> AssetCheckResult:
+    """The hard (or monitoring) gates' check: every failure of that kind, the run's own
+    (deadline, errored results) with the hard ones; its description says which, in words."""
     outcomes = [o for o in report.gates if o.gate.blocking == blocking]
-    failures = [{"metric": o.gate.metric, **f} for o in outcomes for f in o.failures]
-    table = pd.DataFrame(failures)
+    failures = [f for f in report.failures if f["blocking"] == blocking]
+    table = pd.DataFrame(failures).drop(columns="blocking", errors="ignore")
+    if blocking:
+        description = verdict(failures)
+    else:
+        description = ("monitoring gates: " + "; ".join(map(failure_words, failures)) if failures
+                       else "every monitoring gate passes")
     return AssetCheckResult(
         check_name="hard_gates" if blocking else "monitoring_gates",
         passed=not failures,
         severity=AssetCheckSeverity.ERROR if blocking else AssetCheckSeverity.WARN,
-        metadata={"gates": len(outcomes), "failed": len({f["metric"] for f in failures}),
+        description=description,
+        metadata={"verdict" if blocking else "summary": description,
+                  "gates": len(outcomes), "failed": len({f["metric"] for f in failures}),
                   "run_id": report.run_id,
                   "failures": MetadataValue.md(table.to_markdown(index=False) if failures else "all gates pass"),
+                  "failed_gates": MetadataValue.json(failures),
                   "flipped_cases": len(report.flipped)})
-
 
 
 def _key(metric: str) -> str:

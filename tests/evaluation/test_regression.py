@@ -210,6 +210,11 @@ def test_demo_candidate_fails_a_gate_that_the_baseline_passes(demo_releases):
     assert not hard.passed and hard.severity.value == "ERROR"
     failures = hard.metadata["failures"].value
     assert "Correctness" in failures and "vi" in failures and "policy" in failures
+    # the failed run's first error line is the reason (issue 44), not "1 blocking asset check failed"
+    (failure,) = candidate.get_step_failure_events()
+    reason = failure.step_failure_data.user_failure_data.description
+    assert reason.startswith("BLOCKED by its hard gates: Correctness [GEval] on language=vi: pass rate dropped ")
+    assert "on query_type=policy: pass rate dropped " in reason and hard.description == reason
     assert all(c.passed for c in baseline.get_asset_check_evaluations() if c.check_name == "hard_gates")
     with duckdb.connect(str(root / "rag.duckdb"), read_only=True) as con:
         flipped = con.execute("""SELECT f.input, r.language, r.query_type FROM eval_flips f
