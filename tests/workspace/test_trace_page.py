@@ -68,3 +68,11 @@ def test_the_priority_says_what_it_means_and_the_others_are_in_its_title(tmp_pat
     (title, label) = re.search(r'<span class="priority" title="([^"]*)">([^<]*)</span>', page).groups()
     assert html.unescape(label) == f"{priority} · {PRIORITY_HELP[priority]}"
     assert all(f"{p.value} {PRIORITY_HELP[p.value]}" in html.unescape(title) for p in Priority)
+
+
+@pytest.mark.parametrize("priority", [p.value for p in Priority])
+def test_the_queue_says_what_its_priorities_mean(tmp_path, priority):
+    _queue(tmp_path, "vi", priority=priority)
+    queue = Curator(create_app(Workspace(tmp_path)), "ana").client.get("/").text
+    assert html.escape(PRIORITY_HELP[priority], quote=True) in queue  # the row's title
+    assert "Review priority, P0 first" in queue  # the column's legend
