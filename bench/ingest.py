@@ -7,12 +7,15 @@ Writes N demo-shaped native traces to one JSONL file, then times (1) the bare sc
 ingestion of the same file into another fresh DuckDB file (validation, quarantine, dedup,
 split into traces / chunks / spans / feedback; a clean file takes the `read_json` reader).
 Prints both, the ratio (target <= 1.5) and the peak resident memory of the ingestion
-process (target < 4 GB); each phase runs in its own process. `--malformed-line` also times a
+process (target < 4 GB); each phase runs in its own forked process. `--repeat N` times N rounds
+of both (bare first in odd rounds, ingestion first in even ones), each round's ratio with the
+load average at its start (the machine may be shared: compare ratios, not times), then the
+median and best ratio. `--malformed-line` also times a
 copy whose last line is cut off, which the fallback readers take.
 
 `--otlp [--spans 1000000]` does the same for a Collector-style OTLP JSON file: export batches
 of 512 spans per line, each trace's root span a few traces later than its children (as a
-BatchSpanProcessor exports them), so traces are split across lines. Target ratio <= 3.
+BatchSpanProcessor exports them), so traces are split across lines. Target ratio <= 2 (issue 42).
 `--increment N` then adds a file of N spans of new traces and times the next run over the
 stored ones (a run's cost as the stored spans grow).
 """
@@ -22,9 +25,11 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import random
 import resource
 import shutil
+import statistics
 import time
 from pathlib import Path
 
@@ -155,6 +160,8 @@ def main() -> None:
                         help="also ingest a copy with one malformed last line (the fallback readers)")
     parser.add_argument("--otlp", action="store_true", help="an OTLP file of --spans spans instead")
     parser.add_argument("--spans", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds of bare scan and ingestion (each round's ratio and load)")
     parser.add_argument("--increment", type=int, default=0,
                         help="with --otlp: then a file of this many new spans, ingested over the first")
     args = parser.parse_args()
@@ -167,9 +174,7 @@ def main() -> None:
         write_traces(source, args.traces)
     print(f"file: {source} ({source.stat().st_size / 1e6:.0f} MB, {args.traces:,} traces)")
 
-    ingest, total, ingest_peak = _in_process(_ingest, args.workdir, traces_dir, args.batch_mb,
-                                             args.memory_limit)
-    (bare,) = _in_process(_bare, args.workdir, source)
+    ingest, bare, total, ingest_peak = _rounds(args, traces_dir, source)
     print(f"bare read_json : {bare:7.2f} s  ({args.traces / bare:,.0f} traces/s)")
     print(f"rag-loop ingest: {ingest:7.2f} s  ({args.traces / ingest:,.0f} traces/s), {total} "
           f"(batches of {args.batch_mb} MB, DuckDB memory_limit {args.memory_limit})")
@@ -197,12 +202,10 @@ def _main_otlp(args: argparse.Namespace) -> None:
         write_otlp(source, args.spans)
     print(f"file: {source} ({source.stat().st_size / 1e6:.0f} MB, {args.spans:,} spans, "
           f"{args.spans // 4:,} traces, 512 spans per line)")
-    ingest, total, ingest_peak = _in_process(_ingest, args.workdir, traces_dir, args.batch_mb,
-                                             args.memory_limit)
-    (bare,) = _in_process(_bare, args.workdir, source)
+    ingest, bare, total, ingest_peak = _rounds(args, traces_dir, source)
     print(f"bare read_json : {bare:7.2f} s  ({args.spans / bare:,.0f} spans/s)")
     print(f"rag-loop ingest: {ingest:7.2f} s  ({args.spans / ingest:,.0f} spans/s), {total}")
-    print(f"ratio ingest/bare: {ingest / bare:.2f}  (target <= 3)")
+    print(f"ratio ingest/bare: {ingest / bare:.2f}  (target <= 2)")
     print(f"peak RSS of the ingestion process plus its largest worker: {ingest_peak:.2f} GB  "
           "(target < 4)")
     if args.increment:
@@ -214,6 +217,32 @@ def _main_otlp(args: argparse.Namespace) -> None:
             new.unlink()
         print(f"a file of {args.increment:,} new spans over the {args.spans:,} stored: {seconds:.2f} s, "
               f"{total}, peak {peak:.2f} GB")
+
+
+def _rounds(args: argparse.Namespace, traces_dir: Path, source: Path) -> tuple:
+    """`args.repeat` rounds of ingestion and bare scan; prints each round's ratio and the load
+    average (1, 5, 15 min) at its start, then the median and best; returns the last round's
+    times, the ingestion's report and its largest peak RSS."""
+    ratios, peaks = [], []
+    for round_no in range(1, args.repeat + 1):
+        load = os.getloadavg()
+        phases = [("ingest", lambda: _in_process(_ingest, args.workdir, traces_dir, args.batch_mb,
+                                                  args.memory_limit)),
+                  ("bare", lambda: _in_process(_bare, args.workdir, source))]
+        if round_no % 2:
+            phases.reverse()  # bare first in odd rounds
+        done = {name: run() for name, run in phases}
+        ingest, total, peak = done["ingest"]
+        (bare,) = done["bare"]
+        ratios.append(ingest / bare)
+        peaks.append(peak)
+        if args.repeat > 1:
+            print(f"round {round_no}: load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, bare {bare:.2f} s, "
+                  f"ingest {ingest:.2f} s, ratio {ingest / bare:.2f}", flush=True)
+    if args.repeat > 1:
+        print(f"ratio over {args.repeat} rounds: median {statistics.median(ratios):.2f}, "
+              f"best {min(ratios):.2f}, worst {max(ratios):.2f}; load at the end {os.getloadavg()[0]:.2f}")
+    return ingest, bare, total, max(peaks)
 
 
 def _fresh_database(path: Path) -> duckdb.DuckDBPyConnection:

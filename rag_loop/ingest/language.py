@@ -15,8 +15,11 @@ Vietnamese without diacritics come out right (see the bench).
 
 from __future__ import annotations
 
+import copy
 import re
+import threading
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache
@@ -62,12 +65,45 @@ class LanguageSettings:
 EVERY_LANGUAGE = LanguageSettings()
 
 
+_MODEL: list[Future] = []  # the model as loaded, once per process
+_MODEL_LOCK = threading.Lock()
+
+
+def _model(background: bool = False) -> Future:
+    """The identifier's model, loaded once (a few seconds: an xz-compressed file, whose
+    decompression releases the GIL); `background` loads it in a thread of its own."""
+    with _MODEL_LOCK:
+        if _MODEL:
+            return _MODEL[0]
+        _MODEL.append(Future())
+    future = _MODEL[0]
+
+    def load() -> None:
+        try:
+            from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+            future.set_result(LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True))
+        except BaseException as error:  # noqa: BLE001 - raised where the model is used
+            future.set_exception(error)
+
+    if background:
+        threading.Thread(target=load, name="language-model", daemon=True).start()
+    else:
+        load()
+    return future
+
+
+def preload() -> None:
+    """Start loading the model in the background, for a run that will identify languages
+    (OTLP traces seldom say theirs) while it still reads its files."""
+    _model(background=True)
+
+
 @cache
 def _identifier(languages: tuple[str, ...]):
-    from py3langid.langid import MODEL_FILE, LanguageIdentifier
-
-    identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
-    if languages:
+    identifier = _model().result()
+    if languages:  # a copy restricted to these (set_languages replaces arrays, shares none it changes)
+        identifier = copy.copy(identifier)
         identifier.set_languages(list(languages))
     return identifier
 

@@ -23,6 +23,7 @@ import duckdb
 import pyarrow as pa
 
 from rag_loop.ingest.language import EVERY_LANGUAGE, LanguageSettings, label_languages
+from rag_loop.ingest.language import preload as preload_language_model
 from rag_loop.ingest.lines import NeedsExactReader, Rejected, first_lines, iter_line_batches
 from rag_loop.ingest.native import read_native_file, read_native_lines, store_read_file
 from rag_loop.ingest.otlp.assembly import (
@@ -414,6 +415,9 @@ def _stage_otlp(con, path: Path, relative: str, max_record_bytes: int,
     """Stage every span of an OTLP file; its traces are assembled once every file is read."""
     counts = BatchCounts()
     for batch in read_spans(path, max_record_bytes, pool=pool, block_bytes=OTLP_BLOCK_BYTES):
+        # the traces' languages are identified after the assembly: the model loads meanwhile
+        # (started once the workers are forked, not before: no thread is copied into them)
+        preload_language_model()
         counts += stage_spans(con, batch, relative)
     return counts
 

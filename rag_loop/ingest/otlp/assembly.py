@@ -68,21 +68,25 @@ def stage_spans(con: duckdb.DuckDBPyConnection, batch: SpanBatch, source_file: s
     counts = quarantine_rejected(con, batch.rejected, source_file, "otlp")
     if not batch.spans.num_rows:
         return counts
-    con.register("_span_batch", batch.spans)
+    # the verdicts are worked out on the keys alone; the spans' wide columns (attributes,
+    # resource, events) are read once, by the insert of the new ones (position: place in batch)
+    spans = batch.spans.append_column("position", pa.array(range(batch.spans.num_rows), pa.int64()))
+    con.register("_span_batch", spans)
     try:
         con.execute("""
             CREATE OR REPLACE TEMP TABLE _span_verdict AS
-            SELECT b.*, row_number() OVER () AS position,
+            SELECT b.position, b.trace_id, b.span_id, b.source_line, b.start_ns,
                    s.trace_id IS NOT NULL AS seen, s.source_file = ? AND s.source_line = b.source_line AS reread
-            FROM _span_batch b LEFT JOIN otlp_spans s USING (trace_id, span_id)""", [source_file])
+            FROM (SELECT position, trace_id, span_id, source_line, start_ns FROM _span_batch) b
+            LEFT JOIN otlp_spans s USING (trace_id, span_id)""", [source_file])
         con.execute("""
             CREATE OR REPLACE TEMP TABLE _span_new AS
-            SELECT * FROM _span_verdict WHERE NOT seen
+            SELECT position, trace_id, start_ns FROM _span_verdict WHERE NOT seen
             QUALIFY row_number() OVER (PARTITION BY trace_id, span_id ORDER BY position) = 1""")
         con.execute("""
             INSERT INTO otlp_spans BY NAME
-            SELECT * EXCLUDE (position, seen, reread), ? AS source_file, now() AS received_at
-            FROM _span_new""", [source_file])
+            SELECT b.* EXCLUDE (position), ? AS source_file, now() AS received_at
+            FROM _span_batch b SEMI JOIN _span_new n USING (position)""", [source_file])
         mark_pending(con, "SELECT trace_id, start_ns FROM _span_new")
         con.execute("""
             INSERT INTO trace_duplicates (source_file, line_no, trace_id, format, seen_at, span_id)
