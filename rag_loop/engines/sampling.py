@@ -47,12 +47,15 @@ def candidates_expression(tables: Mapping[str, ir.Table], policy, fn: Functions)
     # a trace not drawn by `random` is drawn by a diagnostic stream iff f > min_s(u_s / p_s)
     threshold = ibis.least(*[ibis.ifelse(drawn[f"p_{s}"] > 0, drawn[f"u_{s}"] / drawn[f"p_{s}"],
                                          ibis.null("float64")) for s in DIAGNOSTIC_STREAMS])
+    drawn = drawn.mutate(diagnostic_threshold=threshold)
+    capacity = policy.daily_capacity()
+    if capacity is not None and policy.random_budget_share is not None:
+        drawn = _random_capped(drawn, capacity, policy.random_capacity())
     by_random = drawn.u_random < drawn.p_random
-    ranked = drawn.mutate(by_random=by_random, diagnostic_threshold=threshold)
+    ranked = drawn.mutate(by_random=by_random)
     ranked = ranked.mutate(diagnostic_rank=ibis.row_number().over(ibis.window(
         group_by=[ranked.day, ranked.by_random],
         order_by=[ibis.asc(ranked.diagnostic_threshold, nulls_first=False), ranked.trace_id])) + 1)
-    capacity = policy.daily_capacity()
     daily = ranked.group_by(d_day=ranked.day).aggregate(random_selected=ranked.by_random.sum())
     room = (ibis.null("int64") if capacity is None
             else ibis.greatest(capacity - daily.random_selected.cast("int64"), 0))
@@ -86,6 +89,28 @@ def candidates_expression(tables: Mapping[str, ir.Table], policy, fn: Functions)
         signals=chosen.signals, signal_count=chosen.signal_count,
         sampling_policy=ibis.literal(policy.fingerprint()))
     return rows.order_by(["day", "priority", "trace_id"])
+
+
+def _random_capped(drawn: ir.Table, capacity: int, share_cap: int) -> ir.Table:
+    """`drawn` with `p_random` lowered, on a day whose random draws exceed the stream's cap, to
+    the largest rate at which at most cap traces are drawn: the (cap + 1)-th smallest `u_random`
+    of the day (the cap smallest draws are kept). The cap is the random stream's share of the
+    capacity, or more where the diagnostic streams, unthinned, leave more room
+    (capacity − their draws). Only the traces drawn at the policy's rate are ranked."""
+    counts = drawn.group_by(c_day=drawn.day).aggregate(
+        diagnostic_drawn=drawn.count(where=drawn.diagnostic_threshold < double(1.0)))
+    counts = counts.select("c_day", cap=ibis.greatest(ibis.literal(share_cap, "int64"),
+                                                       capacity - counts.diagnostic_drawn.cast("int64")))
+    lucky = drawn.filter(drawn.u_random < drawn.p_random).select("trace_id", "day", "u_random")
+    lucky = lucky.mutate(random_rank=ibis.row_number().over(ibis.window(  # 0: the smallest draw
+        group_by=lucky.day, order_by=[lucky.u_random, lucky.trace_id])))
+    lucky = lucky.join(counts, lucky.day == counts.c_day)
+    lowered = lucky.group_by(r_day=lucky.day).aggregate(
+        rate=lucky.u_random.min(where=lucky.random_rank == lucky.cap))  # null: no more draws than the cap
+    lowered = lowered.filter(lowered.rate.notnull())
+    joined = drawn.left_join(lowered, drawn.day == lowered.r_day)
+    return joined.select(*[c for c in drawn.columns if c != "p_random"],
+                         p_random=ibis.least(drawn.p_random, lowered.rate.fill_null(double(1.0))))
 
 
 @dataclass(frozen=True)

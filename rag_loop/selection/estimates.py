@@ -124,14 +124,19 @@ def store_estimates(con: duckdb.DuckDBPyConnection, estimates: pd.DataFrame,
 
 
 def pooled_rates(estimates: pd.DataFrame, outcome: str = "any_signal") -> dict[str, float]:
-    """Whole-period rates of one outcome over the `all` slice: population, random, HT, naive."""
+    """Whole-period rates of one outcome over the `all` slice: population, random, HT, naive.
+    The random stream's is stratified by day (each day's rate weighted by its traffic, days
+    without random draws left out): a day whose random draws the budget capped was sampled at
+    a lower rate than the others, so its draws must not count alike."""
     rows = estimates[(estimates["slice"] == "all") & (estimates["outcome"] == outcome)]
     if rows.empty:
         return {}
     n = rows["population_n"].sum()
+    drawn = rows[rows["random_n"] > 0]
     return {
         "population_rate": float(rows["population_failures"].sum() / n),
-        "random_rate": float(rows["random_failures"].sum() / max(rows["random_n"].sum(), 1)),
+        "random_rate": float((drawn["random_rate"] * drawn["population_n"]).sum() / drawn["population_n"].sum())
+        if len(drawn) else 0.0,
         "ht_rate": float((rows["ht_rate"] * rows["population_n"]).sum() / n),
         "naive_rate_biased": float(rows["selected_failures"].sum() / max(rows["selected_n"].sum(), 1)),
     }

@@ -1,15 +1,29 @@
-"""Sampling streams with recorded inclusion probabilities, capped by a daily judging budget.
+"""Sampling streams with recorded inclusion probabilities, bounded by a daily judging budget.
 
-Each stream draws independently with its own rate (seed 004 §07): `random` (the only
-unbiased stream), `bad_signal` (a rate per signal), `risk` (per query type / risk level) and
+Each stream draws independently with its own rate (seed 004 §07): `random` (the only unbiased
+stream), `bad_signal` (a rate per signal), `risk` (per query type / risk level) and
 `novelty` (per-trace rates from the `trace_novelty` table: queries of intents new that day,
 see rag_loop.selection.novelty). A draw is a deterministic uniform from md5(salt, trace id), so reruns select the
 same traces. A trace's inclusion probability is the union over streams,
 π = 1 − Π(1 − p_stream), which is what the Horvitz–Thompson estimates weight by.
 
-When a day's selection costs more than the budget, the diagnostic streams are thinned by
-one factor f ≤ 1 (their rates become f·p), chosen so that the random stream plus the
-thinned streams fit; the random stream is never thinned.
+The budget pays for `capacity = daily_budget_usd / judge_cost_usd` traces a day, and bounds
+every stream (issue 42):
+- the random stream takes at most its share of the capacity (`random_budget_share`, 0.5 by
+  default), or more on a day the diagnostic streams, unthinned, leave more room
+  (cap = max(⌊share · capacity⌋, capacity − their draws)). On a day with more random draws than
+  that, the day's random rate is lowered to the largest rate that draws at most cap traces: the
+  (cap + 1)-th smallest random draw u, so the cap smallest draws are kept. That lowered rate is
+  the recorded `p_random`, the same for every trace of the day; it is the rank-conditioned
+  inclusion probability of bottom-k sampling (given every other trace's draw, a trace is
+  drawn iff its u is below it), so the Horvitz–Thompson estimates stay exactly unbiased, and
+  on a day under the cap it is the policy's rate: nothing changes there.
+- the diagnostic streams are then thinned by one factor f ≤ 1 (their rates become f·p), the
+  same kind of threshold, so that they fill the rest of the capacity at most.
+`random_budget_share=1.0` lets the random stream take the whole capacity (the diagnostic
+streams get what it leaves); `None` never thins it (the rule before issue 42: a day costs
+more than the budget when its random draws alone exceed the capacity); `daily_budget_usd=None`
+caps nothing.
 """
 
 from __future__ import annotations
@@ -54,6 +68,9 @@ class SamplingPolicy:
     risk_level_rates: Mapping[str, float] = field(default_factory=lambda: {"high": 1.0})
     judge_cost_usd: float = 0.003  # judging one selected trace
     daily_budget_usd: float | None = 0.60  # None: no cap
+    # the random stream's share of the capacity when the diagnostic streams need the rest
+    # (1.0: it may take all of it; None: never thinned, a day may cost more than the budget)
+    random_budget_share: float | None = 0.5
     high_risk_query_types: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -67,6 +84,8 @@ class SamplingPolicy:
                              f"known: {list(SIGNALS)}")
         if self.judge_cost_usd <= 0:
             raise ValueError("judge_cost_usd must be positive")
+        if self.random_budget_share is not None and not 0.0 <= self.random_budget_share <= 1.0:
+            raise ValueError(f"random_budget_share={self.random_budget_share} is not within [0, 1] (or None)")
 
     def fingerprint(self) -> str:
         """Short hash of the policy, stored on every candidate as `sampling_policy`."""
@@ -78,6 +97,14 @@ class SamplingPolicy:
         if self.daily_budget_usd is None:
             return None
         return int(self.daily_budget_usd / self.judge_cost_usd + 1e-9)
+
+    def random_capacity(self) -> int | None:
+        """How many random draws a day keeps at most when the diagnostic streams need the rest
+        of the capacity (None: not capped)."""
+        capacity = self.daily_capacity()
+        if capacity is None or self.random_budget_share is None:
+            return None
+        return int(self.random_budget_share * capacity + 1e-9)
 
 
 def select_candidates(con: duckdb.DuckDBPyConnection, policy: SamplingPolicy, engine: Engine | None = None,
@@ -104,19 +131,23 @@ def candidate_inputs(con: duckdb.DuckDBPyConnection, policy: SamplingPolicy) -> 
 
 
 def selection_summary(con: duckdb.DuckDBPyConnection, policy: SamplingPolicy) -> dict[str, object]:
-    """Counts per stream and priority, thinned days and the expected judging cost."""
+    """Counts per stream and priority, capped and thinned days and the expected judging cost."""
     row = con.execute(f"""
         SELECT count(*), {", ".join(f"count(*) FILTER (by_{s})" for s in STREAMS)},
                {", ".join(f"count(*) FILTER (priority = '{p}')" for p in Priority)},
+               count(DISTINCT day) FILTER (p_random < {policy.random_rate!r}), min(p_random),
                count(DISTINCT day) FILTER (thinning < 1), min(thinning)
         FROM failure_candidates""").fetchall()[0]
-    selected, streams, priorities = row[0], row[1:1 + len(STREAMS)], row[1 + len(STREAMS):-2]
+    selected, streams, priorities = row[0], row[1:1 + len(STREAMS)], row[1 + len(STREAMS):-4]
     population = con.execute("SELECT count(*) FROM trace_signals").fetchall()[0][0]
     return {
         "selected": selected, "population": population,
         "selected_share": selected / population if population else 0.0,
         **{f"stream_{s}": n for s, n in zip(STREAMS, streams)},
         **{f"priority_{p}": n for p, n in zip(Priority, priorities)},
+        # days whose random draws exceeded the random stream's cap, and its lowest rate then
+        "days_random_capped": row[-4],
+        "min_random_rate": row[-3] if row[-3] is not None else policy.random_rate,
         "days_thinned": row[-2], "min_thinning": row[-1] if row[-1] is not None else 1.0,
         "expected_judge_cost_usd": round(selected * policy.judge_cost_usd, 6),
     }

@@ -126,7 +126,12 @@ class SamplingConfig(Config):
                                   description="Cost of judging one selected trace.")
     daily_budget_usd: float | None = Field(
         _POLICY_DEFAULTS.daily_budget_usd,
-        description="Daily judging budget; diagnostic streams are thinned to fit. Null: no cap.")
+        description="Daily judging budget: it bounds every stream. Null: no cap.")
+    random_budget_share: float | None = Field(
+        _POLICY_DEFAULTS.random_budget_share,
+        description="Share of the budget's traces the random stream keeps at most when the diagnostic "
+                    "streams need the rest (its smallest draws; its rate lowered and recorded). 1.0: it may "
+                    "take all of it; null: never thinned, a day may cost more than the budget.")
     high_risk_query_types: list[str] = Field(list(_POLICY_DEFAULTS.high_risk_query_types),
                                              description="Query types whose failures are P0.")
 

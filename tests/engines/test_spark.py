@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
@@ -112,6 +113,23 @@ def test_the_stages_on_spark_are_duckdbs_on_the_demo_world(spark, demo_run, tmp_
                .reset_index(drop=True) for engine in engines]
     assert len(traffic[0]) == 14 * 2
     pd.testing.assert_frame_equal(traffic[1], traffic[0])
+
+
+def test_a_budget_that_caps_the_random_stream_selects_the_same_rows_on_spark(spark, demo_run, tmp_path):
+    """10 traces a day on the demo world (issue 42): every day's ~18 random draws are cut to the
+    5 smallest, its random rate lowered to the 6th, the diagnostic streams thinned into the
+    other 5; Spark gives DuckDB's rows, the whole table and one day alone."""
+    con = demo_copy(demo_run, tmp_path)
+    policy = replace(_demo_policy(), daily_budget_usd=0.03)
+    select_candidates(con, policy)
+    on_spark, on_duckdb = _on_both(spark, con, tmp_path, policy)["failure_candidates"]
+    per_day = on_duckdb.groupby("day").agg(selected=("trace_id", "size"), random=("by_random", "sum"),
+                                           rate=("p_random", "max"))
+    assert len(per_day) == 14 and (per_day.selected == 10).all() and (per_day.random == 5).all()
+    assert (per_day.rate < 0.05).all() and (on_duckdb.thinning < 1).all()
+    assert_same_rows(on_spark, on_duckdb, "trace_id")
+    select_candidates(con, policy, SparkEngine(spark, tmp_path / "lake"), days=[date(2026, 11, 9)])
+    assert_same_rows(con.execute("SELECT * FROM failure_candidates").df(), on_duckdb, "trace_id")
 
 
 def test_a_days_run_on_spark_opens_no_other_days_chunk_or_feedback_file(spark, demo_run, tmp_path):

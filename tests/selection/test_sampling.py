@@ -1,4 +1,5 @@
 import datetime as dt
+import hashlib
 
 import duckdb
 import numpy as np
@@ -6,7 +7,7 @@ import pandas as pd
 import pytest
 from scipy.stats import binomtest
 
-from rag_loop.selection.estimates import estimate_rates, parse_slices, wilson_interval
+from rag_loop.selection.estimates import estimate_rates, parse_slices, pooled_rates, wilson_interval
 from rag_loop.selection.sampling import SamplingPolicy, select_candidates
 from rag_loop.selection.signals import SIGNALS
 
@@ -57,26 +58,78 @@ def test_selection_is_deterministic_and_the_salt_changes_it():
     assert set(_selected(con).trace_id) != set(first.trace_id)
 
 
-def test_budget_thins_diagnostic_streams_and_keeps_the_random_stream_intact():
+def test_budget_thins_diagnostic_streams_and_keeps_the_random_stream_intact_under_its_cap():
     con = _connect(population(2, days=2, per_day=4000))
     select_candidates(con, SamplingPolicy(daily_budget_usd=None))
     unlimited = _selected(con)
-    policy = SamplingPolicy(daily_budget_usd=0.9)  # 300 traces a day
+    policy = SamplingPolicy(daily_budget_usd=1.5)  # 500 traces a day, 250 random: ~200 are drawn
     select_candidates(con, policy)
     capped = _selected(con)
     assert set(capped.trace_id[capped.by_random]) == set(unlimited.trace_id[unlimited.by_random])
+    assert (capped.p_random == 0.05).all()
     per_day = capped.groupby("day").size()
-    assert (per_day == 300).all()
+    assert (per_day == 500).all()
     assert (capped.thinning < 1).all() and (unlimited.thinning == 1).all()
     assert set(capped.trace_id) < set(unlimited.trace_id)
 
 
-def test_random_stream_alone_over_budget_is_kept_and_diagnostics_get_nothing():
+def test_without_a_random_share_the_random_stream_alone_over_budget_is_kept():
+    """random_budget_share=None: the rule before issue 42 (the budget does not bound it)."""
     con = _connect(population(3, days=1, per_day=4000))
-    select_candidates(con, SamplingPolicy(daily_budget_usd=0.03))  # 10 traces, random draws ~200
+    select_candidates(con, SamplingPolicy(daily_budget_usd=0.03, random_budget_share=None))  # 10 a day
     selected = _selected(con)
     assert selected.by_random.all() and 150 < len(selected) < 250
     assert np.allclose(selected.inclusion_probability, 0.05)
+
+
+def uniform(salt: str, trace_id: str, position: int = 0) -> float:
+    """The engines' draw (rag_loop.engines.functions.Functions.uniform), in Python."""
+    digest = hashlib.md5(f"{salt}:{trace_id}".encode()).hexdigest()
+    return int(digest[8 * position:8 * position + 8], 16) / 4294967296.0
+
+
+def expected_random(day: pd.DataFrame, policy: SamplingPolicy, diagnostic_drawn: int) -> tuple[set, float]:
+    """The random stream of one day as the module docstring says it: the traces drawn and their
+    recorded rate, from the draws computed here."""
+    draws = np.array([uniform(policy.salt, t) for t in day.trace_id])
+    rate = policy.random_rate
+    share = policy.random_capacity()
+    if share is not None:
+        cap = max(share, policy.daily_capacity() - diagnostic_drawn)
+        lucky = np.sort(draws[draws < rate])
+        if len(lucky) > cap:
+            rate = float(lucky[cap])  # the (cap + 1)-th smallest draw
+    return set(day.trace_id[draws < rate]), rate
+
+
+def test_random_draws_over_the_cap_keep_the_smallest_and_record_the_lowered_rate():
+    frame = population(6, days=1, per_day=4000)
+    con = _connect(frame)
+    policy = SamplingPolicy(daily_budget_usd=0.03, **NO_RISK)  # 10 a day, the random stream 5 of ~200
+    select_candidates(con, policy)
+    selected = _selected(con)
+    drawn, rate = expected_random(frame, policy, int((frame.signal_count > 0).sum()))
+    assert set(selected.trace_id[selected.by_random]) == drawn and len(drawn) == 5
+    assert rate < 0.05 and (selected.p_random == rate).all()
+    assert len(selected) == 10 and (~selected.by_random).sum() == 5  # the diagnostic streams' half
+    assert (selected.inclusion_probability >= rate).all()
+
+
+def test_the_random_stream_takes_the_room_the_diagnostic_streams_leave():
+    frame = population(7, days=1, per_day=4000)
+    frame.loc[frame.index >= 30, ["thumbs_down", "low_rerank_score"]] = False  # 30 traces may carry signals
+    frame["signals"] = [[s for s in ("thumbs_down", "low_rerank_score") if row[s]]
+                        for row in frame[["thumbs_down", "low_rerank_score"]].to_dict("records")]
+    frame["signal_count"] = frame["signals"].map(len)
+    con = _connect(frame)
+    policy = SamplingPolicy(daily_budget_usd=0.3, **NO_RISK)  # 100 a day: 50 random, or 100 − signals
+    select_candidates(con, policy)
+    selected = _selected(con)
+    flagged = int((frame.signal_count > 0).sum())
+    drawn, rate = expected_random(frame, policy, flagged)
+    assert set(selected.trace_id[selected.by_random]) == drawn and len(drawn) == 100 - flagged > 50
+    assert selected.by_bad_signal.sum() == flagged and (selected.thinning == 1).all()
+    assert len(selected) <= 100
 
 
 def test_inclusion_probability_is_the_union_of_overlapping_streams():
@@ -115,7 +168,8 @@ def test_priorities():
 
 
 @pytest.mark.parametrize("bad", [{"random_rate": 1.5}, {"signal_rates": {"thumbs_up": 1.0}},
-                                 {"query_type_rates": {"faq": -0.1}}, {"judge_cost_usd": 0}])
+                                 {"query_type_rates": {"faq": -0.1}}, {"judge_cost_usd": 0},
+                                 {"random_budget_share": 1.2}, {"random_budget_share": -0.1}])
 def test_policy_refuses_bad_values(bad):
     with pytest.raises(ValueError):
         SamplingPolicy(**bad)
@@ -157,3 +211,15 @@ def test_horvitz_thompson_and_random_stream_are_unbiased_where_the_naive_rate_is
     assert abs(np.mean(errors["random_rate"])) < 0.02 and np.mean(np.abs(errors["random_rate"])) < 0.02
     assert abs(np.mean(errors["ht_rate"])) < 0.02 and np.mean(np.abs(errors["ht_rate"])) < 0.02
     assert np.mean(errors["naive_rate_biased"]) > 0.05
+
+
+def test_the_pooled_random_rate_weights_each_day_by_its_traffic():
+    """A day the budget capped drew fewer of its traces: its draws count for more of them."""
+    estimates = pd.DataFrame({
+        "slice": "all", "outcome": "any_signal", "population_n": [10_000, 100, 50],
+        "population_failures": [1_000, 50, 5], "random_n": [100, 5, 0], "random_failures": [10, 3, 0],
+        "random_rate": [0.1, 0.6, np.nan], "ht_rate": [0.1, 0.5, 0.1], "selected_n": [200, 5, 0],
+        "selected_failures": [60, 3, 0]})
+    pooled = pooled_rates(estimates)
+    assert pooled["random_rate"] == pytest.approx((10_000 * 0.1 + 100 * 0.6) / 10_100)  # not 13 / 105
+    assert pooled["population_rate"] == pytest.approx(1_055 / 10_150)
