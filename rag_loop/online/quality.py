@@ -2,7 +2,10 @@
 pass rate estimated from the random stream only, with the Horvitz–Thompson estimate over
 every stream beside it, and the targeted streams' rates as labelled diagnostics.
 
-- `random`: the judged traces the random stream drew; n, pass rate, Wilson interval.
+- `random`: the judged traces the random stream drew; n, pass rate, Wilson interval. Over a
+  window whose days had different random rates (a day's budget caps its random stream, so a
+  busy day keeps a smaller share), each trace counts 1/p_random: the day-weighted rate, with
+  Wilson's interval at Kish's effective sample size; with one rate it is the plain proportion.
 - `horvitz_thompson`: every judged trace weighted by 1/π (π of the trace × the metric's rate):
   the Hájek ratio R = Σ w·pass / Σ w, with its linearised variance under independent (Poisson)
   draws, and a score interval: the variance taken at each hypothesised rate, as Wilson's
@@ -53,9 +56,11 @@ def judged_traces(con: duckdb.DuckDBPyConnection, first: date, last: date, versi
     """The judged rows of `version` for traces of days first..last that are still selected,
     with the trace's slice columns."""
     con.execute(ONLINE_DDL)
+    # the random stream's own rate of the trace's day; NULL where the selection predates it
+    p_random = "c.p_random" if "p_random" in con.table("failure_candidates").columns else "NULL::DOUBLE AS p_random"
     return con.execute(f"""
         SELECT j.day, j.trace_id, j.metric, j.score, j.passed, j.by_random, j.streams,
-               j.inclusion_probability, {", ".join(f"s.{c}" for c in SLICE_COLUMNS)}
+               j.inclusion_probability, {p_random}, {", ".join(f"s.{c}" for c in SLICE_COLUMNS)}
         FROM trace_judgments j JOIN failure_candidates c USING (trace_id)
         JOIN trace_signals s USING (trace_id)
         WHERE j.judge_version = ? AND j.status = 'judged' AND j.day BETWEEN ? AND ?""",
@@ -77,13 +82,16 @@ def estimate(group: pd.DataFrame, confidence: float) -> list[dict]:
     graded = group["passed"].notna().any()
     rows = []
     random = group[group["by_random"]]
-    passes = random["passed"].astype(float).sum() if graded else np.nan
-    low, high = wilson_interval(np.array([passes]), np.array([len(random)]), confidence) \
+    weight = _random_weights(random)
+    size = weight.sum() ** 2 / (weight ** 2).sum() if len(random) else 0.0  # Kish: n when the rates agree
+    rate = float((weight * random["passed"].astype(float)).sum() / weight.sum()) \
+        if len(random) and graded else np.nan
+    low, high = wilson_interval(np.array([rate * size]), np.array([size]), confidence) \
         if graded else (np.array([np.nan]), np.array([np.nan]))
-    rows.append({"estimator": "random", "kind": "estimate", "n": len(random), "passes": passes,
-                 "pass_rate": passes / len(random) if len(random) and graded else np.nan,
+    rows.append({"estimator": "random", "kind": "estimate", "n": len(random),
+                 "passes": random["passed"].astype(float).sum() if graded else np.nan, "pass_rate": rate,
                  "ci_low": float(low[0]), "ci_high": float(high[0]),
-                 "mean_score": float(random["score"].mean()) if len(random) else np.nan})
+                 "mean_score": _weighted_mean(random["score"].to_numpy(float), weight)})
     rows.append({"estimator": "horvitz_thompson", "kind": "estimate", "n": len(group),
                  **_hajek(group, confidence, graded)})
     for stream in DIAGNOSTIC_STREAMS:
@@ -95,6 +103,20 @@ def estimate(group: pd.DataFrame, confidence: float) -> list[dict]:
                      "passes": passes, "pass_rate": passes / len(drawn) if graded else np.nan,
                      "ci_low": np.nan, "ci_high": np.nan, "mean_score": float(drawn["score"].mean())})
     return rows
+
+
+def _random_weights(random: pd.DataFrame) -> np.ndarray:
+    """1/p_random of each random-stream trace, scaled to mean 1 (all ones where the rate is
+    one, or unknown: judgements stored before the column)."""
+    if "p_random" not in random or random["p_random"].isna().any() or not len(random):
+        return np.ones(len(random))
+    weight = 1.0 / random["p_random"].to_numpy(float)
+    return weight / weight.mean()
+
+
+def _weighted_mean(values: np.ndarray, weight: np.ndarray) -> float:
+    known = ~np.isnan(values)
+    return float((weight[known] * values[known]).sum() / weight[known].sum()) if known.any() else np.nan
 
 
 def _hajek(group: pd.DataFrame, confidence: float, graded: bool) -> dict:

@@ -6,6 +6,7 @@ import datetime as dt
 import duckdb
 import numpy as np
 import pandas as pd
+import pytest
 
 from rag_loop.online.quality import OnlineQualitySettings, online_quality_day, quality_table, slo_verdict
 from rag_loop.selection.signals import SLICE_COLUMNS
@@ -102,3 +103,39 @@ def test_a_days_rows_are_replaced_by_a_rerun_and_costs_are_their_own_line():
     assert [v.fired for v in first] == [v.fired for v in again] == [False, False]
     cost = con.execute("SELECT requests, judged_requests, eval_cost_usd, app_cost_usd FROM online_cost").fetchall()
     assert cost[0][0] == len(good) and cost[0][1] == len(good) and cost[0][2] == 0.0
+
+
+def _window_day(day: dt.date, traffic: int, pass_rate: float, p_random: float, seed: int) -> pd.DataFrame:
+    """One day's random-stream sample of `traffic` traces passing at `pass_rate`, drawn at `p_random`."""
+    rng = np.random.default_rng(seed)
+    passed = rng.random(traffic) < pass_rate
+    drawn = rng.random(traffic) < p_random
+    return pd.DataFrame({"day": day, "trace_id": [f"{day}-{i}" for i in range(traffic)], "metric": "Faithfulness",
+                         "score": np.where(passed, 0.9, 0.2), "passed": passed, "by_random": True,
+                         "streams": [["random"]] * traffic, "inclusion_probability": p_random,
+                         "p_random": p_random, **dict.fromkeys(SLICE_COLUMNS, "x")})[drawn]
+
+
+def test_a_window_of_days_with_different_random_rates_is_weighted_by_day():
+    """A busy day whose budget capped its random stream (2 %) beside a quiet day drawn at 20 %:
+    each gives ~20 judged traces, but the busy day is ten times the traffic. Unweighted, the
+    window's rate would sit halfway between the days (~0.6); weighted, it is the population's."""
+    busy, quiet = dt.date(2026, 11, 5), dt.date(2026, 11, 6)
+    estimates, covered = [], 0
+    for seed in range(100):
+        window = pd.concat([_window_day(busy, 10_000, 0.9, 0.002, seed), _window_day(quiet, 1_000, 0.3, 0.02, seed)])
+        row = quality_table(window, None, OnlineQualitySettings(slices=[()])).query("estimator == 'random'").iloc[0]
+        estimates.append(row["pass_rate"])
+        covered += row["ci_low"] <= (9_000 + 300) / 11_000 <= row["ci_high"]
+    assert abs(np.mean(estimates) - 9_300 / 11_000) < 0.02  # the plain proportion: ~0.60
+    assert covered / 100 > 0.9
+
+
+def test_one_random_rate_gives_the_plain_proportion_and_wilson_interval():
+    sample = _window_day(DAY, 2_000, 0.8, 0.05, 1)
+    row = quality_table(sample, None, OnlineQualitySettings(slices=[()])).query("estimator == 'random'").iloc[0]
+    passes, n = sample["passed"].sum(), len(sample)
+    from rag_loop.selection.estimates import wilson_interval
+    low, high = wilson_interval(np.array([passes]), np.array([n]))
+    assert row["n"] == n and row["pass_rate"] == pytest.approx(passes / n)
+    assert (row["ci_low"], row["ci_high"]) == (pytest.approx(low[0]), pytest.approx(high[0]))
