@@ -23,6 +23,7 @@ from starlette.staticfiles import StaticFiles
 from rag_loop.goldens.release import release_request_errors
 from rag_loop.schema import FailureType, Origin
 from rag_loop.store.releases import release_versions
+from rag_loop.workspace.dashboard import layers as dashboard_layers
 from rag_loop.workspace.display import PRIORITY_HELP, PRIORITY_LEGEND, language_code, recorded
 from rag_loop.workspace.releases import Launched, newest_release, outcome, pending, releases
 from rag_loop.workspace.security import (
@@ -199,6 +200,11 @@ def create_app(workspace: Workspace, token: str | None = None,
         return page(request, "compare.html", run=runs[run_id], baseline=runs.get(baseline), rows=rows,
                     runs=list(runs), flips=sum(bool(r["flipped"]) for r in rows))
 
+    async def dashboard(request: Request) -> Response:
+        figures, problem = workspace.dashboard()
+        return page(request, "dashboard.html", figures=figures, problem=problem,
+                    layers=dashboard_layers(figures, getattr(release, "url", None)) if figures else [])
+
     async def report(request: Request) -> Response:
         name = request.path_params["name"]
         path = report_path(workspace.reports_dir, name)
@@ -211,6 +217,7 @@ def create_app(workspace: Workspace, token: str | None = None,
               Route("/trace/{trace_id:path}", trace, methods=["GET", "POST"]),
               Route("/sources", sources), Route("/curator", curator, methods=["GET", "POST"]),
               Route("/reports/{name}", report), Route("/intents", intents), Route("/evals", evals),
+              Route("/dashboard", dashboard),
               Route("/releases", releases_page, methods=["GET", "POST"]),
               Route("/evals/{run_id}", compare),
               Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static")]

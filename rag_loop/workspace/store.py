@@ -369,6 +369,21 @@ class Workspace:
                 FROM read_parquet($files) GROUP BY run_id ORDER BY started_at DESC""",
                                {"files": [str(f) for f in files]}).df().to_dict("records")
 
+    def dashboard(self) -> tuple[dict | None, str | None]:
+        """The dashboard's figures (`<reports>/dashboard.json`, the `dashboard` asset's export),
+        or None and why not."""
+        from rag_loop.reporting.dashboard_figures import DASHBOARD_FILE, FORMAT
+        path = self.reports_dir / DASHBOARD_FILE if self.reports_dir else None
+        if path is None or not path.is_file():
+            return None, "no dashboard figures yet: materialize the dashboard asset (it runs with the loop)"
+        try:
+            figures = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            return None, f"{DASHBOARD_FILE} could not be read ({error}): materialize the dashboard asset again"
+        if not isinstance(figures, dict) or figures.get("format") != FORMAT:
+            return None, f"{DASHBOARD_FILE} is of another format: materialize the dashboard asset again"
+        return figures, None
+
     def compare(self, run_id: str, baseline_id: str | None) -> list[dict]:
         """Per golden × metric: the expected output, the baseline's and this run's answers,
         scores and reasons; flips (pass → fail) first, then the largest drops."""
