@@ -16,7 +16,6 @@ from dagster import (
     MaterializeResult,
     MetadataValue,
     define_asset_job,
-    multi_asset,
 )
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
@@ -29,7 +28,6 @@ from rag_loop.evaluation.settings import (
     EvalSettings,
 )
 from rag_loop.reporting import plots
-from rag_loop.store.tables import has_table
 from rag_loop_dagster.assets.resources import (
     DUCKDB_WRITER,
     EmbedderResource,
@@ -38,7 +36,7 @@ from rag_loop_dagster.assets.resources import (
     RagLoopPaths,
     config_entry,
 )
-from rag_loop_dagster.assets.stage import stage_asset
+from rag_loop_dagster.assets.stage import FailAfterRecording, stage_asset
 
 if TYPE_CHECKING:
     from rag_loop.evaluation.regression import RegressionReport  # DeepEval: only when scoring
@@ -85,52 +83,39 @@ class EvalConfig(Config):
                             self.max_error_rate, deadline_seconds=self.deadline_seconds)
 
 
-EVAL_PARTS = {"eval_runs": "One row per eval run: release, target, judge, calibration, verdict",
+# A run its hard gates block ends with a Failure saying why, after everything is recorded:
+# Dagster's own error for a failed blocking check names only the check ("1 blocking asset check
+# failed with ERROR severity: regression_eval: hard_gates"), and that is what the run's page showed.
+@stage_asset(group_name="evaluation", deps=["golden_releases", "judge_calibrations"],
+       parts={"eval_runs": "One row per eval run: release, target, judge, calibration, verdict",
               "eval_results": "Score per case × metric of each run",
               "eval_summary": "Per run, metric and slice: mean, median, pass rate, p10, deltas",
               "eval_flips": "Cases that flipped from pass to fail against the baseline run",
-              "judge_cache": "Validated judge replies by prompt hash (a rerun pays nothing)"}
-EVAL_DEPS = ["golden_releases", "judge_calibrations"]
-
-
-# Written out rather than with stage_asset (same specs, same part row counts): a run its hard
-# gates block must end with a Failure saying why, after everything is recorded. Dagster's own
-# error for a failed blocking check names only the check ("1 blocking asset check failed with
-# ERROR severity: regression_eval: hard_gates"), and that is what the failed run's page showed.
-@multi_asset(
-    name="regression_eval",
-    specs=[AssetSpec("regression_eval", deps=EVAL_DEPS, group_name="evaluation", kinds={"duckdb"},
-                     description="Scores the golden release on the rag_app with the judge's metrics: per "
-                                 "case × metric, then per metric and slice (mean, median, pass rate, p10, "
-                                 "severe), compared with the baseline run; stored in eval_runs / "
-                                 "eval_results / eval_summary / eval_flips. A run its hard gates block "
-                                 "fails, its error saying which gates and by how much."),
-           *(AssetSpec(part, deps=EVAL_DEPS, description=f"{text} (written by regression_eval)",
-                       group_name="evaluation", kinds={"duckdb"}, metadata={"dagster/table_name": part})
-             for part, text in EVAL_PARTS.items())],
-    check_specs=[AssetCheckSpec("hard_gates", asset="regression_eval", blocking=True,
-                                description="Blocking gates (ERROR): a failure fails the run; the "
-                                            "evaluation's description says which gate, on which slice, "
-                                            "by how much against the baseline."),
-                 AssetCheckSpec("monitoring_gates", asset="regression_eval",
-                                description="Monitoring gates (WARN)."),
-                 AssetCheckSpec("gates_evaluated", asset="regression_eval",
-                                description="WARN when a gate could not be evaluated (no "
-                                            "baseline run, or a slice the baseline lacks).")])
+              "judge_cache": "Validated judge replies by prompt hash (a rerun pays nothing)"},
+       check_specs=[AssetCheckSpec("hard_gates", asset="regression_eval", blocking=True,
+                                   description="Blocking gates (ERROR): a failure fails the run; the "
+                                               "evaluation's description says which gate, on which slice, "
+                                               "by how much against the baseline."),
+                    AssetCheckSpec("monitoring_gates", asset="regression_eval",
+                                   description="Monitoring gates (WARN)."),
+                    AssetCheckSpec("gates_evaluated", asset="regression_eval",
+                                   description="WARN when a gate could not be evaluated (no "
+                                               "baseline run, or a slice the baseline lacks).")],
+       description="Scores the golden release on the rag_app with the judge's metrics: per case × "
+                   "metric, then per metric and slice (mean, median, pass rate, p10, severe), "
+                   "compared with the baseline run; stored in eval_runs / eval_results / "
+                   "eval_summary / eval_flips. A run its hard gates block fails, its error saying "
+                   "which gates and by how much.")
 def regression_eval(context: AssetExecutionContext, config: EvalConfig, duckdb: DuckDBResource,
                     paths: RagLoopPaths, rag_app: RagAppResource, judge: JudgeResource,
-                    embedder: EmbedderResource):
+                    embedder: EmbedderResource) -> MaterializeResult | FailAfterRecording:
     report, result = _evaluate(context, config, duckdb, paths, rag_app, judge, embedder)
-    yield result
-    with duckdb.get_connection() as con:
-        for part in EVAL_PARTS:
-            rows = con.execute(f"SELECT count(*) FROM {part}").fetchall()[0][0] if has_table(con, part) else 0
-            yield MaterializeResult(asset_key=part, metadata={"dagster/row_count": rows})
-    if report.blocked:  # the reason is the run's error: the first line on its page
-        raise Failure(description=verdict(report.failures), metadata={
-            "run_id": report.run_id, "report": result.metadata["report"],
-            "failed_gates": MetadataValue.md("\n".join(f"- {failure_words(f)}" for f in report.failures
-                                                        if f["blocking"]))})
+    if not report.blocked:
+        return result
+    return FailAfterRecording(result, Failure(description=verdict(report.failures), metadata={
+        "run_id": report.run_id, "report": result.metadata["report"],
+        "failed_gates": MetadataValue.md("\n".join(f"- {failure_words(f)}" for f in report.failures
+                                                   if f["blocking"]))}))
 
 
 def _evaluate(context: AssetExecutionContext, config: EvalConfig, duckdb: DuckDBResource,

@@ -3,11 +3,13 @@
 A stage that writes several tables is one `multi_asset`: its own asset (named after the step)
 and one AssetSpec per part table, all materialized by the same step. `stage_asset` turns a
 function written like an `@asset` (returning one MaterializeResult) into that multi_asset; the
-part tables get their row counts after the step.
+part tables get their row counts after the step. A stage whose outcome must fail the run after
+all is recorded (an eval its hard gates block) returns `FailAfterRecording`.
 """
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import date
 
 import duckdb
@@ -16,6 +18,7 @@ from dagster import (
     AssetExecutionContext,
     AssetsDefinition,
     AssetSpec,
+    Failure,
     MaterializeResult,
     MetadataValue,
     multi_asset,
@@ -30,14 +33,23 @@ DAY_STATE = "day_state"  # the metadata entry a day-by-day asset records its Day
 Deps = Sequence[object]
 
 
+@dataclass(frozen=True)
+class FailAfterRecording:
+    """What a stage returns to record `result` (metadata, checks, part row counts) and then
+    fail the run with `failure`, whose description is the first line of the run's error."""
+
+    result: MaterializeResult
+    failure: Failure
+
+
 def stage_asset(*, parts: Mapping[str, str], group_name: str, description: str, deps: Deps = (),
                 check_specs: Sequence[AssetCheckSpec] = (), **multi_asset_kwargs
-                ) -> Callable[[Callable[..., MaterializeResult]], AssetsDefinition]:
+                ) -> Callable[[Callable[..., MaterializeResult | FailAfterRecording]], AssetsDefinition]:
     """An asset that also writes the tables `parts` (name -> what it holds).
 
     The function takes a `duckdb` resource and returns the stage asset's MaterializeResult.
     """
-    def decorator(fn: Callable[..., MaterializeResult]) -> AssetsDefinition:
+    def decorator(fn: Callable[..., MaterializeResult | FailAfterRecording]) -> AssetsDefinition:
         name = fn.__name__
         specs = [AssetSpec(name, deps=deps, description=description, group_name=group_name,
                            kinds={"duckdb"}),
@@ -49,7 +61,9 @@ def stage_asset(*, parts: Mapping[str, str], group_name: str, description: str, 
         @multi_asset(name=name, specs=specs, check_specs=list(check_specs), **multi_asset_kwargs)
         @functools.wraps(fn)
         def step(*args, **kwargs):
-            result = fn(*args, **kwargs)
+            result, failure = fn(*args, **kwargs), None
+            if isinstance(result, FailAfterRecording):
+                result, failure = result.result, result.failure
             yield MaterializeResult(asset_key=name, metadata=result.metadata,
                                     check_results=result.check_results)
             with kwargs["duckdb"].get_connection() as con:
@@ -57,6 +71,8 @@ def stage_asset(*, parts: Mapping[str, str], group_name: str, description: str, 
                     rows = con.execute(f"SELECT count(*) FROM {part}").fetchall()[0][0] \
                         if has_table(con, part) else 0
                     yield MaterializeResult(asset_key=part, metadata={"dagster/row_count": rows})
+            if failure is not None:
+                raise failure
 
         return step
 
