@@ -64,7 +64,9 @@ def _scale(series: Sequence[Series], percent: bool, floor: Sequence[float] = ())
         [lo for s in series for lo, _ in s.band.values() if lo is not None] + list(floor)
     if percent:
         lowest = min(values, default=0.0)
-        return (0.0 if any(s.bars for s in series) else max(0.0, math.floor(lowest * 10 - 0.5) / 10)), 1.0
+        if any(s.bars for s in series):
+            return 0.0, 1.0
+        return max([low for low in (0.0, 0.2, 0.6, 0.8) if low <= lowest - 0.02], default=0.0), 1.0
     highest = max([v for s in series for v in s.values.values() if v is not None]
                   + [hi for s in series for _, hi in s.band.values() if hi is not None] + [0.0])
     return 0.0, nice_top(highest)
@@ -188,36 +190,43 @@ def state_strip(days: Sequence[str], states: Mapping[str, Mapping[str, str]], la
 
 
 def slice_chart(rows: Sequence[Mapping], label: str, link: str | None = None) -> Markup:
-    """Horizontal bars: each slice value's pass rate with its interval as a whisker and the
-    metric's target as a tick."""
-    row_height, left = 22, 250
-    height = TOP + row_height * len(rows) + 20
+    """Horizontal bars under a heading per metric: each slice value's pass rate (labelled by the
+    value and n; the slice's columns on hover), its interval as a whisker and the metric's
+    target as a dashed tick."""
+    row_height, left = 22, 230
+    metrics = list(dict.fromkeys(row["metric"] for row in rows))
+    height = TOP + row_height * (len(rows) + len(metrics)) + 8
     span = WIDTH - left - RIGHT
     parts = [f'<title>{_text(label)}</title>', f'<rect x="0" y="0" width="{WIDTH}" height="{height}" fill="#fff"/>']
     for step in range(5):
         x = left + span * step / 4
-        parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{TOP - 6}" y2="{height - 20}" stroke="#e4e4e4"/>'
+        parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{TOP - 6}" y2="{height - 8}" stroke="#e4e4e4"/>'
                      f'<text x="{x:.1f}" y="{TOP - 10}" text-anchor="middle" class="tick">{step * 25}%</text>')
-    for i, row in enumerate(rows):
-        y = TOP + i * row_height
-        rate = row["pass_rate"] or 0.0
-        name = f"{row['metric']} · {row['slice']}={row['slice_value']}"
-        label_text = name if len(name) <= 36 else name[:35] + "…"
-        tip = (f"{name}: {_number(rate, True)} [{_number(row['ci_low'], True)}, {_number(row['ci_high'], True)}]"
-               f" n={row['n']}" + (f" target {_number(row['target'], True)}" if row.get("target") is not None else ""))
-        below = row.get("target") is not None and row["ci_high"] < row["target"]
-        colour = "#c2412d" if below else COLOURS[0]
-        body = (f'<text x="{left - 6}" y="{y + 14}" text-anchor="end" class="legend">{_text(label_text)}</text>'
-                f'<rect x="{left}" y="{y + 4}" width="{span * rate:.1f}" height="13" fill="{colour}" '
-                f'fill-opacity="0.8">'
-                f'<title>{_text(tip)}</title></rect>'
-                f'<line x1="{left + span * row["ci_low"]:.1f}" x2="{left + span * row["ci_high"]:.1f}" '
-                f'y1="{y + 10.5}" y2="{y + 10.5}" stroke="#222" stroke-width="1.5"/>')
-        if row.get("target") is not None:
-            tx = left + span * row["target"]
-            body += (f'<line x1="{tx:.1f}" x2="{tx:.1f}" y1="{y + 2}" y2="{y + 19}" stroke="#222" '
-                     'stroke-dasharray="3 2"/>')
-        parts.append(_point(body, link))
+    y = TOP
+    for metric in metrics:
+        parts.append(f'<text x="8" y="{y + 15}" class="legend heading">{_text(metric)}</text>')
+        y += row_height
+        for row in (r for r in rows if r["metric"] == metric):
+            rate = row["pass_rate"] or 0.0
+            value = str(row["slice_value"])
+            label_text = (value if len(value) <= 28 else value[:27] + "…") + f" (n={row['n']})"
+            tip = (f"{metric} · {row['slice']} = {value}: {_number(rate, True)} "
+                   f"[{_number(row['ci_low'], True)}, {_number(row['ci_high'], True)}] n={row['n']}"
+                   + (f", target {_number(row['target'], True)}" if row.get("target") is not None else ""))
+            below = row.get("target") is not None and row["ci_high"] < row["target"]
+            colour = "#c2412d" if below else COLOURS[0]
+            body = (f'<text x="{left - 6}" y="{y + 14}" text-anchor="end" class="legend">{_text(label_text)}'
+                    f'<title>{_text(tip)}</title></text>'
+                    f'<rect x="{left}" y="{y + 4}" width="{span * rate:.1f}" height="13" fill="{colour}" '
+                    f'fill-opacity="0.8"><title>{_text(tip)}</title></rect>'
+                    f'<line x1="{left + span * row["ci_low"]:.1f}" x2="{left + span * row["ci_high"]:.1f}" '
+                    f'y1="{y + 10.5}" y2="{y + 10.5}" stroke="#222" stroke-width="1.5"/>')
+            if row.get("target") is not None:
+                tx = left + span * row["target"]
+                body += (f'<line x1="{tx:.1f}" x2="{tx:.1f}" y1="{y + 2}" y2="{y + 19}" stroke="#222" '
+                         'stroke-dasharray="3 2"/>')
+            parts.append(_point(body, link))
+            y += row_height
     return _svg(parts, label, height)
 
 

@@ -126,12 +126,14 @@ def quality(figures: Mapping, dagster_url: str | None) -> Layer:
                  "ERROR (the whole interval under target); grey: not evaluated (too few judged traces)."))
     else:
         layer.charts.append(Chart("SLO state", Markup(""), note="No SLO verdict: no target set or no judging run."))
-    slices = sorted(figures["slices"], key=lambda r: (r["pass_rate"], r["metric"], r["slice"], r["slice_value"]))
+    # the surest to be worst first: the lowest top of the interval (a slice of 3 traces at 0% is not)
+    slices = sorted(figures["slices"], key=lambda r: (r["ci_high"], r["pass_rate"], r["metric"], r["slice"],
+                                                      str(r["slice_value"])))
     if slices:
         window = " to ".join(figures.get("slices_window") or [])
         shown = slices[:MOST_SLICES]
         layer.charts.append(Chart(
-            f"By slice, {window} (worst {len(shown)} of {len(slices)})",
+            f"By slice, {window} ({len(shown)} of {len(slices)}, lowest interval top first)",
             charts.slice_chart(shown, "Judged pass rate by slice"),
             [("intents by judged pass rate", "/intents?sort=judged_pass_rate"), ("the figures", "#rows-slices"),
              *online], note="Bars: pass rate; black whisker: 95% interval; dashed tick: the target; red: the "

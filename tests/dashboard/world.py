@@ -12,7 +12,7 @@ from rag_loop.store.tables import create_tables
 
 FIRST = date(2026, 11, 1)
 DAYS = 14
-HOSTILE = '<script>alert("x")</script>\u202e'
+HOSTILE = '<script>alert("x")</script><img src="http://192.0.2.1/x.png">\u202e'
 METRICS = ("Faithfulness", "Answer Relevancy")
 
 

@@ -44,6 +44,7 @@ def test_dashboard_charts_render_and_nothing_leaves_the_host(tmp_path):
                 "return [...document.querySelectorAll('[src], link[href], image, use')]"
                 ".map(e => e.src || e.href?.baseVal || e.href || e.getAttribute('href'))")
             assert all(urlsplit(u).netloc in ("", urlsplit(server.url).netloc) for u in fetched), fetched
+            assert not browser.execute_script("return document.querySelector('img, script:not([src])')")
             title = browser.find_element(By.CSS_SELECTOR, "#change svg.chart title").get_attribute("textContent")
             assert title == "Changes per day"
             height = browser.execute_script("return document.documentElement.scrollHeight")

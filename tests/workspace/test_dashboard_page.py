@@ -52,6 +52,7 @@ def test_four_layers_drawn_inline_and_linked(tmp_path):
 def test_production_text_is_escaped_everywhere(tmp_path):
     text = _page(figures_folder(tmp_path))
     assert '<script>alert("x")' not in text and HOSTILE not in text and "\u202e" not in text
+    assert '<img src="http://192.0.2.1' not in text  # would be fetched from elsewhere
     assert "&lt;script&gt;alert(" in text and "[U+202E]" in text  # shown, as text, bidi made visible
     assert "127.0.0.1:3000" not in text  # no Dagster link without a webserver
 
