@@ -56,6 +56,7 @@ demo: install
 	@$(DEMO_ENV) $(BIN)/rag-loop run regression_eval_job -c data/demo/eval/baseline.yaml --log "$(DEMO_LOG)" $(DEMO_FAILED)
 	@echo "Evaluating the candidate deployment: its hard gate is expected to block it (exit code ignored)."
 	@$(DEMO_ENV) $(BIN)/rag-loop run regression_eval_job -c data/demo/eval/candidate.yaml --log "$(DEMO_LOG)" || true
+	@$(DEMO_ENV) $(BIN)/rag-loop run dashboard_job --log "$(DEMO_LOG)" $(DEMO_FAILED)
 	@echo
 	@$(DEMO_ENV) $(BIN)/rag-loop summary $(DEMO_FAILED)
 	@echo

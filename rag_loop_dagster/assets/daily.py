@@ -53,8 +53,10 @@ def series_chart(con, sql: str, columns: Sequence[str] | None, title: str) -> di
 
 def day_checks(context: AssetExecutionContext, check_names: Sequence[str],
                run_day: Callable[[date], list[Verdict]], table: str,
-               chart: Callable[[], dict] | None = None) -> MaterializeResult:
-    """Run every day of the partition range; one check result per check over those days."""
+               chart: Callable[[], dict] | None = None, in_workspace: MetadataValue | None = None
+               ) -> MaterializeResult:
+    """Run every day of the partition range; one check result per check over those days;
+    `in_workspace`: the link to the figures' page in the curator workspace (its dashboard)."""
     by_check: dict[str, list[tuple[date, Verdict]]] = {name: [] for name in check_names}
     for day in partition_days(context):
         for verdict in run_day(day):
@@ -80,6 +82,7 @@ def day_checks(context: AssetExecutionContext, check_names: Sequence[str],
                       "details": MetadataValue.json({str(d): v.details for d, v in verdicts})}))
     return MaterializeResult(metadata={"days": len(partition_days(context)), "table": table,
                                        "days_with_alerts": sorted(str(d) for d in fired_days),
+                                       **({"in_workspace": in_workspace} if in_workspace is not None else {}),
                                        **(chart() if chart is not None else {})},
                              check_results=checks)
 

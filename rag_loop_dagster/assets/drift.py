@@ -98,7 +98,7 @@ def query_mix(context: AssetExecutionContext, config: QueryMixConfig, duckdb: Du
     with duckdb.get_connection() as con:
         return day_checks(context, ["query_mix_divergence", "query_mix_novel_share"],
                           lambda day: query_mix_day(con, day, embedder.router(), settings, context.log.info, on),
-                          "query_mix", _chart(con, "query_mix"))
+                          "query_mix", _chart(con, "query_mix"), paths.workspace("/dashboard#change"))
 
 
 class FreshnessConfig(Config):
@@ -136,7 +136,7 @@ def freshness_lag(context: AssetExecutionContext, config: FreshnessConfig, duckd
         return day_checks(context, ["freshness_within_slo", "stale_retrieval_rate",
                                     "stale_retrieval_vs_baseline"],
                           lambda day: freshness_day(con, day, settings, on), "freshness_lag",
-                          _chart(con, "freshness_lag"))
+                          _chart(con, "freshness_lag"), paths.workspace("/dashboard#change"))
 
 
 class RetrievalConfig(Config):
@@ -165,7 +165,7 @@ def retrieval_scores(context: AssetExecutionContext, config: RetrievalConfig, du
     with duckdb.get_connection() as con:
         return day_checks(context, ["retrieval_empty_rate", "retrieval_score_shift"],
                           lambda day: retrieval_day(con, day, settings, on), "retrieval_scores",
-                          _chart(con, "retrieval_scores"))
+                          _chart(con, "retrieval_scores"), paths.workspace("/dashboard#change"))
 
 
 class QualityConfig(Config):
@@ -186,13 +186,13 @@ class QualityConfig(Config):
        description="Per day: quality SLIs (timeout, no citation, fallback, stale source, empty "
                    "retrieval rates) from the unbiased estimates only, with the baseline rate.")
 def quality_slis(context: AssetExecutionContext, config: QualityConfig,
-                 duckdb: DuckDBResource) -> MaterializeResult:
+                 duckdb: DuckDBResource, paths: RagLoopPaths) -> MaterializeResult:
     settings = QualitySettings(config.baseline_days, config.slos, config.max_increase,
                                config.error_factor, config.min_sample)
     with duckdb.get_connection() as con:
         return day_checks(context, ["quality_slo", "quality_vs_baseline"],
                           lambda day: quality_day(con, day, settings), "quality_slis",
-                          _chart(con, "quality_slis"))
+                          _chart(con, "quality_slis"), paths.workspace("/dashboard#quality"))
 
 
 DRIFT_ASSETS = [query_mix, freshness_lag, retrieval_scores, quality_slis]

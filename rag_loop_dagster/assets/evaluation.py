@@ -146,6 +146,7 @@ def _evaluate(context: AssetExecutionContext, config: EvalConfig, duckdb: DuckDB
     metadata = {
         "verdict": verdict(report.failures),  # first: what the asset's page shows on top
         "report": MetadataValue.path(str(page)), "report_url": paths.workspace(f"/reports/{page.name}"),
+        "in_workspace": paths.workspace(f"/evals/{report.run_id}"),
         "dagster/row_count": len(report.table), "run_id": report.run_id, "release": report.release,
         "baseline_run_id": report.baseline_run_id or "none", "cases": report.cases,
         "errored": report.errored, "seconds": round(report.seconds, 2),

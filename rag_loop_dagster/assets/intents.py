@@ -16,7 +16,7 @@ from rag_loop.intents.clusters import cluster_intents
 from rag_loop.intents.query_embeddings import embed_candidates
 from rag_loop.reporting import plots
 from rag_loop.vectors.clustering import ClusterSettings
-from rag_loop_dagster.assets.resources import EmbedderResource
+from rag_loop_dagster.assets.resources import EmbedderResource, RagLoopPaths
 from rag_loop_dagster.assets.selection import failure_candidates
 from rag_loop_dagster.assets.stage import stage_asset
 
@@ -65,7 +65,7 @@ class ClusterConfig(Config):
                    "the previous run; noise queries "
                    "as singletons. `trace_clusters` maps each candidate to its cluster.")
 def intent_clusters(context: AssetExecutionContext, config: ClusterConfig,
-                    duckdb: DuckDBResource) -> MaterializeResult:
+                    duckdb: DuckDBResource, paths: RagLoopPaths) -> MaterializeResult:
     settings = ClusterSettings(**config.model_dump())
     with duckdb.get_connection() as con:
         report = cluster_intents(con, settings, log=context.log.info)
@@ -76,6 +76,7 @@ def intent_clusters(context: AssetExecutionContext, config: ClusterConfig,
                        "Largest intent clusters", "weight (production traces, Σ 1/π)")
     return MaterializeResult(metadata={
         "dagster/row_count": report.clusters + report.singletons, **report.figures(),
+        "in_workspace": paths.workspace("/intents"),  # the intents map
         "cluster_sizes": MetadataValue.md(plots.markdown_image(chart, "cluster sizes")),
         "largest_clusters": MetadataValue.md(top.to_markdown(index=False))})
 

@@ -157,5 +157,6 @@ def online_quality(context: AssetExecutionContext, config: OnlineQualityConfig, 
     with duckdb.get_connection() as con:
         return day_checks(context, ["online_slo", "online_eval_budget"],
                           lambda day: online_quality_day(con, day, settings, on), "online_quality",
-                          lambda: series_chart(con, _CHART_SQL, None, "online_quality per day"))
+                          lambda: series_chart(con, _CHART_SQL, None, "online_quality per day"),
+                          paths.workspace("/dashboard#quality"))
 

@@ -109,6 +109,13 @@ def test_drift_assets_materialize_a_partition_with_their_checks(drift_days, tmp_
     assert failed["freshness_within_slo"] == "ERROR" and failed["stale_retrieval_rate"] == "ERROR"
     assert "query_mix_divergence" not in failed
     assert undeclared_tables(database) == set()
+    links = {e.asset_key.path[-1]: e.materialization.metadata.get("in_workspace")
+             for e in result.get_asset_materialization_events()}  # each asset's figures in the workspace
+    links = {k: v.value for k, v in links.items() if v is not None}  # (not the part tables)
+    assert links == {"query_mix": "http://127.0.0.1:8765/dashboard#change",
+                     "freshness_lag": "http://127.0.0.1:8765/dashboard#change",
+                     "retrieval_scores": "http://127.0.0.1:8765/dashboard#change",
+                     "quality_slis": "http://127.0.0.1:8765/dashboard#quality"}
 
 
 def test_a_partition_without_traffic_says_its_checks_were_not_evaluated(drift_days, tmp_path):
