@@ -32,12 +32,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 BIN = Path(sys.executable).parent
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _start(args: list, log: Path | None = None, **kwargs) -> subprocess.Popen:
     out = log.open("w") if log else subprocess.DEVNULL
     return subprocess.Popen([str(a) for a in args], start_new_session=True, stdout=out,
@@ -76,16 +70,18 @@ def test_a_killed_run_is_ended_and_the_run_queued_behind_it_goes_through(tmp_pat
     # the one change: look every second, not every 15 s (and the same test runs on an instance without it)
     settings.setdefault("run_monitoring", {})["poll_interval_seconds"] = 1
     (dagster_home / "dagster.yaml").write_text(yaml.safe_dump(settings))
-    port, workspace = _free_port(), tmp_path / "workspace.yaml"
+    # a Unix socket, not a port: a free port found here could be taken by the other worker's servers
+    # before the code server binds it (seen once in CI: the code server never answered)
+    code_socket, workspace = tmp_path / "code.sock", tmp_path / "workspace.yaml"
     workspace.write_text(yaml.safe_dump(
-        {"load_from": [{"grpc_server": {"host": "localhost", "port": port, "location_name": "rag-loop"}}]}))
+        {"load_from": [{"grpc_server": {"socket": str(code_socket), "location_name": "rag-loop"}}]}))
     env = {**os.environ, "RAG_LOOP_HOME": str(home), "RAG_LOOP_TRACES_DIR": str(traces), "RAG_LOOP_KB_DIR": "",
            "DAGSTER_HOME": str(dagster_home), "DAGSTER_DISABLE_TELEMETRY": "1", "PYTHONPATH": str(PROJECT)}
     lock = duckdb.connect(str(home / "rag_loop.duckdb"))  # DuckDB's one writer: the victim waits for it
     code = victim = daemon = instance = None
     try:
-        code = _start([BIN / "dagster", "api", "grpc", "-m", "rag_loop_dagster.definitions", "-d", PROJECT, "-p", port,
-                       "--location-name", "rag-loop"], tmp_path / "code.log", env=env, cwd=PROJECT)
+        code = _start([BIN / "dagster", "api", "grpc", "-m", "rag_loop_dagster.definitions", "-d", PROJECT,
+                       "-s", code_socket, "--location-name", "rag-loop"], tmp_path / "code.log", env=env, cwd=PROJECT)
         victim = _start([BIN / "rag-loop", "run", "ingest_job"], tmp_path / "victim.log", env=env, cwd=tmp_path)
         # the victim makes the instance's storage (the first to open it does; two at once would race)
         _wait_for("the victim's run", lambda: "RUN_START" in (tmp_path / "victim.log").read_text(), 60)
@@ -93,7 +89,7 @@ def test_a_killed_run_is_ended_and_the_run_queued_behind_it_goes_through(tmp_pat
         daemon = _start([BIN / "dagster-daemon", "run", "-w", workspace], tmp_path / "daemon.log", env=env,
                         cwd=tmp_path)
         killed = _wait_for("the victim's run STARTED", lambda: _started_run(instance), 60)
-        _wait_for("the code server", lambda: DagsterGrpcClient(port=port).ping("up"), 60)
+        _wait_for("the code server", lambda: DagsterGrpcClient(socket=str(code_socket)).ping("up"), 60)
         # as `dagster job launch -j ingest_job` (the repro), the UI or a sensor: into the queue
         queued = execute_launch_command(instance=instance, workspace_opts=WorkspaceOpts(workspace=[str(workspace)]),
                                         job_name="ingest_job")
