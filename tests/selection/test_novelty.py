@@ -3,12 +3,14 @@
 import random
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from rag_loop.demo.intent_catalog import INTENTS, paraphrase
-from rag_loop.selection.novelty import NoveltySettings, detect_novelty
+from rag_loop.selection.novelty import NoveltySettings, detect_novelty, new_intent_members
 from rag_loop.store.tables import create_tables
+from rag_loop.vectors.clustering import ClusterSettings
 from tests.helpers import query
 from tests.helpers.fakes import hashing_router
 
@@ -105,6 +107,32 @@ def test_settings_refuse_meaningless_values():
         NoveltySettings(new_cluster_share=0.3)
     with pytest.raises(ValueError):
         NoveltySettings(rate=2.0)
+    with pytest.raises(ValueError):
+        NoveltySettings(dense_neighbours=2)  # the unclaimed test itself: every odd pair
+
+
+def _blob(rng, center, n, spread=0.08):
+    points = center + spread * rng.normal(size=(n, len(center)))
+    return (points / np.linalg.norm(points, axis=1, keepdims=True)).astype(np.float32)
+
+
+def test_a_dense_core_of_the_day_is_novel_whatever_its_cluster():
+    """A new intent HDBSCAN does not give a cluster of its own (here: none at all) is found by
+    its dense core: queries whose five nearest of the day are all nearer than the window;
+    queries of the known intents, as dense in the day as in the window, are not."""
+    rng = np.random.default_rng(3)
+    centers = rng.normal(size=(11, 48))
+    centers /= np.linalg.norm(centers, axis=1, keepdims=True)
+    history = np.concatenate([_blob(rng, c, 7 * 20) for c in centers[:10]])
+    known, new = np.concatenate([_blob(rng, c, 20) for c in centers[:10]]), _blob(rng, centers[10], 12)
+    today = np.concatenate([known, new, new[:3]])  # three asked twice: one point each
+    is_new = np.arange(len(today)) >= len(known)
+    no_clusters = ClusterSettings(min_cluster_size=1000)  # every point noise: no cluster rule
+    novel, sizes = new_intent_members(history, today, NoveltySettings(cluster=no_clusters))
+    assert novel[is_new].all() and not novel[~is_new].any()
+    assert set(sizes[novel]) == {6}  # noise: its neighbourhood, the query and its five nearest
+    off = NoveltySettings(cluster=no_clusters, dense_neighbours=0)
+    assert not new_intent_members(history, today, off)[0].any()
 
 
 def test_demo_surge_is_novel_on_its_first_day_and_the_novelty_stream_selects_it(demo_run):
