@@ -25,6 +25,7 @@ from rag_loop.schema import FailureType, Origin
 from rag_loop.store.releases import release_versions
 from rag_loop.workspace.dashboard import layers as dashboard_layers
 from rag_loop.workspace.display import PRIORITY_HELP, PRIORITY_LEGEND, language_code, recorded
+from rag_loop.workspace.intent_map import intent_map
 from rag_loop.workspace.releases import Launched, newest_release, outcome, pending, releases
 from rag_loop.workspace.security import (
     CSRF_COOKIE,
@@ -164,7 +165,7 @@ def create_app(workspace: Workspace, token: str | None = None,
         sort = request.query_params.get("sort", "volume")
         clusters = workspace.intents(sort)
         return page(request, "intents.html", clusters=[_clean(c) for c in clusters], sort=sort, sorts=INTENT_SORTS,
-                    points=intent_map(clusters))
+                    map=intent_map(clusters))
 
     async def releases_page(request: Request) -> Response:
         if not request.state.curator:
@@ -328,27 +329,3 @@ def _trace_id(request: Request) -> str:
 
 def _clean(row: dict) -> dict:
     return {k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
-
-
-def intent_map(clusters: list[dict], width: int = 900, height: int = 420) -> list[dict]:
-    """Circles of an SVG map: one per cluster with a position, one panel per language, radius
-    by volume, colour from green (no failure) to red (every trace failing)."""
-    placed = [c for c in clusters if c.get("x") == c.get("x") and c.get("x") is not None]
-    languages = sorted({c["language"] for c in placed})
-    circles = []
-    for panel, language in enumerate(languages):
-        mine = [c for c in placed if c["language"] == language]
-        xs, ys = [c["x"] for c in mine], [c["y"] for c in mine]
-        span_x, span_y = (max(xs) - min(xs)) or 1.0, (max(ys) - min(ys)) or 1.0
-        left, panel_width = panel * width / len(languages), width / len(languages)
-        biggest = max((c["volume"] or 0) for c in mine) or 1.0
-        for c in mine:
-            failure = min(max(c["failure_rate"] or 0.0, 0.0), 1.0)
-            circles.append({
-                "cx": round(left + 30 + (c["x"] - min(xs)) / span_x * (panel_width - 60), 1),
-                "cy": round(30 + (c["y"] - min(ys)) / span_y * (height - 60), 1),
-                "r": round(4 + 16 * ((c["volume"] or 0) / biggest) ** 0.5, 1),
-                "fill": f"rgb({int(60 + 190 * failure)},{int(170 - 120 * failure)},80)",
-                "cluster_id": c["cluster_id"], "label": c["label"], "language": language,
-                "failure_rate": failure, "volume": c["volume"]})
-    return circles

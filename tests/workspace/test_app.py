@@ -194,7 +194,10 @@ def test_the_intents_page_maps_the_clusters_and_drills_down_to_the_queue(app, wo
     rates = [c["failure_rate"] for c in clusters if c["failure_rate"] == c["failure_rate"]]
     assert clusters and rates == sorted(rates, reverse=True)
     page = ana.client.get("/intents", params={"sort": "failure_rate"}).text
-    assert page.count("<circle") == sum(1 for c in clusters if c["x"] == c["x"])
+    circles = re.findall(r'<a href="/\?cluster_id=[^"]*"><circle', page)  # (the legend's are not links)
+    assert len(circles) == sum(1 for c in clusters if c["x"] == c["x"])
+    biggest = workspace.intents("volume")[0]  # named on the map by its typical query, no hover needed
+    assert 'class="cluster-name"' in page and str(escape(biggest["medoid_query"][:20])) in page
     surge = next(c for c in workspace.intents("volume") if "ERR-PAY-977" in (c["medoid_query"] or ""))
     assert surge["judged"] > 0  # the judge's verdicts reach the intents
     rows, _ = workspace.rows({"cluster_id": surge["cluster_id"]}, "", 0, 100)

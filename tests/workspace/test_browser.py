@@ -11,7 +11,7 @@ import uvicorn
 from rag_loop.curation.labels import store_label_files
 from rag_loop.workspace.app import create_app
 from rag_loop.workspace.store import Workspace
-from tests.helpers import demo_copy
+from tests.helpers import PROJECT, demo_copy
 from tests.helpers.browser import CHROMIUM, DRIVER, MISSING, chromium
 from tests.workspace.test_app import HOSTILE, _hostile_queue
 
@@ -186,3 +186,27 @@ def test_two_curators_label_the_same_cluster_at_once_and_nothing_is_lost(browser
     kept = con.execute("SELECT curator, decision FROM curated_labels WHERE trace_id = ? ORDER BY curator",
                        [shared]).fetchall()
     assert kept == [("ana", "later"), ("ben", "reject")]  # both kept; the newer one is current
+
+
+def test_the_intents_map_reads_without_hovering(browser, curation, tmp_path):
+    """Issue 44: titled panels, the biggest and worst clusters named on the map, a legend (the
+    screenshot in test-artifacts/ is the one docs/workspace-intents.png shows)."""
+    from selenium.webdriver.common.by import By
+    server = Server(create_app(Workspace(curation)))
+    try:
+        browser.set_window_size(1100, 900)
+        browser.get(server.url + "/curator")
+        browser.find_element(By.NAME, "curator").send_keys("ana\n")
+        browser.get(server.url + "/intents")
+        titles = [t.text for t in browser.find_elements(By.CSS_SELECTOR, "svg.map text.panel-title")]
+        names = [t for t in browser.find_elements(By.CSS_SELECTOR, "svg.map text.cluster-name")]
+        assert titles == ["en: " + titles[0].split(": ", 1)[1], "vi: " + titles[1].split(": ", 1)[1]]
+        assert all("intent cluster" in t for t in titles)
+        assert len(names) >= 6 and all(n.size["width"] > 20 for n in names)  # drawn, not only in a tooltip
+        assert "ERR-PAY-977" in " ".join(n.text for n in names)  # the demo's surge is among the worst
+        assert "share of traces with a bad signal" in browser.find_element(By.CSS_SELECTOR, "svg.map g.legend").text
+        (PROJECT / "test-artifacts").mkdir(exist_ok=True)
+        shot = PROJECT / "test-artifacts" / "workspace-intents.png"
+        browser.find_element(By.CSS_SELECTOR, "svg.map").screenshot(str(shot))
+    finally:
+        server.close()
