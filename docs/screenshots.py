@@ -1,7 +1,9 @@
-"""Refresh the README's pictures of the Dagster UI and the workspace from the demo's home
+"""Refresh the README's pictures of the Dagster UI (the asset graph, intent_clusters, the
+blocked candidate eval's run page) and the workspace from the demo's home
 (after `make demo`): `.venv/bin/python docs/screenshots.py`. Starts `dagster dev` and
 `rag-loop serve` on the demo's settings, screenshots them in Debian's Chromium, stops both."""
 
+import json
 import os
 import signal
 import subprocess
@@ -44,6 +46,16 @@ def _shoot(browser, url: str, shown: str, target: str) -> None:
     print("wrote", target)
 
 
+def _newest_failed_run(url: str, job: str) -> str | None:
+    query = ("{ runsOrError(filter: {pipelineName: " + json.dumps(job) + ", statuses: [FAILURE]}, limit: 1) "
+             "{ ... on Runs { results { runId } } } }")
+    request = urllib.request.Request(f"{url}/graphql", data=json.dumps({"query": query}).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(request, timeout=30) as response:
+        runs = json.loads(response.read())["data"]["runsOrError"]["results"]
+    return runs[0]["runId"] if runs else None
+
+
 def main() -> None:
     processes = [_started([str(BIN / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", "3300"],
                           "http://127.0.0.1:3300/server_info"),
@@ -52,6 +64,10 @@ def main() -> None:
         with chromium(1440, 900) as browser:
             _shoot(browser, "http://127.0.0.1:3300/asset-groups", "evaluation", "ui-asset-graph.png")
             _shoot(browser, "http://127.0.0.1:3300/assets/intent_clusters", "clusters_vi", "ui-intent-clusters.png")
+            blocked = _newest_failed_run("http://127.0.0.1:3300", "regression_eval_job")  # the candidate's eval
+            if blocked:
+                _shoot(browser, f"http://127.0.0.1:3300/runs/{blocked}", "BLOCKED by its hard gates",
+                       "ui-blocked-run.png")
             browser.get("http://127.0.0.1:8799/curator")
             browser.find_element("name", "curator").send_keys("ana\n")
             time.sleep(1)
