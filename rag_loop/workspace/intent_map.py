@@ -38,8 +38,7 @@ class Panel:
     language: str
     x: float
     width: float
-    clusters: int
-    title: str = ""
+    title: str
 
 
 @dataclass
@@ -88,7 +87,7 @@ def intent_map(clusters: Sequence[dict]) -> IntentMap:
         mine = [c for c in placed if str(c["language"]) == language]
         width = WIDTH / len(languages)
         left = index * width
-        chart.panels.append(Panel(language, left, width, len(mine),
+        chart.panels.append(Panel(language, left, width,
                                   f"{language}: {len(mine)} intent cluster{'s' if len(mine) != 1 else ''}"))
         xs, ys = [_number(c["x"]) for c in mine], [_number(c["y"]) for c in mine]
         span_x, span_y = (max(xs) - min(xs)) or 1.0, (max(ys) - min(ys)) or 1.0
