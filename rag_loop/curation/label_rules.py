@@ -12,7 +12,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal, NoReturn, get_args
 
 import duckdb
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from rag_loop.schema import FailureType, Origin
@@ -29,6 +38,13 @@ ORIGINS, FAILURE_TYPES = tuple(Origin), tuple(FailureType)  # once: iterating an
 
 
 MAX_TAG_CHARS = 40
+
+# curators grading the online judge (seed 004 §15): per metric it scored, agree / disagree with
+# its verdict, or their own pass / fail (the workspace offers it for OWN_VERDICT_METRICS)
+GRADES = ("agree", "disagree")
+OWN_VERDICT_METRICS = ("Faithfulness", "Answer Relevancy")
+MAX_GRADES = 20  # a trace is judged on a few metrics, not hundreds
+MAX_METRIC_CHARS = 120
 
 
 # The citable sources, one row per chunk (or per chunkless document version): what curators
@@ -208,6 +224,41 @@ def _if_accepted(check: Callable[[Any, ValidationInfo], Any]) -> AfterValidator:
 Text = Annotated[str, BeforeValidator(_text)]
 
 
+def _verdict(value: Any) -> bool | None:
+    """A pass/fail verdict: a JSON boolean, or "pass" / "fail" / "true" / "false" in any case;
+    empty is None. A number or any other text is an error (never Python's truthiness)."""
+    if value is None or isinstance(value, bool):
+        return value
+    text = value.strip().lower() if isinstance(value, str) else None
+    if text in ("pass", "true", "fail", "false", ""):
+        return None if text == "" else text in ("pass", "true")
+    return _fail(f"{str(value)[:50]!r} is not pass or fail")
+
+
+def _grade_list(value: Any) -> list:
+    """Judge grades: a list of objects, or its JSON text (a CSV cell); empty is none."""
+    if value is None or value == "":
+        return []
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError):
+            _fail("not a JSON list of grades")
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        _fail("must be a list of objects (metric, grade and/or curator_passed)")
+    return value if len(value) <= MAX_GRADES else _fail(f"{len(value)} grades, at most {MAX_GRADES}")
+
+
+def _metric_name(name: str) -> str:
+    if not name:
+        _fail("missing")
+    return name if len(name) <= MAX_METRIC_CHARS and "\n" not in name else \
+        _fail(f"{name[:50]!r} is not a metric name (≤ {MAX_METRIC_CHARS} chars, one line)")
+
+
+Verdict = Annotated[bool | None, BeforeValidator(_verdict)]
+
+
 Number = Annotated[float | None, BeforeValidator(_number)]
 
 
@@ -217,6 +268,49 @@ KnownTrace = AfterValidator(lambda trace_id, info: trace_id if trace_id and trac
 
 ShortTag = _if_accepted(lambda tag, _: tag if len(tag) <= MAX_TAG_CHARS and "\n" not in tag
                         else _fail(f"{tag[:50]!r} is not a short tag (≤ {MAX_TAG_CHARS} chars)"))
+
+
+class JudgeGrade(BaseModel):
+    """A curator's grade of one verdict the online judge gave the trace: what they were shown
+    (metric, judge version, verdict, score) and what they say: `grade` agree / disagree with the
+    verdict, and/or `curator_passed`, their own verdict. At least one is given; both must agree
+    with each other; a grade needs a verdict to grade (a monitoring-only metric has none)."""
+
+    metric: Annotated[str, BeforeValidator(_text), AfterValidator(_metric_name)] = ""
+    judge_version: Annotated[str, BeforeValidator(_text), AfterValidator(
+        lambda v: v if len(v) <= 64 else _fail("longer than 64 characters"))] = ""
+    judge_passed: Verdict = None
+    judge_score: Number = None
+    grade: Annotated[str, BeforeValidator(lambda value: _one_of(_text(value).lower(), GRADES)
+                                          if _text(value) else "")] = ""
+    curator_passed: Verdict = None
+
+    model_config = ConfigDict(validate_default=True)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> JudgeGrade:
+        if not self.grade and self.curator_passed is None:
+            _fail(f"{self.metric}: neither a grade (agree / disagree) nor the curator's pass / fail")
+        if self.grade and self.judge_passed is None:
+            _fail(f"{self.metric}: {self.grade} with what? the judge gave no pass / fail verdict")
+        if self.grade and self.curator_passed is not None and \
+                (self.grade == "agree") != (self.curator_passed == self.judge_passed):
+            _fail(f"{self.metric}: {self.grade} contradicts the curator's own "
+                  f"{'pass' if self.curator_passed else 'fail'} against the judge's "
+                  f"{'pass' if self.judge_passed else 'fail'}")
+        return self
+
+    def human_passed(self) -> bool | None:
+        """The curator's verdict: their own, else the judge's agreed with or turned over."""
+        if self.curator_passed is not None:
+            return self.curator_passed
+        return None if self.judge_passed is None else self.judge_passed == (self.grade == "agree")
+
+
+def _one_grade_per_metric(grades: list[JudgeGrade]) -> list[JudgeGrade]:
+    seen = [g.metric for g in grades]
+    twice = sorted({m for m in seen if seen.count(m) > 1})
+    return grades if not twice else _fail(f"graded twice in one label: {', '.join(twice)[:200]}")
 
 
 class LabelRow(BaseModel):
@@ -243,6 +337,17 @@ class LabelRow(BaseModel):
     source_trace_ids: Annotated[list[str], BeforeValidator(_string_list), AfterValidator(  # else the row's own trace
         lambda ids, info: ids or [info.data.get("trace_id", "")])] = Field([], validation_alias="variant_trace_ids")
     labeled_at: Annotated[datetime | None, BeforeValidator(_timestamp)] = None
+    judge_grades: Annotated[list[JudgeGrade], BeforeValidator(_grade_list),
+                            AfterValidator(_one_grade_per_metric)] = []
+
+
+def _error_words(error: Any) -> str:
+    """`field: message`; for a judge grade, which one (`judge_grades #2 grade: ...`)."""
+    loc = error["loc"]
+    if loc[0] == "judge_grades" and len(loc) > 1:
+        where = " ".join(f"#{part + 1}" if isinstance(part, int) else str(part) for part in loc[1:])
+        return f"judge_grades {where}: {error['msg']}"
+    return f"{loc[0]}: {error['msg']}"
 
 
 def check_label(row: dict[str, Any], known: KnownSources, traces: Container[str]) -> CheckedLabel:
@@ -255,5 +360,5 @@ def check_label(row: dict[str, Any], known: KnownSources, traces: Container[str]
     except ValidationError as invalid:
         trace_id = row.get("trace_id")  # an invalid row's values are empty but for its trace_id
         values = LabelRow.model_construct(trace_id=trace_id.strip() if isinstance(trace_id, str) else "").model_dump()
-        return CheckedLabel(values, [f"{e['loc'][0]}: {e['msg']}" for e in invalid.errors()], warnings)
+        return CheckedLabel(values, [_error_words(e) for e in invalid.errors()], warnings)
     return CheckedLabel(label.model_dump(), [], warnings)

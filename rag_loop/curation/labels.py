@@ -153,7 +153,10 @@ LABEL_COLUMNS = pa.schema([  # curated_labels but stored_at (now())
     ("failure_type", _TEXT), ("curator", _TEXT), ("labeled_at", pa.timestamp("us", tz="UTC")),
     ("cluster_id", _TEXT), ("cluster_weight", pa.float64()), ("priority", _TEXT),
     ("source_trace_ids", _TEXTS), ("warnings", _TEXTS), ("source_file", _TEXT), ("line_no", pa.int64()),
-    ("suggested_failure_type", _TEXT), ("judge_score", pa.float64()), ("reject_reason", _TEXT)])
+    ("suggested_failure_type", _TEXT), ("judge_score", pa.float64()), ("reject_reason", _TEXT),
+    ("judge_grades", pa.list_(pa.struct([  # curated_labels' JUDGE_GRADE, in its order
+        ("metric", _TEXT), ("judge_version", _TEXT), ("judge_passed", pa.bool_()), ("judge_score", pa.float64()),
+        ("grade", _TEXT), ("curator_passed", pa.bool_())])))])
 ERROR_COLUMNS = pa.schema([("file", _TEXT), ("line", pa.int64()), ("trace_id", _TEXT), ("errors", _TEXTS),
                            ("raw", _TEXT)])
 
@@ -310,7 +313,9 @@ def _label_values(checked: CheckedLabel, source_file: str, line_no: int,
             "priority": v.get("priority") or None, "source_trace_ids": v["source_trace_ids"],
             "warnings": checked.warnings, "source_file": source_file, "line_no": line_no,
             "suggested_failure_type": v["suggested_failure_type"] or None, "judge_score": v["judge_score"],
-            "reject_reason": v["reject_reason"] or None}
+            "reject_reason": v["reject_reason"] or None,
+            "judge_grades": [{**g, "judge_version": g["judge_version"] or None, "grade": g["grade"] or None}
+                             for g in v["judge_grades"]]}
 
 
 def label_summary(con: duckdb.DuckDBPyConnection) -> dict[str, int]:

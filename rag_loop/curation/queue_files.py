@@ -15,7 +15,10 @@ import pyarrow as pa
 from rag_loop.store.files import write_atomically, write_parquet_atomically
 
 CURATOR_FIELDS = {"expected_output": "", "expected_sources": [], "tags": [], "origin": "",
-                  "failure_type": "", "decision": ""}
+                  "failure_type": "", "decision": "",
+                  # grades of the judge's verdicts: [{"metric", "judge_version", "judge_passed",
+                  # "grade": "agree"|"disagree", "curator_passed": true|false}] (label_rules.JudgeGrade)
+                  "judge_grades": []}
 # a spreadsheet runs a cell that starts with one of these as a formula (OWASP CSV injection):
 # the CSV export prefixes such text with an apostrophe, and reading the CSV back removes it
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")

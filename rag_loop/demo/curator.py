@@ -12,6 +12,11 @@ truth (`data/demo/truth.parquet`), so the expected output is
 the fact of the newest document version in the query's language, and the expected source
 is that fact's chunk. Rows whose intent has no document get the escalation answer. It writes
 label files exactly as a curator would: `<labels dir>/demo-curator-round-<n>.jsonl`.
+
+It also grades the online judge's Faithfulness and Answer Relevancy verdicts on each row it
+labels (issue 45), as a person who knows what happened would (`OWN_VERDICTS`): a wrong chunk's
+answer is faithful to it but does not answer the question; a mixed-up answer (`wrong_prompt`)
+says what no chunk said. So the demo's agreement figures are the judge against the truth.
 """
 
 from __future__ import annotations
@@ -28,6 +33,11 @@ from rag_loop.store.files import write_atomically
 DEMO_DIR = Path(__file__).resolve().parents[2] / "data" / "demo"
 ROUNDS = {1: (0, 40), 2: (40, 70)}
 LABELED_AT = {1: "2026-11-15T10:00:00+00:00", 2: "2026-11-16T10:00:00+00:00"}
+# the curator's own verdict per generator outcome and metric (None: not graded); a demo choice
+OWN_VERDICTS = {
+    "Faithfulness": {"correct": True, "stale": True, "wrong": True, "fallback": True, "wrong_prompt": False},
+    "Answer Relevancy": {"correct": True, "stale": True, "wrong_prompt": True, "wrong": False, "fallback": False},
+}
 UNDOCUMENTED = {"en": "This error code is not documented yet; escalate the case to payments support.",
                 "vi": "Mã lỗi này chưa có trong tài liệu; hãy chuyển trường hợp cho bộ phận hỗ trợ thanh toán."}
 
@@ -42,7 +52,21 @@ def expected_answer(intent_name: str, language: str) -> tuple[str, list[str]]:
     return newest.facts[intent.fact][index], [newest.chunk_id(intent.fact, language)]
 
 
-def label_row(row: dict, intents: dict[str, str], labeled_at: str) -> dict:
+def judge_grades(row: dict, outcome: str | None) -> list[dict]:
+    """The curator's grades of the judge's verdicts on a row: their own pass / fail where the
+    truth says one (`OWN_VERDICTS`), and whether that agrees with the judge."""
+    grades = []
+    for metric, verdict in (row.get("judge_scores") or {}).items():
+        own = OWN_VERDICTS.get(metric, {}).get(outcome or "")
+        if own is None or not isinstance(verdict, dict) or verdict.get("passed") is None:
+            continue
+        grades.append({"metric": metric, "judge_version": verdict.get("judge_version") or "",
+                       "judge_passed": verdict["passed"], "judge_score": verdict.get("score"),
+                       "grade": "agree" if own == verdict["passed"] else "disagree", "curator_passed": own})
+    return grades
+
+
+def label_row(row: dict, intents: dict[str, str], labeled_at: str, outcomes: dict[str, str] | None = None) -> dict:
     intent = intents[row["trace_id"]]
     language = row.get("language") or "en"
     answer, sources = expected_answer(intent, language)
@@ -51,7 +75,8 @@ def label_row(row: dict, intents: dict[str, str], labeled_at: str) -> dict:
         failure_type = "generation"
     return {**row, "decision": "accept", "expected_output": answer, "expected_sources": sources,
             "tags": [intent.split("_")[0], language], "origin": row["suggested_origin"],
-            "failure_type": failure_type, "curator": "demo-curator", "labeled_at": labeled_at}
+            "failure_type": failure_type, "curator": "demo-curator", "labeled_at": labeled_at,
+            "judge_grades": judge_grades(row, (outcomes or {}).get(row["trace_id"]))}
 
 
 def _one_per_intent(rows: list[dict], intents: dict[str, str]) -> list[dict]:
@@ -73,15 +98,16 @@ def curate(queue_file: Path, labels_dir: Path, round_number: int,
         return out
     truth = read_truth(demo_dir)
     intents = dict(zip(truth["trace_id"].to_pylist(), truth["intent"].to_pylist(), strict=True))
+    outcomes = dict(zip(truth["trace_id"].to_pylist(), truth["outcome"].to_pylist(), strict=True))
     rows = _one_per_intent(read_queue(queue_file), intents)
     start, end = ROUNDS[round_number]
     labeled_at = LABELED_AT[round_number]
-    labels = [label_row(r, intents, labeled_at) for r in rows[start:end]]
+    labels = [label_row(r, intents, labeled_at, outcomes) for r in rows[start:end]]
     for row in labels[::9]:  # a curator rejects a few: not worth a regression test
         row.update(decision="reject", expected_output="", expected_sources=[], tags=[],
                    reject_reason="not worth a regression test")
     if round_number == 2:
-        first = [label_row(r, intents, labeled_at) for r in rows[:ROUNDS[1][1]]]
+        first = [label_row(r, intents, labeled_at, outcomes) for r in rows[:ROUNDS[1][1]]]
         accepted = [r for i, r in enumerate(first) if i % 9]
         for row in accepted[:2]:  # relabel: sharper expected output and tags
             row.update(expected_output=row["expected_output"] + " (see the HR portal)",

@@ -145,6 +145,10 @@ CREATE TABLE IF NOT EXISTS curated_labels (
 ALTER TABLE curated_labels ADD COLUMN IF NOT EXISTS suggested_failure_type VARCHAR;
 ALTER TABLE curated_labels ADD COLUMN IF NOT EXISTS judge_score DOUBLE;
 ALTER TABLE curated_labels ADD COLUMN IF NOT EXISTS reject_reason VARCHAR;
+-- the curator's grades of the online judge's verdicts on the trace (issue 45), one per metric
+ALTER TABLE curated_labels ADD COLUMN IF NOT EXISTS judge_grades STRUCT(
+    metric VARCHAR, judge_version VARCHAR, judge_passed BOOLEAN, judge_score DOUBLE, grade VARCHAR,
+    curator_passed BOOLEAN)[];
 -- "skip" was the terminal labeller's word for "later"
 UPDATE curated_labels SET decision = 'later' WHERE decision = 'skip';
 CREATE TABLE IF NOT EXISTS label_errors (
@@ -211,6 +215,12 @@ CREATE OR REPLACE TABLE judge_agreement (
     comparison VARCHAR, n BIGINT, kappa DOUBLE, agreement DOUBLE, confusion JSON,
     computed_at TIMESTAMPTZ)
 """
+# curators' grades of the online judge (issue 45): per metric, judge version and language
+# ('all': every language), from the current labels; rebuilt whole by each run
+GRADE_AGREEMENT_COLUMNS = ("metric VARCHAR, judge_version VARCHAR, language VARCHAR, n BIGINT, "
+                           "agreements BIGINT, agreement DOUBLE, kappa DOUBLE, ci_low DOUBLE, ci_high DOUBLE, "
+                           "judge_pass_rate DOUBLE, curator_pass_rate DOUBLE, own_verdicts BIGINT, "
+                           "curators BIGINT, computed_at TIMESTAMPTZ")
 
 
 # online evaluation: judgments of selected traces (one per trace × metric × judge version),
@@ -258,6 +268,15 @@ DRIFT_DAY_COLUMNS = {  # each table also has `day DATE`; a day's rows are replac
     "online_cost": "requests BIGINT, app_cost_usd DOUBLE, app_cost_per_request DOUBLE, "
                    "judged_requests BIGINT, eval_cost_usd DOUBLE, eval_cost_per_judged DOUBLE, "
                    "eval_cost_per_request DOUBLE, eval_to_app_ratio DOUBLE",
+    # golden coverage of the day's traffic by the newest release (issue 48; rag_loop.goldens.coverage)
+    "golden_coverage": "slice VARCHAR, slice_value VARCHAR, traffic BIGINT, n BIGINT, volume DOUBLE, "
+                       "covered_share DOUBLE, covered_traffic DOUBLE, intents BIGINT, covered_intents BIGINT, "
+                       "unassigned_share DOUBLE, largest_uncovered VARCHAR[], release VARCHAR, "
+                       "goldens BIGINT, goldens_unplaced BIGINT",
+    "golden_coverage_intents": "slice VARCHAR, slice_value VARCHAR, cluster_id VARCHAR, label VARCHAR, "
+                               "n BIGINT, volume DOUBLE, share DOUBLE, covered BOOLEAN, assessed BIGINT, "
+                               "failure_rate DOUBLE, baseline_failure_rate DOUBLE, rising BOOLEAN, "
+                               "release VARCHAR",
     "quality_slis": "outcome VARCHAR, rate DOUBLE, n BIGINT, random_n BIGINT, baseline_rate DOUBLE, "
                     "baseline_days BIGINT, increase DOUBLE",
 }

@@ -27,7 +27,8 @@ def current_judge_version(con: duckdb.DuckDBPyConnection, wanted: str | None = N
 def judge_scores(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """Per judged trace of the current judge version: one score and verdict column per
     referenceless metric (JUDGE_COLUMNS) and `judge_scores`, every judged metric's score,
-    verdict and reason. Empty (with those columns) when nothing was judged."""
+    verdict, reason and judge version (what a curator grades). Empty (with those columns) when
+    nothing was judged."""
     version = current_judge_version(con)
     con.execute(ONLINE_DDL)
     pivot = ", ".join(
@@ -38,7 +39,8 @@ def judge_scores(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     frame = con.execute(f"""
         SELECT trace_id, {pivot},
                map_from_entries(list({{'k': metric, 'v': {{'score': round(score, 4), 'passed': passed,
-                                                         'reason': reason}}}} ORDER BY metric))
+                                                         'reason': reason, 'judge_version': judge_version}}}}
+                                   ORDER BY metric))
                    AS judge_scores
         FROM trace_judgments WHERE judge_version = ? AND status = 'judged' GROUP BY trace_id""",
                         [version]).df()

@@ -20,6 +20,7 @@ from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Redire
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from rag_loop.curation.label_rules import OWN_VERDICT_METRICS
 from rag_loop.goldens.release import release_request_errors
 from rag_loop.schema import FailureType, Origin
 from rag_loop.store.releases import release_versions
@@ -124,18 +125,18 @@ def create_app(workspace: Workspace, token: str | None = None,
             try:
                 checked = workspace.save_label(request.state.curator, trace_id, answer)
             except OSError as error:  # a full disk: say so, and give the text back
-                return page(request, "trace.html", 503, row=row, answer=answer, **_help(workspace, trace_id),
+                return page(request, "trace.html", 503, row=row, answer=answer, **_help(workspace, trace_id, answer),
                             errors=[f"the label could not be written ({error.strerror or error}): nothing "
                                     "was saved; try again once the disk has room"])
             if checked.errors:
                 return page(request, "trace.html", 422, row=row, errors=checked.errors, answer=answer,
-                            **_help(workspace, trace_id))
+                            **_help(workspace, trace_id, answer))
             following = _next_url(workspace, trace_id)
             saved = urlencode({"saved": trace_id, "as": answer["decision"]})
             return RedirectResponse(f"{following}{'&' if '?' in following else '?'}{saved}", status_code=303)
         saved = request.query_params.get("saved")
         return page(request, "trace.html", row=row, errors=[], answer={}, saved=saved,
-                    saved_as=request.query_params.get("as", ""), **_help(workspace, trace_id))
+                    saved_as=request.query_params.get("as", ""), **_help(workspace, trace_id, {}))
 
     async def check(request: Request) -> Response:
         trace_id = _trace_id(request)
@@ -203,7 +204,9 @@ def create_app(workspace: Workspace, token: str | None = None,
 
     async def dashboard(request: Request) -> Response:
         figures, problem = workspace.dashboard()
-        return page(request, "dashboard.html", figures=figures, problem=problem,
+        agreement, agreement_problem = workspace.judge_agreement()
+        return page(request, "dashboard.html", figures=figures, problem=problem, agreement=agreement,
+                    agreement_problem=agreement_problem,
                     layers=dashboard_layers(figures, getattr(release, "url", None)) if figures else [])
 
     async def report(request: Request) -> Response:
@@ -305,15 +308,43 @@ def _answer(form: dict[str, list[str]]) -> dict:
                       origin=one.get("origin", ""), failure_type=one.get("failure_type", ""))
     if decision == "reject":
         answer["reject_reason"] = one.get("reject_reason", "").strip()
+    grades = _grades(form)
+    if grades:
+        answer["judge_grades"] = grades
     return answer
 
 
-def _help(workspace: Workspace, trace_id: str) -> dict:
+def _grades(form: dict[str, list[str]]) -> list[dict[str, str]]:
+    """The judge grades of a form: `grade:<metric>` (agree / disagree) and `own:<metric>` (pass /
+    fail), one entry per metric with either; the values are checked by the label rules."""
+    metrics: dict[str, dict[str, str]] = {}
+    for key, values in form.items():
+        kind, _, metric = key.partition(":")
+        if kind in ("grade", "own") and metric and values and values[0].strip():
+            metrics.setdefault(metric, {"metric": metric})["grade" if kind == "grade" else "curator_passed"] = \
+                values[0].strip()
+    return list(metrics.values())
+
+
+def _help(workspace: Workspace, trace_id: str, answer: dict) -> dict:
     newest = newest_release(workspace.goldens_dir)
-    return {"release": newest.version, "golden": newest.goldens.get(trace_id), "release_problem": newest.problem,
+    decision = workspace.decisions().get(trace_id)
+    return {"own_verdict_metrics": OWN_VERDICT_METRICS,
+            "graded": _graded(answer.get("judge_grades", []) if answer
+                              else decision.judge_grades if decision else ()),
+            "release": newest.version, "golden": newest.goldens.get(trace_id), "release_problem": newest.problem,
             "failure_types": [(f.value, FAILURE_TYPE_HELP.get(f.value, "")) for f in FailureType],
             "origins": [(o.value, ORIGIN_HELP.get(o.value, "")) for o in Origin],
-            "decision": workspace.decisions().get(trace_id)}
+            "decision": decision}
+
+
+def _graded(grades) -> dict[str, dict[str, str]]:
+    """Per metric, the grade and own verdict a form shows: what the curator just sent (a form
+    given back with its errors), else the current label's (a relabel keeps them unless changed)."""
+    words = {True: "pass", False: "fail", "pass": "pass", "fail": "fail"}
+    return {str(g.get("metric")): {"grade": str(g.get("grade") or ""),
+                                   "own": words.get(g.get("curator_passed"), "")}  # type: ignore[arg-type]
+            for g in grades if isinstance(g, dict)}
 
 
 def _next_url(workspace: Workspace, done: str) -> str:

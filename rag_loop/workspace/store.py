@@ -63,6 +63,7 @@ class Decision:
     labeled_at: str  # the instant `current_order` compared, ISO 8601
     reject_reason: str | None = None
     expected_output: str | None = None
+    judge_grades: tuple[dict[str, Any], ...] = ()  # validated JudgeGrade values
 
 
 @dataclass(frozen=True)
@@ -307,6 +308,11 @@ class Workspace:
                                                  "suggested_failure_type", "judge_score", "variant_trace_ids",
                                                  "batch")}
         record.update(answer, curator=curator, labeled_at=datetime.now(UTC).isoformat())
+        if answer.get("judge_grades"):
+            grades, errors = shown_grades(answer["judge_grades"], row.get("judge_scores"))
+            if errors:
+                return CheckedLabel({"trace_id": trace_id}, errors), record
+            record["judge_grades"] = grades
         if answer.get("decision") == "reject" and not str(answer.get("reject_reason") or "").strip():
             return CheckedLabel({"trace_id": trace_id}, ["reject_reason: say why the row is rejected"]), record
         if too_long := limit_errors(answer):
@@ -384,6 +390,23 @@ class Workspace:
             return None, f"{DASHBOARD_FILE} is of another format: materialize the dashboard asset again"
         return figures, None
 
+    def judge_agreement(self) -> tuple[list[dict], str | None]:
+        """The judge's agreement with curators' grades (`<reports>/judge-agreement.json`, the
+        `judge_calibration` asset's export), per metric, judge version and language; or why none."""
+        from rag_loop.evaluation.agreement import AGREEMENT_FILE
+        path = self.reports_dir / AGREEMENT_FILE if self.reports_dir else None
+        if path is None or not path.is_file():
+            return [], "no agreement figures yet: grade the judge's verdicts on trace pages, then run the label job"
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            return [], f"{AGREEMENT_FILE} could not be read ({error}): run the label job again"
+        rows = data.get("rows") if isinstance(data, dict) else None
+        if not isinstance(rows, list):
+            return [], f"{AGREEMENT_FILE} is of another format: run the label job again"
+        rows = [_figures(row) for row in rows if isinstance(row, dict)]
+        return rows, None if rows else "no grades yet: grade the judge's verdicts on trace pages"
+
     def compare(self, run_id: str, baseline_id: str | None) -> list[dict]:
         """Per golden × metric: the expected output, the baseline's and this run's answers,
         scores and reasons; flips (pass → fail) first, then the largest drops."""
@@ -444,8 +467,40 @@ def _labels_of(rows: list[tuple[int, dict]], relative: str, modified: datetime, 
         at = label_time(values["labeled_at"], modified)
         labels.append(Label(current_order(at, relative, line_no), values["trace_id"], Decision(
             values["decision"], values["curator"], at.isoformat(), values["reject_reason"] or None,
-            values["expected_output"] or None), row, timed_by_file=values["labeled_at"] is None))
+            values["expected_output"] or None, tuple(values["judge_grades"])), row,
+            timed_by_file=values["labeled_at"] is None))
     return labels
+
+
+def shown_grades(grades: list[dict[str, Any]], judged: object) -> tuple[list[dict[str, Any]], list[str]]:
+    """A form's grades with what the judge said of each metric as the page showed it (version,
+    verdict, score: from the queue export, never from the form), or why not: a metric the judge
+    did not score on this trace."""
+    judged = judged if isinstance(judged, dict) else {}
+    filled, errors = [], []
+    for grade in grades:
+        verdict = judged.get(grade.get("metric"))
+        if not isinstance(verdict, dict):
+            errors.append(f"judge_grades: the judge gave no verdict on {str(grade.get('metric'))[:80]!r} here")
+            continue
+        own = grade.get("curator_passed")
+        own = {"pass": True, "fail": False}.get(own, own) if isinstance(own, str) else own  # as a label file has it
+        filled.append({**grade, **({"curator_passed": own} if "curator_passed" in grade else {}),
+                       "judge_version": verdict.get("judge_version") or "",
+                       "judge_passed": verdict.get("passed"), "judge_score": verdict.get("score")})
+    return filled, errors
+
+
+AGREEMENT_FIGURES = ("agreement", "kappa", "ci_low", "ci_high", "judge_pass_rate", "curator_pass_rate")
+
+
+def _figures(row: dict) -> dict:
+    """An agreement row as the page formats it: each figure a finite number or None."""
+    def number(value: object) -> float | None:
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
+            and value == value and abs(value) != float("inf") else None
+    row = {**row, **{key: number(row.get(key)) for key in AGREEMENT_FIGURES}}
+    return row if row["ci_high"] is not None else {**row, "ci_low": None}
 
 
 def _stat(path: Path) -> os.stat_result | None:

@@ -121,5 +121,5 @@ def new_label_files_sensor(context: SensorEvaluationContext, paths: RagLoopPaths
 
 label_job = define_asset_job("label_job", tags=DUCKDB_WRITER,
                              selection=AssetSelection.assets(curated_labels, "judge_calibration",
-                                                             "judge_agreement"),
+                                                             "judge_agreement", "judge_grade_agreement"),
                              description="Store new curator label files; compare curators with the judge.")

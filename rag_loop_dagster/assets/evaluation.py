@@ -216,29 +216,61 @@ AGREEMENT_MIN_N = 30
 
 
 @stage_asset(group_name="evaluation", deps=["current_labels", "judge_calibrations"],
-             parts={"judge_agreement": "Curators against the suggestion and judge they saw"},
+             parts={"judge_grade_agreement": "The judge against curators' grades of its verdicts: per "
+                                             "metric, judge version and language, n, Cohen's kappa "
+                                             "and its 95% interval",
+                    "judge_agreement": "Curators against the suggestion and, as a proxy, the judge "
+                                       "(failure_type generation against an unfaithful score)"},
        check_specs=[AssetCheckSpec("curator_agreement", asset="judge_calibration",
-                                   description=f"WARN when a comparison with n >= {AGREEMENT_MIN_N} "
-                                               f"has Cohen's kappa < {AGREEMENT_MIN_KAPPA}.")],
-       description="Curators against what they were shown: failure_type against the queue's "
-                   "suggestion, and against the judge's verdict where they saw one "
-                   "(`judge_agreement`); the judge against humans on a labelled file is "
-                   "`rag-loop calibrate` (`judge_calibrations`).")
-def judge_calibration(duckdb: DuckDBResource) -> MaterializeResult:
-    from rag_loop.evaluation.agreement import curator_agreement
+                                   description=f"WARN when a metric and judge version graded by curators "
+                                               f"n >= {AGREEMENT_MIN_N} times has Cohen's kappa < "
+                                               f"{AGREEMENT_MIN_KAPPA} (all languages); the failure_type "
+                                               "proxy is reported apart and checks nothing.")],
+       description="The judge against curators: their grades of its verdicts on the trace page "
+                   "(`judge_grade_agreement`: per metric, judge version and language, kappa with n "
+                   "and interval, also exported for the workspace's dashboard); apart, the old "
+                   "failure_type proxy and the suggestion (`judge_agreement`); the judge against a "
+                   "labelled file is `rag-loop calibrate` (`judge_calibrations`).")
+def judge_calibration(duckdb: DuckDBResource, paths: RagLoopPaths) -> MaterializeResult:
+    from rag_loop.evaluation.agreement import (
+        AGREEMENT_FILE,
+        ALL_LANGUAGES,
+        curator_agreement,
+        export_grade_agreement,
+        store_grade_agreement,
+    )
     with duckdb.get_connection() as con:
-        comparisons = curator_agreement(con, DEFAULT_THRESHOLDS["Faithfulness"])
-    weak = [c for c in comparisons if c.n >= AGREEMENT_MIN_N and c.kappa is not None
-            and c.kappa < AGREEMENT_MIN_KAPPA]
-    table = pd.DataFrame([{"comparison": c.comparison, "n": c.n, "kappa": c.kappa, "agreement": c.agreement}
-                          for c in comparisons])
+        graded = store_grade_agreement(con)
+        proxies = curator_agreement(con, DEFAULT_THRESHOLDS["Faithfulness"])
+    export_grade_agreement(graded, Path(paths.reports_dir) / AGREEMENT_FILE)
+    overall = graded[graded["language"] == ALL_LANGUAGES] if len(graded) else graded
+    weak = [f"{r.metric} ({r.judge_version})" for r in overall.itertuples()
+            if r.n >= AGREEMENT_MIN_N and pd.notna(r.kappa) and r.kappa < AGREEMENT_MIN_KAPPA]
+    proxy = pd.DataFrame([{"comparison": c.comparison, "n": c.n, "kappa": c.kappa, "agreement": c.agreement}
+                          for c in proxies])
+    shown = graded[["metric", "judge_version", "language", "n", "kappa", "ci_low", "ci_high", "agreement"]]
     return MaterializeResult(
-        metadata={"dagster/row_count": len(comparisons),
-                  "agreement": MetadataValue.md(table.to_markdown(index=False)),
-                  **{f"kappa_{i}": c.kappa for i, c in enumerate(comparisons) if c.kappa is not None}},
+        metadata={"dagster/row_count": len(graded), "grades": int(overall["n"].sum()) if len(overall) else 0,
+                  "agreement_with_curators": MetadataValue.md(
+                      shown.round(3).to_markdown(index=False) if len(shown) else
+                      "no grades yet: curators grade the judge's verdicts on the workspace's trace page"),
+                  **{f"kappa_{_key(r.metric)}": float(round(r.kappa, 4)) for r in overall.itertuples()
+                     if pd.notna(r.kappa) and r.judge_version == _most_graded(overall, r.metric)},
+                  **{f"n_{_key(r.metric)}": int(r.n) for r in overall.itertuples()
+                     if r.judge_version == _most_graded(overall, r.metric)},
+                  "proxy_agreement": MetadataValue.md(
+                      "Not grades: failure_type against what the curator was shown (reported apart, "
+                      "checks nothing)\n\n" + proxy.to_markdown(index=False)),
+                  "in_workspace": paths.workspace("/dashboard#agreement")},
         check_results=[AssetCheckResult(
             check_name="curator_agreement", passed=not weak, severity=AssetCheckSeverity.WARN,
-            metadata={"weak": MetadataValue.json([c.comparison for c in weak])})])
+            metadata={"weak": MetadataValue.json(weak)})])
+
+
+def _most_graded(overall: pd.DataFrame, metric: str) -> str:
+    """The judge version of a metric with the most grades (the one curators work with)."""
+    rows = overall[overall["metric"] == metric]
+    return str(rows.sort_values(["n", "judge_version"], ascending=False).iloc[0]["judge_version"])
 
 
 regression_eval_job = define_asset_job(

@@ -4,7 +4,9 @@
   "use strict";
   function typing(event) {
     var tag = (event.target.tagName || "").toLowerCase();
-    return tag === "input" || tag === "textarea" || tag === "select" || event.target.isContentEditable;
+    var kind = (event.target.type || "").toLowerCase();  // a radio or button takes no text
+    return (tag === "input" && kind !== "radio" && kind !== "checkbox" && kind !== "button" && kind !== "submit")
+      || tag === "textarea" || tag === "select" || event.target.isContentEditable;
   }
 
   // the queue: j / k move, Enter opens
@@ -15,6 +17,41 @@
     if (current >= 0) { rows[current].scrollIntoView({block: "nearest"}); }
   }
   mark();
+
+  // the judge's verdicts on the trace page: j / k choose one, y / n agree or disagree, p / f the
+  // curator's own pass / fail, x clears; each grade moves on to the next verdict
+  var verdicts = Array.prototype.slice.call(document.querySelectorAll("#judge-verdicts tr.verdict"));
+  var verdict = verdicts.length ? 0 : -1;
+  function markVerdict() {
+    verdicts.forEach(function (row, i) { row.classList.toggle("current", i === verdict); });
+  }
+  markVerdict();
+  function choose(row, kind, value) {
+    var radio = Array.prototype.filter.call(row.querySelectorAll("input." + kind),
+                                            function (input) { return input.value === value; })[0];
+    if (radio) { radio.checked = true; }
+    return Boolean(radio);
+  }
+  function grade(key) {
+    var row = verdicts[verdict];
+    var judged = row.getAttribute("data-judge-passed");
+    var done = false;
+    if (key === "y" || key === "n") {
+      done = choose(row, "grade", key === "y" ? "agree" : "disagree");
+      if (done && row.getAttribute("data-own") === "yes") {  // the own verdict follows the grade
+        var agreed = key === "y";
+        choose(row, "own", (judged === "pass") === agreed ? "pass" : "fail");
+      }
+    } else if (key === "p" || key === "f") {
+      done = choose(row, "own", key === "p" ? "pass" : "fail");
+      if (done && judged !== "none") { choose(row, "grade", (judged === "pass") === (key === "p") ? "agree" : "disagree"); }
+    } else if (key === "x") {
+      row.querySelectorAll("input[type=radio]").forEach(function (input) { input.checked = false; });
+      done = true;
+    }
+    if (done && key !== "x") { verdict = Math.min(verdicts.length - 1, verdict + 1); markVerdict(); }
+    return done;
+  }
 
   // the label page
   var form = document.getElementById("label-form");
@@ -136,6 +173,11 @@
       if (event.key === "j") { current = Math.min(rows.length - 1, current + 1); mark(); }
       if (event.key === "k") { current = Math.max(0, current - 1); mark(); }
       if (event.key === "Enter" && current >= 0) { window.location = rows[current].getAttribute("data-href"); }
+    }
+    if (verdicts.length) {
+      if (event.key === "j") { verdict = Math.min(verdicts.length - 1, verdict + 1); markVerdict(); }
+      if (event.key === "k") { verdict = Math.max(0, verdict - 1); markVerdict(); }
+      if ("ynpfx".indexOf(event.key) >= 0 && event.key.length === 1 && grade(event.key)) { event.preventDefault(); }
     }
     if (form) {
       if (event.key === "/") { event.preventDefault(); search.focus(); }
