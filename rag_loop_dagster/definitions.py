@@ -4,6 +4,7 @@ from collections.abc import Mapping
 
 from dagster import AssetSelection, Definitions, define_asset_job, in_process_executor
 
+from rag_loop_dagster.assets.coverage import coverage_job, golden_coverage
 from rag_loop_dagster.assets.curation import curated_labels, curation_queue, label_job, new_label_files_sensor
 from rag_loop_dagster.assets.dashboard import dashboard, dashboard_after_runs, dashboard_job
 from rag_loop_dagster.assets.drift import DRIFT_ASSETS, drift_job, drift_schedule
@@ -44,10 +45,10 @@ def build_definitions(resources: Mapping[str, object] | None = None) -> Definiti
         assets=[knowledge_base, raw_traces, trace_lake, trace_signals, trace_novelty, failure_candidates,
                 quality_estimates, trace_judgments, online_quality, query_embeddings, intent_clusters, curation_queue,
                 curated_labels, golden_release, golden_releases, regression_eval, judge_calibration,
-                judge_calibrations, *DRIFT_ASSETS, dashboard],
+                judge_calibrations, *DRIFT_ASSETS, golden_coverage, dashboard],
         asset_checks=[raw_traces_quarantine_rate],
         jobs=[ingest_job, rag_loop_job, label_job, release_goldens, regression_eval_job, drift_job,
-              dashboard_job],
+              coverage_job, dashboard_job],
         schedules=[drift_schedule],
         sensors=[new_trace_files_sensor, new_label_files_sensor, dashboard_after_runs],
         resources=build_resources() if resources is None else dict(resources),

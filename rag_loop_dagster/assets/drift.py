@@ -29,6 +29,7 @@ from rag_loop.drift.days import (
     query_mix_day,
     retrieval_day,
 )
+from rag_loop_dagster.assets.coverage import golden_coverage
 from rag_loop_dagster.assets.daily import DAILY, DRIFT_CRON, check_specs, daily, day_checks, series_chart
 from rag_loop_dagster.assets.resources import DUCKDB_WRITER, EmbedderResource, EngineResource, RagLoopPaths
 from rag_loop_dagster.assets.selection import quality_estimates, trace_novelty, trace_signals
@@ -197,8 +198,10 @@ def quality_slis(context: AssetExecutionContext, config: QualityConfig,
 
 DRIFT_ASSETS = [query_mix, freshness_lag, retrieval_scores, quality_slis]
 drift_job = define_asset_job("drift_job", partitions_def=DAILY, tags=DUCKDB_WRITER,
-                             selection=AssetSelection.assets(*DRIFT_ASSETS, "online_quality", "online_cost"),
-                             description="The day's drift figures, judged quality and SLO checks.")
+                             selection=AssetSelection.assets(*DRIFT_ASSETS, golden_coverage, "online_quality",
+                                                             "online_cost"),
+                             description="The day's drift figures, judged quality, golden coverage "
+                                         "and SLO checks.")
 
 
 @schedule(job=drift_job, cron_schedule=DRIFT_CRON, execution_timezone="UTC",
