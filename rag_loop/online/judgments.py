@@ -37,6 +37,7 @@ from typing import Any
 import duckdb
 import pandas as pd
 
+from rag_loop.evaluation.alignment import Alignment
 from rag_loop.evaluation.judges.base import Judge, metered
 from rag_loop.logs import Log, quiet
 from rag_loop.store.ddl import ONLINE_DDL
@@ -88,6 +89,14 @@ class JudgingSettings:
     flush_every: int = 1000  # results written per batch at most (an INSERT costs ~15 ms however few its rows)
     flush_seconds: float = 2.0  # ... and at least this often: a slow judge's results are not held back
     prepare_every: int = 512  # cases the judge prepares at once (the offline judge embeds them in one batch)
+    # thresholds fitted to curators' grades (rag_loop.evaluation.alignment): a new judge version
+    alignment: Alignment | None = None
+
+    def threshold(self, metric: OnlineMetric, language: str | None) -> float | None:
+        """A metric's pass threshold on a trace in `language`: the alignment's, else the metric's."""
+        if self.alignment is None:
+            return metric.threshold
+        return self.alignment.threshold(metric.name, language, metric.threshold)
 
 
 @dataclass
@@ -115,9 +124,13 @@ class JudgingReport:
         return self.error_rate > budget
 
 
-def judge_version(judge: Judge) -> tuple[str, str]:
-    """(judge id, version): the judge's model, and a hash of everything it says it is."""
+def judge_version(judge: Judge, alignment: Alignment | None = None) -> tuple[str, str]:
+    """(judge id, version): the judge's model, and a hash of everything it says it is and, when
+    its thresholds were aligned to curators, of the alignment (a new version: the judge change
+    protocol applies). Without an alignment the version is what it always was."""
     description = judge.describe()
+    if alignment is not None:
+        description = {**description, "alignment": alignment.describe()}
     text = json.dumps(description, sort_keys=True, default=str)
     return str(description.get("model")), hashlib.sha256(text.encode()).hexdigest()[:12]
 
@@ -199,6 +212,7 @@ class TraceCase:
     answer: str | None
     context: list[str]
     plan: list[dict[str, Any]]  # the planned rows of this trace
+    language: str | None = None  # an aligned judge's thresholds may differ per language
 
     def missing(self, metric: OnlineMetric) -> str | None:
         have = {"answer": bool(self.answer and self.answer.strip()), "context": bool(self.context),
@@ -226,7 +240,7 @@ def _trace_texts(con: duckdb.DuckDBPyConnection, days: Mapping[str, date | None]
     candidate's UTC day), one query per run of consecutive days whose range on the timestamp
     skips the other days' row groups; a trace not found there (no day, or its timestamp moved
     since it was selected) is looked for on every day."""
-    select = ("SELECT trace_id, coalesce(rewritten_query, original_query), answer FROM raw_traces "
+    select = ("SELECT trace_id, coalesce(rewritten_query, original_query), answer, language FROM raw_traces "
               "WHERE trace_id IN (SELECT unnest(?))")
     found: dict[str, tuple] = {}
     for start, end in day_ranges({d for d in days.values() if d is not None}):
@@ -254,8 +268,9 @@ def trace_cases(con: duckdb.DuckDBPyConnection, work: pd.DataFrame) -> list[Trac
     plans: dict[str, list[dict]] = {}
     for row in work.to_dict("records"):
         plans.setdefault(row["trace_id"], []).append(row)
-    return [TraceCase(t, *traces.get(t, (None, None)),
-                      [c["text"] for c in contexts.get(t, []) if c.get("text")], plans[t]) for t in ids]
+    return [TraceCase(t, *traces.get(t, (None, None, None))[:2],
+                      [c["text"] for c in contexts.get(t, []) if c.get("text")], plans[t],
+                      traces.get(t, (None, None, None))[2]) for t in ids]
 
 
 def still_missing(case: TraceCase, metric: OnlineMetric, item: Mapping[str, Any]) -> bool:
@@ -271,14 +286,14 @@ def without_unchanged(cases: Sequence[TraceCase], metrics: Mapping[str, OnlineMe
         plan = [item for item in case.plan if not still_missing(case, metrics[item["metric"]], item)]
         unchanged += len(case.plan) - len(plan)
         if plan:
-            kept.append(TraceCase(case.trace_id, case.query, case.answer, case.context, plan))
+            kept.append(TraceCase(case.trace_id, case.query, case.answer, case.context, plan, case.language))
     return kept, unchanged
 
 
 def judge_traces(con: duckdb.DuckDBPyConnection, judge: Judge, settings: JudgingSettings,
                  log: Log = quiet, now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> JudgingReport:
     """Judge what is planned, writing `trace_judgments` rows as they arrive."""
-    judge_id, version = judge_version(judge)
+    judge_id, version = judge_version(judge, settings.alignment)
     work = planned_work(con, settings, version)
     metrics = {m.name: m for m in settings.metrics}
     cases, unchanged = without_unchanged(trace_cases(con, work), metrics) if len(work) else ([], 0)
@@ -329,7 +344,8 @@ def _judge_all(cases: Sequence[TraceCase], judge: Judge, metrics: Mapping[str, O
             rows, to_measure = [], []
             for item in case.plan:
                 metric = metrics[item["metric"]]
-                row = {**item, **base, "threshold": metric.threshold, "score": None, "passed": None,
+                row = {**item, **base, "threshold": settings.threshold(metric, case.language), "score": None,
+                       "passed": None,
                        "reason": None, "error": None, "cost_usd": 0.0, "latency_ms": None}
                 reason = case.missing(metric)
                 if reason:

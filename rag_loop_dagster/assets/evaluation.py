@@ -28,6 +28,7 @@ from rag_loop.evaluation.settings import (
     EvalSettings,
 )
 from rag_loop.reporting import plots
+from rag_loop_dagster.assets.online import DEFAULT_METRICS
 from rag_loop_dagster.assets.resources import (
     DUCKDB_WRITER,
     EmbedderResource,
@@ -211,6 +212,9 @@ judge_calibrations = AssetSpec(
     description="The judge against human labels, one row per `rag-loop calibrate FILE` run "
                 "(written by the CLI, outside Dagster); each eval run records the latest.")
 
+# the online judge's thresholds by default: what an alignment starts from where the judged rows
+# do not say (they record the threshold of each verdict)
+ONLINE_THRESHOLDS = {m["name"]: m["threshold"] for m in DEFAULT_METRICS}
 AGREEMENT_MIN_KAPPA = 0.6  # seed 004 §15: below this, the instrument needs recalibration
 AGREEMENT_MIN_N = 30
 
@@ -220,7 +224,10 @@ AGREEMENT_MIN_N = 30
                                              "metric, judge version and language, n, Cohen's kappa "
                                              "and its 95% interval",
                     "judge_agreement": "Curators against the suggestion and, as a proxy, the judge "
-                                       "(failure_type generation against an unfaithful score)"},
+                                       "(failure_type generation against an unfaithful score)",
+                    "judge_alignment": "Pass thresholds fitted to curators' grades per metric and "
+                                       "language, with Cohen's kappa before and after on held-out "
+                                       "grades (cross-validation); an alignment_id the judge can adopt"},
        check_specs=[AssetCheckSpec("curator_agreement", asset="judge_calibration",
                                    description=f"WARN when a metric and judge version graded by curators "
                                                f"n >= {AGREEMENT_MIN_N} times has Cohen's kappa < "
@@ -239,9 +246,11 @@ def judge_calibration(duckdb: DuckDBResource, paths: RagLoopPaths) -> Materializ
         export_grade_agreement,
         store_grade_agreement,
     )
+    from rag_loop.evaluation.alignment import store_alignment
     with duckdb.get_connection() as con:
         graded = store_grade_agreement(con)
         proxies = curator_agreement(con, DEFAULT_THRESHOLDS["Faithfulness"])
+        aligned, alignment = store_alignment(con, ONLINE_THRESHOLDS)
     export_grade_agreement(graded, Path(paths.reports_dir) / AGREEMENT_FILE)
     overall = graded[graded["language"] == ALL_LANGUAGES] if len(graded) else graded
     weak = [f"{r.metric} ({r.judge_version})" for r in overall.itertuples()
@@ -261,7 +270,17 @@ def judge_calibration(duckdb: DuckDBResource, paths: RagLoopPaths) -> Materializ
                   "proxy_agreement": MetadataValue.md(
                       "Not grades: failure_type against what the curator was shown (reported apart, "
                       "checks nothing)\n\n" + proxy.to_markdown(index=False)),
-                  "in_workspace": paths.workspace("/dashboard#agreement")},
+                  "in_workspace": paths.workspace("/dashboard#agreement"),
+                  "alignment_id": alignment.alignment_id,
+                  "alignment_adopted": MetadataValue.json({**alignment.thresholds, **{
+                      f"{m} ({language})": t for m, by in alignment.by_language.items()
+                      for language, t in by.items()}}),
+                  "alignment": MetadataValue.md(
+                      aligned[["metric", "language", "n", "current_threshold", "fitted_threshold", "kappa_before",
+                               "kappa_after", "adopted", "why"]].round(3).to_markdown(index=False)
+                      if len(aligned) else "no grades to fit a threshold to"),
+                  "alignment_note": "kappa before/after are on held-out grades (5-fold cross-validation); "
+                                    f"adopt with trace_judgments' alignment: {alignment.alignment_id!r} or 'latest'"},
         check_results=[AssetCheckResult(
             check_name="curator_agreement", passed=not weak, severity=AssetCheckSeverity.WARN,
             metadata={"weak": MetadataValue.json(weak)})])

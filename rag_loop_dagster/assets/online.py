@@ -7,12 +7,14 @@ from dagster import (
     AssetCheckSpec,
     AssetExecutionContext,
     Config,
+    Failure,
     MaterializeResult,
     MetadataValue,
 )
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
+from rag_loop.evaluation.alignment import Alignment, load_alignment
 from rag_loop.evaluation.settings import OFFLINE_THRESHOLDS
 from rag_loop.online.judgments import JudgingSettings, OnlineMetric
 from rag_loop.online.quality import OnlineQualitySettings, online_quality_day
@@ -59,14 +61,18 @@ class JudgingConfig(Config):
                                                                "left is judged by the next run.")
     max_error_rate: float = Field(0.05, description="Above this share of errored judgements the "
                                                     "run is marked over its error budget.")
+    alignment: str = Field("", description='Thresholds fitted to curators\' grades: an alignment_id of '
+                                           'judge_alignment, or "latest" (the newest that adopts one); '
+                                           "a new judge version, which judges the selection again beside "
+                                           "the old one. Empty: the thresholds above.")
 
-    def settings(self) -> JudgingSettings:
+    def settings(self, alignment: Alignment | None = None) -> JudgingSettings:
         metrics = [OnlineMetric(m["name"], m["threshold"], m["rate"]) for m in map(config_entry, self.metrics)]
         for spec in map(config_entry, self.geval):
             criterion = {k: v for k, v in spec.items() if k != "rate" and v not in ("", [])}
             metrics.append(OnlineMetric(f"{spec['name']} [GEval]", spec["threshold"], spec["rate"], criterion))
         return JudgingSettings(metrics, self.salt, self.concurrency, self.deadline_seconds,
-                               self.max_error_rate)
+                               self.max_error_rate, alignment=alignment)
 
 
 
@@ -90,8 +96,11 @@ def trace_judgments(context: AssetExecutionContext, config: JudgingConfig, duckd
                     judge: JudgeResource, embedder: EmbedderResource) -> MaterializeResult:
     from rag_loop.online.judgments import judge_traces, judgment_summary  # imports DeepEval
     from rag_loop.online.overlap import changed_with_the_app, judge_shift
-    settings = config.settings()
     with duckdb.get_connection() as con:
+        try:
+            settings = config.settings(load_alignment(con, config.alignment))
+        except ValueError as error:
+            raise Failure(description=str(error)) from error
         run = judge_traces(con, judge.judge(embedder), settings, log=context.log.info)
         summary, reasons, total = judgment_summary(con, run.judge_version)
         shift = judge_shift(con, run.judge_version)
@@ -100,6 +109,7 @@ def trace_judgments(context: AssetExecutionContext, config: JudgingConfig, duckd
     return MaterializeResult(metadata={
         "dagster/row_count": total, "run_id": run.run_id, "judge": run.judge_id,
         "judge_version": run.judge_version, "planned": run.planned, "judged": run.judged,
+        "alignment": settings.alignment.alignment_id if settings.alignment else "none",
         "unjudgeable": run.unjudgeable, "errored": run.errored, "unfinished": run.unfinished,
         "newly_judgeable": run.newly_judgeable, "still_unjudgeable": run.still_unjudgeable,
         "seconds": round(run.seconds, 2), "cost_usd": round(run.cost_usd, 6),

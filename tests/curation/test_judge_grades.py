@@ -163,3 +163,9 @@ def test_the_demo_curator_grades_the_judge_so_the_demo_shows_agreement(demo_rele
         assert overall["n"] >= 30 and overall["curators"] == 1
         assert {"en", "vi"} <= set(table.loc[metric].index.get_level_values("language"))
     assert table.loc[("Answer Relevancy", version[0][0], "all"), "kappa"] > 0  # the judge sees some of it
+    from rag_loop.evaluation.alignment import store_alignment
+    with duckdb.connect(str(root / "rag.duckdb")) as con:
+        aligned, _ = store_alignment(con, {})
+    print(aligned.drop(columns=["alignment_id", "source_version"]).round(3).to_string())
+    assert set(aligned["metric"]) == {"Faithfulness", "Answer Relevancy"}
+    assert (aligned["current_threshold"].dropna() > 0).all()  # the threshold its verdicts were given with
