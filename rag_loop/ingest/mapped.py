@@ -25,7 +25,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rag_loop.ingest.field_map import MAPPING_FILE_NAMES, FileFormat, Mapping, MappingError, load_mapping, map_record
+from rag_loop.ingest.field_map import MAPPING_FILE_NAMES, FileFormat, Mapping, load_mapping, map_record
 from rag_loop.ingest.lines import Rejected, iter_line_batches, open_binary, oversized_reason, preview
 from rag_loop.ingest.records import BatchCounts, load_batch, quarantine_rejected
 
@@ -144,8 +144,8 @@ def _csv(path: Path) -> Iterator[tuple[int, Any] | Rejected]:
                 why = "invalid_utf8" if None not in row else "csv: more cells than the header names"
                 yield Rejected(start, why, preview(json.dumps(row, default=str, ensure_ascii=False)
                                                  .encode("utf-8", "replace")))
-            else:
-                yield start, row
+            else:  # a CSV cannot tell an empty text from a missing one: missing
+                yield start, {name: (value if value != "" else None) for name, value in row.items()}
             start = reader.line_num + 1
 
 

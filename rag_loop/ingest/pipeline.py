@@ -22,10 +22,11 @@ from typing import Protocol
 import duckdb
 import pyarrow as pa
 
+from rag_loop.ingest.field_map import MappingError
 from rag_loop.ingest.language import EVERY_LANGUAGE, LanguageSettings, label_languages
 from rag_loop.ingest.language import preload as preload_language_model
 from rag_loop.ingest.lines import NeedsExactReader, Rejected, first_lines, iter_line_batches
-from rag_loop.ingest.mapped import MAPPED_FORMAT, MappingError, is_mapping_file, mapping_for, store_mapped_file
+from rag_loop.ingest.mapped import MAPPED_FORMAT, is_mapping_file, mapping_for, store_mapped_file
 from rag_loop.ingest.native import read_native_file, read_native_lines, store_read_file
 from rag_loop.ingest.otlp.assembly import (
     DEFAULT_GRACE,

@@ -56,7 +56,8 @@ def _write(folder: Path, fmt: str, records: list[dict]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     mapping = MAPPING if fmt == "json" else MAPPING.replace("records: data\n", "")
     if fmt == "csv":  # flat text columns: the contexts as JSON text in one cell
-        mapping = mapping.replace("output.text", "answer").replace("path: contexts\n", "path: contexts\n    type: json\n")
+        mapping = (mapping.replace("output.text", "answer")
+                   .replace("path: contexts\n", "path: contexts\n    type: json\n"))
     (folder / "rag-loop-mapping.yaml").write_text(mapping)
     if fmt == "jsonl":
         (folder / "log.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
@@ -172,3 +173,20 @@ def test_the_preview_shows_traces_coverage_and_what_is_missing_and_stores_nothin
     broken = CliRunner().invoke(main, ["ingest", "preview", "--mapping", str(tmp_path / "traces" / "log.jsonl"),
                                        str(tmp_path / "traces")])
     assert broken.exit_code == 1 and "the mapping cannot be used" in broken.output
+
+
+def test_raw_traces_reports_the_mappings_coverage(tmp_path):
+    from dagster import materialize
+    from dagster_duckdb import DuckDBResource
+
+    from rag_loop_dagster.assets.ingestion import raw_traces
+    from rag_loop_dagster.assets.resources import DuckDBEngineResource, RagLoopPaths
+    _write(tmp_path / "traces" / "own", "parquet", RECORDS)
+    (tmp_path / "traces" / "native.jsonl").write_text("")  # beside files of the native shape
+    result = materialize([raw_traces], resources={
+        "duckdb": DuckDBResource(database=str(tmp_path / "rag.duckdb")), "engine": DuckDBEngineResource(),
+        "paths": RagLoopPaths(traces_dir=str(tmp_path / "traces"), knowledge_dir="")})
+    metadata = result.asset_materializations_for_node("raw_traces")[0].metadata
+    assert metadata["mapped_ingested"].value == 2 and metadata["mapped_quarantined"].value == 2
+    coverage = metadata["mapping_coverage"].value
+    assert "| timestamp " in coverage and "0.8 |" in coverage and "own/log.parquet" in metadata["files"].value
