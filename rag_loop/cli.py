@@ -1,6 +1,7 @@
 """`rag-loop label`: walk the curation queue in the terminal, row by row, no spreadsheet.
 `rag-loop calibrate FILE`: check a judge against human faithfulness labels.
 `rag-loop summary`: print what the pipeline stored.
+`rag-loop ingest preview --mapping FILE DATA`: what a mapping makes of your own log files.
 `rag-loop demo generate` / `rag-loop demo curate --round 1|2`: the embedded demo's data and
 its scripted curator (the demo package is imported only when a demo command runs).
 
@@ -264,6 +265,28 @@ def release_text(ctx: click.Context, param: click.Parameter, value: str) -> str:
     if errors:
         raise click.BadParameter(errors[0].split(": ", 1)[1])
     return value.strip()
+
+
+@main.group()
+def ingest() -> None:
+    """Your own log shape: see what a mapping file makes of your files before a run stores them."""
+
+
+@ingest.command("preview")
+@click.option("--mapping", "mapping_file", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="The mapping file (YAML; docs/ingestion.md says its fields).")
+@click.argument("data", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--limit", type=int, default=5, show_default=True, help="Mapped traces shown.")
+def preview(mapping_file: Path, data: tuple[Path, ...], limit: int) -> None:
+    """Map DATA (files, or folders) with the mapping and check the records as ingestion would,
+    storing nothing: the first traces, each field's coverage and most common failure, what would
+    be quarantined and what the loop cannot do with what is missing."""
+    from rag_loop.ingest.field_map import MappingError
+    from rag_loop.ingest.preview import preview as preview_mapping
+    try:
+        click.echo(preview_mapping(mapping_file, list(data), limit).text())
+    except MappingError as error:
+        raise click.ClickException(f"the mapping cannot be used: {error}") from error
 
 
 @main.group()

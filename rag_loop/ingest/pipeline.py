@@ -22,9 +22,11 @@ from typing import Protocol
 import duckdb
 import pyarrow as pa
 
+from rag_loop.ingest.field_map import MappingError
 from rag_loop.ingest.language import EVERY_LANGUAGE, LanguageSettings, label_languages
 from rag_loop.ingest.language import preload as preload_language_model
 from rag_loop.ingest.lines import NeedsExactReader, Rejected, first_lines, iter_line_batches
+from rag_loop.ingest.mapped import MAPPED_FORMAT, is_mapping_file, mapping_for, store_mapped_file
 from rag_loop.ingest.native import read_native_file, read_native_lines, store_read_file
 from rag_loop.ingest.otlp.assembly import (
     DEFAULT_GRACE,
@@ -135,11 +137,22 @@ def trace_files(directory: Path) -> tuple[list[Path], list[str]]:
                 ignored.append(f"{display_name(path, directory)}: hidden")
             elif not path.is_file():  # a broken or looping link, a socket...
                 ignored.append(f"{display_name(path, directory)}: not a regular file")
-            elif name.endswith(TRACE_SUFFIXES):
+            elif is_mapping_file(path):
+                continue  # read with the files it maps
+            elif name.endswith(TRACE_SUFFIXES) or _mapped(path, directory):
                 files.append(path)
             else:
                 ignored.append(display_name(path, directory))
     return sorted(files), ignored
+
+
+def _mapped(path: Path, directory: Path) -> bool:
+    """Whether a mapping file of the folder (or one above it, up to `directory`) reads this
+    file; a mapping that cannot be used counts, so that the file is reported, not ignored."""
+    try:
+        return mapping_for(path, len(path.relative_to(directory).parts) - 1) is not None
+    except MappingError:
+        return True
 
 
 def display_name(path: Path, directory: Path) -> str:
@@ -333,6 +346,18 @@ def _ingest_file(con: duckdb.DuckDBPyConnection, path: Path, relative: str,
     """
     fallbacks: list[str] = []
     try:
+        mapping = mapping_for(path, len(Path(relative).parts) - 1)
+    except MappingError as error:
+        return _unreadable_file(con, relative, MAPPED_FORMAT, error, fallbacks)
+    if mapping is not None:
+        try:
+            _begin(con, relative)
+            counts = store_mapped_file(con, path, relative, mapping, max_record_bytes)
+            return FileReport(relative, MAPPED_FORMAT, counts, reader="mapping")
+        except (*_UNREADABLE, ValueError, RecursionError) as error:
+            _rollback(con)
+            return _unreadable_file(con, relative, MAPPED_FORMAT, error, fallbacks)
+    try:
         fmt = detect_format(path)
     except _UNREADABLE as error:
         return _unreadable_file(con, relative, "unreadable", error, fallbacks)
@@ -353,12 +378,13 @@ def _unreadable_file(con, relative: str, fmt: str, error: Exception,
                      fallbacks: list[str]) -> FileReport:
     """Quarantine the whole file (a corrupt gzip, a reader failure) as one record, line 0.
 
-    A file that could not be opened at all (no permission) is not marked as ingested: it is
-    tried again on the next run, and its quarantine row replaced.
+    A file that could not be opened at all (no permission), or whose mapping file cannot be
+    used, is not marked as ingested: it is tried again on the next run, and its quarantine row
+    replaced.
     """
     _begin(con, relative)
     rejected = [Rejected(0, f"unreadable_file: {error!r}"[:500], "")]
-    reader = "retry" if isinstance(error, PermissionError) else "none"
+    reader = "retry" if isinstance(error, PermissionError | MappingError) else "none"
     return FileReport(relative, fmt, quarantine_rejected(con, rejected, relative, fmt),
                       reader=reader, fallbacks=fallbacks)
 

@@ -54,6 +54,11 @@ CREATE TABLE IF NOT EXISTS otlp_traces (
 CREATE TABLE IF NOT EXISTS ingested_files (
     path VARCHAR, size BIGINT, mtime_ns BIGINT, format VARCHAR, records BIGINT,
     ingested BIGINT, duplicates BIGINT, quarantined BIGINT, ingested_at TIMESTAMPTZ);
+-- files read through a mapping file (rag_loop.ingest.mapped): per mapped field, how many of the
+-- file's records its path resolved, with the mapping's hash (a changed mapping shows here)
+CREATE TABLE IF NOT EXISTS mapping_coverage (
+    source_file VARCHAR, mapping_file VARCHAR, mapping_hash VARCHAR, field VARCHAR, path VARCHAR,
+    records BIGINT, resolved BIGINT, top_failure VARCHAR, ingested_at TIMESTAMPTZ);
 CREATE TABLE IF NOT EXISTS documents (
     doc_id VARCHAR NOT NULL, version VARCHAR NOT NULL, title VARCHAR, language VARCHAR,
     source_updated_at TIMESTAMPTZ NOT NULL, indexed_at TIMESTAMPTZ,

@@ -89,7 +89,8 @@ def knowledge_base(context: AssetExecutionContext, config: LanguagesConfig, duck
 
 @stage_asset(
     group_name="ingestion",
-    description="Production traces (native JSONL, OTLP JSON, gzip) with chunks, spans, feedback; "
+    description="Production traces (native JSONL, OTLP JSON, your own logs through a mapping file, gzip) "
+                "with chunks, spans, feedback; "
                 "bad records in `quarantine`. Incremental by file.",
     parts={"trace_chunks": "Retrieved chunks per trace: rank, scores, selected for the context",
            "trace_spans": "Spans of each trace (OTLP) or its recorded steps",
@@ -101,7 +102,9 @@ def knowledge_base(context: AssetExecutionContext, config: LanguagesConfig, duck
            "otlp_traces": "What became of each OTLP trace id: ingested, duplicate, quarantined, "
                           "not_a_request, waiting",
            "otlp_pending": "OTLP trace ids with spans not yet in an assembled record: what the next "
-                           "assembly looks at"})
+                           "assembly looks at",
+           "mapping_coverage": "Files read through a mapping file: per field, the records its path "
+                               "resolved, with the mapping's hash"})
 def raw_traces(context: AssetExecutionContext, config: IngestConfig, duckdb: DuckDBResource,
                paths: RagLoopPaths, engine: EngineResource) -> MaterializeResult:
     if not paths.traces_dir:
@@ -119,6 +122,9 @@ def raw_traces(context: AssetExecutionContext, config: IngestConfig, duckdb: Duc
         where = stored_in(con, "raw_traces")
         preview = con.sql('SELECT trace_id, "timestamp", language, tenant, original_query, '
                           'status FROM raw_traces ORDER BY "timestamp" DESC LIMIT 10').df()
+        coverage = con.sql("""SELECT mapping_hash, field, any_value(path) AS path, sum(records) AS records,
+                                  round(sum(resolved) / nullif(sum(records), 0), 3) AS resolved_share
+                           FROM mapping_coverage GROUP BY ALL ORDER BY mapping_hash, min(rowid)""").df()
     metadata: dict[str, object] = {
         "dagster/row_count": summary["traces"],
         "stored_in": where,
@@ -137,6 +143,8 @@ def raw_traces(context: AssetExecutionContext, config: IngestConfig, duckdb: Duc
         "quarantined_records": MetadataValue.json(quarantined),  # file:line: reason, the first 20
         "preview": MetadataValue.md(preview.to_markdown(index=False)),
     }
+    if len(coverage):  # files of your own log shape, read through a mapping file
+        metadata["mapping_coverage"] = MetadataValue.md(coverage.to_markdown(index=False))
     return MaterializeResult(metadata=metadata)
 
 
