@@ -30,7 +30,7 @@ ASSEMBLED = pa.schema([("trace_id", pa.string()), ("complete", pa.bool_()), ("sp
                        ("source_file", pa.string()), ("source_line", pa.int64()),
                        ("record_span_id", pa.string()), ("record", pa.string()),
                        ("state", pa.string()), ("reason", pa.string()),
-                       ("retrieval_unreadable", pa.string())])
+                       ("retrieval_unreadable", pa.string()), ("typed", pa.bool_())])
 
 
 def store_staged_spans(session: Any, con: duckdb.DuckDBPyConnection, run: Path,

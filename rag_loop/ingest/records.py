@@ -9,6 +9,7 @@ so a wrongly typed value is quarantined with its path instead of being lost.
 from __future__ import annotations
 
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass
@@ -147,16 +148,21 @@ def load_batch(con: duckdb.DuckDBPyConnection, lines: pa.Table, source_file: str
     that placed it. Quarantine and duplicate rows are written with `set_aside_format` when
     given (default `source_format`). `_verdict` and `_keep` stay for the caller to read.
     """
-    if "source_line" not in lines.column_names:
-        lines = lines.append_column("source_line", lines.column("line_no"))
-    if "span_id" not in lines.column_names:
-        lines = lines.append_column("span_id", pa.nulls(lines.num_rows, pa.string()))
-    con.register("_batch", lines)
+    con.register("_batch", _placed(lines))
     try:
         return _load_registered_batch(con, source_file, source_format,
                                       set_aside_format or source_format)
     finally:
         con.unregister("_batch")
+
+
+def _placed(lines: pa.Table) -> pa.Table:
+    """`lines` with the optional `source_line` (default: line_no) and `span_id` columns."""
+    if "source_line" not in lines.column_names:
+        lines = lines.append_column("source_line", lines.column("line_no"))
+    if "span_id" not in lines.column_names:
+        lines = lines.append_column("span_id", pa.nulls(lines.num_rows, pa.string()))
+    return lines
 
 
 # ISO 8601 as traces write it: a 4-digit year, an optional real offset (at most +-14:00)
@@ -242,12 +248,110 @@ def _load_registered_batch(con: duckdb.DuckDBPyConnection, source_file: str,
               WHERE trim(raw, ' \t\r') <> '') b  -- blank lines are skipped, as in OTLP files
         LEFT JOIN _parsed p ON p.line_no = b.line_no
         LEFT JOIN _structure_problems s ON s.structure = p.structure""")
+    return _store_batch_verdicts(con, source_file, source_format, set_aside_format)
+
+
+def _store_batch_verdicts(con: duckdb.DuckDBPyConnection, source_file: str, source_format: str,
+                          set_aside_format: str) -> BatchCounts:
+    """Quarantine the lines of `_batch` that `_verdict` gives a reason, with their text; store the rest."""
     con.execute(f"""
         INSERT INTO quarantine
         SELECT ?, v.source_line, ?, v.reason, left(b.raw, {RAW_PREVIEW_CHARS}), now(), v.span_id
         FROM _verdict v JOIN _batch b USING (line_no) WHERE v.reason IS NOT NULL""",
                 [source_file, set_aside_format])
     return store_verdicts(con, source_file, source_format, set_aside_format=set_aside_format)
+
+
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+_PLAIN_DEPTH = 64  # deeper free-form values go to `load_batch`, which names what it finds
+
+
+def fits_model(record: Any) -> bool:
+    """True when `record` (a dict our own code built, such as an assembled OTLP trace) is an
+    object whose values all have the JSON types the trace model expects (in int64 range, no
+    empty object or null in a list) and whose JSON is valid (finite floats): then `load_batch`'s
+    JSON and type checks cannot refuse it, and `load_typed_records` stores it with one parse.
+    Conservative: False only means "check it the long way"."""
+    try:
+        return type(record) is dict and _fits(record, _model_type())
+    except RecursionError:
+        return False
+
+
+@cache
+def _model_type() -> Any:
+    return duckdb_type(Trace)
+
+
+def _fits(value: dict, fields: dict[str, Any]) -> bool:
+    """The values of the object `value` against the struct `fields` (`duckdb_type`)."""
+    for key, item in value.items():
+        if item is None:
+            continue
+        expected = fields.get(key)
+        if expected is None:  # a key the model does not know: ignored, if valid JSON
+            if not _plain(item, 0):
+                return False
+        elif type(expected) is str:
+            if not _fits_scalar(item, expected):
+                return False
+        elif type(expected) is dict:
+            if type(item) is not dict or not _fits(item, expected):
+                return False
+        elif type(item) is not list or not all(_fits_item(element, expected[0]) for element in item):
+            return False
+    return True
+
+
+def _fits_item(element: Any, expected: Any) -> bool:
+    """A list element: not null, not an empty object (`json_structure` would merge it away)."""
+    if type(expected) is dict:
+        return type(element) is dict and bool(element) and _fits(element, expected)
+    return element is not None and _fits_scalar(element, expected)
+
+
+def _fits_scalar(item: Any, expected: str) -> bool:
+    kind = type(item)
+    if kind is str:
+        return expected == "VARCHAR"
+    if kind is int:
+        return expected in ("BIGINT", "DOUBLE") and _INT64[0] <= item <= _INT64[1]
+    if kind is float:
+        return expected == "DOUBLE" and math.isfinite(item)
+    if kind is bool:
+        return expected == "BOOLEAN"
+    return expected == "JSON" and kind is dict and _plain(item, 0)  # a free-form object (filters)
+
+
+def _plain(value: Any, depth: int) -> bool:
+    """Valid JSON whatever its shape: no NaN or infinity, not nested too deeply."""
+    kind = type(value)
+    if kind is float:
+        return math.isfinite(value)
+    if kind is dict or kind is list:
+        return depth < _PLAIN_DEPTH and all(_plain(v, depth + 1)
+                                            for v in (value.values() if kind is dict else value))
+    return value is None or kind in (str, int, bool)
+
+
+def load_typed_records(con: duckdb.DuckDBPyConnection, lines: pa.Table, source_file: str,
+                       source_format: str, set_aside_format: str) -> BatchCounts:
+    """`load_batch` for records `fits_model` passed (line_no, raw, source_line, span_id): the
+    same rows and reasons, with each record parsed once (`json_transform`) instead of validated
+    three times, since only what a typed record can miss (`record_problem_sql`) can refuse it."""
+    con.register("_batch", _placed(lines))
+    try:
+        con.execute(f"""
+            CREATE OR REPLACE TEMP TABLE _parsed AS
+            SELECT line_no, t, t.trace_id AS trace_id, {record_problem_sql('t')} AS problem
+            FROM (SELECT line_no, json_transform(raw, '{trace_struct()}') AS t FROM _batch)""")
+        con.execute("""
+            CREATE OR REPLACE TEMP TABLE _verdict AS
+            SELECT b.line_no, b.source_line, b.span_id, p.trace_id, p.problem AS reason
+            FROM _batch b JOIN _parsed p USING (line_no)""")
+        return _store_batch_verdicts(con, source_file, source_format, set_aside_format)
+    finally:
+        con.unregister("_batch")
 
 
 def store_verdicts(con: duckdb.DuckDBPyConnection, source_file: str, source_format: str,

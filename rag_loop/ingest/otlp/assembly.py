@@ -26,7 +26,7 @@ from rag_loop.ingest.lines import Rejected, oversized_reason, preview
 from rag_loop.ingest.otlp.mapping import assemble_trace, is_request
 from rag_loop.ingest.otlp.spans import SpanBatch
 from rag_loop.ingest.parallel import ordered_map
-from rag_loop.ingest.records import BatchCounts, load_batch, quarantine_rejected
+from rag_loop.ingest.records import BatchCounts, fits_model, load_batch, load_typed_records, quarantine_rejected
 from rag_loop.store.ddl import span_day
 
 DEFAULT_GRACE = timedelta(hours=1)
@@ -191,15 +191,21 @@ def assemble_here(pool: Callable[[], Executor | None]) -> Assembler:
 
 def _ready_span_tables(con: duckdb.DuckDBPyConnection, batch_traces: int) -> Iterator[pa.Table]:
     """The ready traces' spans, `batch_traces` traces at a time, each batch fetched whole (the
-    caller writes between batches)."""
+    caller writes between batches). One join over `otlp_spans` copies them out in batch order,
+    so that each batch then reads its own row groups only."""
     con.execute("""CREATE OR REPLACE TEMP TABLE _ready_batches AS
                    SELECT trace_id, (row_number() OVER (ORDER BY trace_id) - 1) // ? AS batch
                    FROM _ready""", [batch_traces])
-    batches = con.execute("SELECT count(DISTINCT batch) FROM _ready_batches").fetchall()[0][0]
-    for batch in range(batches):
-        yield con.sql(f"""{READY_SPANS_SQL} JOIN _ready_batches b USING (trace_id) WHERE b.batch = ?
-                          ORDER BY {SPAN_ORDER}""", params=[batch]).to_arrow_table()
-    con.execute("DROP TABLE IF EXISTS _ready_batches")
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE _ready_spans AS
+                    SELECT b.batch, s.* FROM ({READY_SPANS_SQL}) s JOIN _ready_batches b USING (trace_id)
+                    ORDER BY b.batch""")
+    try:
+        batches = con.execute("SELECT count(DISTINCT batch) FROM _ready_batches").fetchall()[0][0]
+        for batch in range(batches):
+            yield con.sql(f"""SELECT * EXCLUDE (batch) FROM _ready_spans s WHERE batch = ?
+                              ORDER BY {SPAN_ORDER}""", params=[batch]).to_arrow_table()
+    finally:
+        con.execute("DROP TABLE IF EXISTS _ready_spans; DROP TABLE IF EXISTS _ready_batches")
 
 
 def assemble_spans(spans: pa.Table) -> list[Assembled]:
@@ -228,6 +234,7 @@ def assemble_spans(spans: pa.Table) -> list[Assembled]:
             record = assemble_trace(result.trace_id, trace)
             result.retrieval_unreadable = record.get("retrieval_unreadable")
             result.record = json.dumps(record, ensure_ascii=False)
+            result.typed = fits_model(record)
         else:
             result.state = "not_a_request"
         assembled.append(result)
@@ -254,6 +261,7 @@ class Assembled:
     state: str = "ingested"
     reason: str | None = None
     retrieval_unreadable: str | None = None  # the record's: why its retrieval is unknown
+    typed: bool = False  # the record's values have the model's types (`fits_model`): parsed once
 
     def row(self) -> tuple:
         return (self.trace_id, self.state, self.complete, self.spans, self.reason,
@@ -301,20 +309,29 @@ def _store_traces(con: duckdb.DuckDBPyConnection, done: list[Assembled], max_rec
 
 def _load_records(con: duckdb.DuckDBPyConnection, source_file: str,
                   records: list[Assembled]) -> None:
-    """Store the assembled records of one file; the loader's verdicts become trace states."""
-    table = pa.table({
-        "line_no": pa.array(range(1, len(records) + 1), pa.int64()),
-        "raw": pa.array([t.record for t in records], pa.string()),
-        "source_line": pa.array([t.source_line for t in records], pa.int64()),
-        "span_id": pa.array([t.record_span_id for t in records], pa.string())})
-    load_batch(con, table, source_file, "otlp", set_aside_format=TRACE_FORMAT)
-    verdicts = dict(con.execute("""
-        SELECT line_no, CASE WHEN reason IS NOT NULL THEN reason
-                             WHEN line_no IN (SELECT line_no FROM _keep) THEN ''
-                             ELSE 'duplicate' END FROM _verdict""").fetchall())
-    for key, trace in enumerate(records, start=1):
-        verdict = verdicts[key]
-        if verdict == "duplicate":
-            trace.state = "duplicate"
-        elif verdict:
-            trace.state, trace.reason = "quarantined", verdict
+    """Store the assembled records of one file; the loader's verdicts become trace states.
+    Typed records (`Assembled.typed`) take `load_typed_records`, the others (a `rag.*`
+    attribute of the wrong type...) the line loader, which names the problem."""
+    for typed in (True, False):
+        group = [t for t in records if bool(t.typed) is typed]
+        if not group:
+            continue
+        table = pa.table({
+            "line_no": pa.array(range(1, len(group) + 1), pa.int64()),
+            "raw": pa.array([t.record for t in group], pa.string()),
+            "source_line": pa.array([t.source_line for t in group], pa.int64()),
+            "span_id": pa.array([t.record_span_id for t in group], pa.string())})
+        if typed:
+            load_typed_records(con, table, source_file, "otlp", TRACE_FORMAT)
+        else:
+            load_batch(con, table, source_file, "otlp", set_aside_format=TRACE_FORMAT)
+        verdicts = dict(con.execute("""
+            SELECT line_no, CASE WHEN reason IS NOT NULL THEN reason
+                                 WHEN line_no IN (SELECT line_no FROM _keep) THEN ''
+                                 ELSE 'duplicate' END FROM _verdict""").fetchall())
+        for key, trace in enumerate(group, start=1):
+            verdict = verdicts[key]
+            if verdict == "duplicate":
+                trace.state = "duplicate"
+            elif verdict:
+                trace.state, trace.reason = "quarantined", verdict
