@@ -53,6 +53,8 @@ demo: install
 	@$(DEMO_ENV) $(BIN)/rag-loop run release_goldens -c data/demo/release/round-1.yaml --log "$(DEMO_LOG)" $(DEMO_FAILED)
 	@$(DEMO_ENV) $(BIN)/rag-loop demo curate --round 2 $(DEMO_FAILED)
 	@$(DEMO_ENV) $(BIN)/rag-loop run release_goldens -c data/demo/release/round-2.yaml --log "$(DEMO_LOG)" $(DEMO_FAILED)
+	@$(DEMO_ENV) $(BIN)/rag-loop run coverage_job --partition-range 2026-11-01...2026-11-14 \
+		--log "$(DEMO_LOG)" $(DEMO_FAILED)
 	@$(DEMO_ENV) $(BIN)/rag-loop run regression_eval_job -c data/demo/eval/baseline.yaml --log "$(DEMO_LOG)" $(DEMO_FAILED)
 	@echo "Evaluating the candidate deployment: its hard gate is expected to block it (exit code ignored)."
 	@$(DEMO_ENV) $(BIN)/rag-loop run regression_eval_job -c data/demo/eval/candidate.yaml --log "$(DEMO_LOG)" || true

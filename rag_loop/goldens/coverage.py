@@ -94,15 +94,16 @@ def golden_intents(con: duckdb.DuckDBPyConnection, goldens: GoldenSet) -> tuple[
     return {i for i in intents if i is not None}, sum(i is None for i in intents)
 
 
-def day_traffic(con: duckdb.DuckDBPyConnection, day: date) -> pd.DataFrame:
-    """The day's exact trace count per slice value (slice 'all' included)."""
+def day_traffic(con: duckdb.DuckDBPyConnection, day: date, last: date | None = None) -> pd.DataFrame:
+    """The exact trace count of the day (or of days `day`..`last`) per slice value (slice 'all'
+    included)."""
     if not has_table(con, "raw_traces"):
         return pd.DataFrame(columns=["slice", "slice_value", "traffic"])
-    parts = [f"SELECT 'all' AS slice, 'all' AS slice_value, count(*) AS traffic FROM raw_traces "
-             f"WHERE {utc_day()} = $day"]
+    within = f"{utc_day()} BETWEEN $first AND $last"
+    parts = [f"SELECT 'all' AS slice, 'all' AS slice_value, count(*) AS traffic FROM raw_traces WHERE {within}"]
     parts += [f"SELECT '{s}', coalesce(CAST({s} AS VARCHAR), '{_UNKNOWN[s]}'), count(*) FROM raw_traces "
-              f"WHERE {utc_day()} = $day GROUP BY 2" for s in SLICES]
-    frame = con.execute(" UNION ALL ".join(parts), {"day": day}).df()
+              f"WHERE {within} GROUP BY 2" for s in SLICES]
+    frame = con.execute(" UNION ALL ".join(parts), {"first": day, "last": last or day}).df()
     return frame[frame["traffic"] > 0].reset_index(drop=True) if len(frame) else frame
 
 
@@ -291,3 +292,60 @@ def largest_uncovered(con: duckdb.DuckDBPyConnection, days: list[date], top: int
         WHERE slice = 'all' AND covered IS NOT TRUE AND day IN (SELECT unnest($days::DATE[]))
         GROUP BY cluster_id ORDER BY volume DESC, cluster_id LIMIT $top""",
                        {"days": sorted(days), "top": top}).df()
+
+
+@dataclass
+class CoverageChange:
+    """How a release changed coverage against its parent, on the same window of traffic."""
+
+    version: str
+    parent: str | None
+    first: date | None
+    last: date | None
+    slices: pd.DataFrame  # slice, slice_value, traffic, n, parent_share, share, change
+    newly_covered: pd.DataFrame  # cluster_id, label, volume
+    still_uncovered: pd.DataFrame  # cluster_id, label, volume
+
+
+def coverage_change(con: duckdb.DuckDBPyConnection, release: GoldenSet, parent: GoldenSet,
+                    days: int = 14, top: int = 10) -> CoverageChange | None:
+    """Covered shares of the last `days` days of traffic (to the newest trace) under `parent`
+    (none: nothing covered) and under `release`, per slice value; the intents the release newly
+    covers and the largest it leaves uncovered. None without a release or traffic."""
+    if release.version is None or not has_table(con, "raw_traces"):
+        return None
+    last = con.execute(f"SELECT max({utc_day()}) FROM raw_traces").fetchall()[0][0]
+    if last is None:
+        return None
+    first = last - timedelta(days=days - 1)
+    traces = sampled_traces(con, first, last).assign(day=last)  # the window as one day
+    traffic = day_traffic(con, first, last)
+    now, _ = golden_intents(con, release)
+    before, _ = golden_intents(con, parent) if parent.version else (set(), 0)
+    labels = intent_labels(con)
+    after_summary, intents = compute_coverage(traffic, traces, last, now, labels)
+    before_summary, _ = compute_coverage(traffic, traces, last, before, labels)
+    keys = ["slice", "slice_value"]
+    slices = after_summary[[*keys, "traffic", "n", "covered_share"]].merge(
+        before_summary[[*keys, "covered_share"]].rename(columns={"covered_share": "parent_share"}), on=keys)
+    slices = slices.rename(columns={"covered_share": "share"})
+    slices["change"] = slices["share"] - slices["parent_share"]
+    overall = intents[intents["slice"] == "all"]
+    newly = overall[overall["cluster_id"].isin(now - before)]
+    left = overall[overall["covered"].ne(True)]
+    columns = ["cluster_id", "label", "volume"]
+    return CoverageChange(release.version, parent.version, first, last,
+                          slices[["slice", "slice_value", "traffic", "n", "parent_share", "share", "change"]],
+                          newly[columns].head(top).reset_index(drop=True),
+                          left[columns].head(top).reset_index(drop=True))
+
+
+def release_coverage_change(con: duckdb.DuckDBPyConnection, goldens_dir: Path, version: str,
+                            days: int = 14) -> CoverageChange | None:
+    """`coverage_change` of release `version` in `goldens_dir` against the release before it."""
+    versions = release_versions(Path(goldens_dir))
+    if version not in versions:
+        return None
+    index = versions.index(version)
+    parent = release_goldens(goldens_dir, versions[index - 1]) if index else GoldenSet(None)
+    return coverage_change(con, release_goldens(goldens_dir, version), parent, days)

@@ -11,6 +11,7 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
+from rag_loop.goldens.coverage import CoverageChange
 from rag_loop.reporting import plots
 from rag_loop.reporting.dashboard import dashboard_sections
 from rag_loop.reporting.html import image, page, table
@@ -18,8 +19,30 @@ from rag_loop.store.files import write_atomically, write_parquet_atomically
 from rag_loop.store.releases import read_goldens, read_manifest
 
 
-def release_report(goldens_dir: Path, version: str, out_dir: Path) -> Path:
-    """HTML report of one golden release: manifest, counts, diff, goldens."""
+def coverage_section(change: CoverageChange | None) -> str:
+    """How a release changed the covered share of production traffic, per slice, with the
+    intents it newly covers and the largest it leaves uncovered."""
+    if change is None:
+        return "<p>Not computed: no traffic, intents or release in the database when the release was made.</p>"
+    shares = change.slices.assign(**{c: (change.slices[c].astype(float) * 100).round(1)
+                                     for c in ("parent_share", "share", "change")})
+    shares = shares.rename(columns={"parent_share": f"% covered by {change.parent or 'nothing'}",
+                                    "share": f"% covered by {change.version}", "change": "change (points)",
+                                    "n": "sampled"})
+    overall = change.slices[change.slices["slice"] == "all"]
+    headline = ""
+    if len(overall) and pd.notna(overall["share"].iloc[0]):
+        before, after = overall["parent_share"].iloc[0], overall["share"].iloc[0]
+        headline = (f"<p>{after:.1%} of the traffic of {change.first} .. {change.last} falls in intents "
+                    f"{change.version} holds a golden of ({before:.1%} with {change.parent or 'no release'}; "
+                    f"Σ 1/π over the sampled traces' intents).</p>")
+    return (headline + table(shares) + "<h3>Newly covered intents</h3>" + table(change.newly_covered.round(1))
+            + "<h3>Largest intents still uncovered</h3>" + table(change.still_uncovered.round(1)))
+
+
+def release_report(goldens_dir: Path, version: str, out_dir: Path, coverage: CoverageChange | None = None) -> Path:
+    """HTML report of one golden release: manifest, counts, diff, goldens, and how it changed
+    the coverage of production against its parent (`coverage`, when computed)."""
     release = goldens_dir / version
     manifest, goldens = read_manifest(goldens_dir, version), read_goldens(goldens_dir, version)
     counts = plots.grouped_counts({k: v for k, v in manifest["counts"].items() if v}, f"Goldens of {version}")
@@ -34,6 +57,7 @@ def release_report(goldens_dir: Path, version: str, out_dir: Path) -> Path:
                 ("Changes against the parent", "<pre>" + html.escape((release / "CHANGES.md")
                                                                      .read_text(encoding="utf-8")) + "</pre>"),
                 ("Redaction", table(pd.DataFrame([manifest["redaction"]]))),
+                ("Coverage of production", coverage_section(coverage)),
                 ("Goldens", table(rows, 500))]
     return write_atomically(out_dir / f"release-{version}.html", page(f"Golden release {version}", sections))
 

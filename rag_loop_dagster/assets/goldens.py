@@ -15,6 +15,7 @@ from dagster import (
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
+from rag_loop.goldens.coverage import release_coverage_change
 from rag_loop.goldens.lineage import refresh_release_tables
 from rag_loop.goldens.redaction import KINDS
 from rag_loop.goldens.release import (
@@ -68,7 +69,13 @@ def golden_release(context: AssetExecutionContext, config: ReleaseConfig, duckdb
         metadata.update(result.diff.counts())
         metadata["manifest"] = MetadataValue.json(result.manifest)
         metadata["path"] = MetadataValue.path(str(Path(paths.goldens_dir) / result.version))
-        report = release_report(Path(paths.goldens_dir), result.version, Path(paths.reports_dir))
+        with duckdb.get_connection() as con:  # coverage of production against the parent (issue 48)
+            coverage = release_coverage_change(con, Path(paths.goldens_dir), result.version)
+        if coverage is not None:
+            overall = coverage.slices[coverage.slices["slice"] == "all"].iloc[0]
+            metadata["coverage_parent"] = float(overall["parent_share"]) if overall["n"] else -1.0
+            metadata["coverage"] = float(overall["share"]) if overall["n"] else -1.0
+        report = release_report(Path(paths.goldens_dir), result.version, Path(paths.reports_dir), coverage)
         metadata["report"] = MetadataValue.path(str(report))
         metadata["report_url"] = paths.workspace(f"/reports/{report.name}")
         chart = plots.grouped_counts({k: v for k, v in result.manifest["counts"].items() if v},

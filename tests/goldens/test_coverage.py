@@ -16,6 +16,7 @@ from rag_loop.goldens.coverage import (
     UNASSIGNED,
     CoverageSettings,
     GoldenSet,
+    coverage_change,
     coverage_day,
     coverage_of_day,
     largest_uncovered,
@@ -208,6 +209,9 @@ def test_hostile_worlds_give_figures_or_not_evaluated_never_a_crash(traces, gold
         [verdict] = coverage_day(con, DAY, release, CoverageSettings(Limit(0.5, None, False, min_sample=1)))
         shares = con.execute("SELECT covered_share, unassigned_share FROM golden_coverage UNION ALL "
                              "SELECT share, failure_rate FROM golden_coverage_intents").fetchall()
+        change = coverage_change(con, release, GoldenSet(None))
+    if change is not None:  # the release report's figures: a release against no parent
+        assert change.slices[["parent_share", "share"]].stack().between(0, 1).all()
     assert all(0.0 <= s <= 1.0 + 1e-9 for row in shares for s in row if s is not None)
     if verdict.evaluated:
         assert 0.0 <= verdict.value <= 1.0 and verdict.n >= 1 and has_release
@@ -242,3 +246,18 @@ def test_the_asset_writes_its_tables_and_its_check_warns_or_says_not_evaluated(t
     assert not unknown.passed and unknown.description == "not evaluated: no traffic on the day"
     with duckdb.connect(str(database), read_only=True) as con:
         assert con.execute("SELECT count(DISTINCT day) FROM golden_coverage_intents").fetchall() == [(1,)]
+
+
+def test_a_release_against_its_parent_on_the_same_window(tiny, tmp_path):
+    from rag_loop.reporting.reports import coverage_section
+    change = coverage_change(tiny, goldens(("g1", "t1", None), ("g2", "t4", None), version="v0002"),
+                             goldens(("g1", "t1", None), version="v0001"))
+    overall = change.slices.set_index("slice").loc["all"]
+    assert (overall["parent_share"], overall["share"]) == (pytest.approx(0.25), pytest.approx(0.75))
+    assert change.newly_covered["cluster_id"].tolist() == ["C"]
+    assert change.still_uncovered["cluster_id"].tolist() == ["B"]
+    assert change.first == DAY - timedelta(days=13) and change.last == DAY
+    html = coverage_section(change)
+    assert "75.0% of the traffic" in html and "25.0% with v0001" in html
+    assert coverage_change(tiny, GoldenSet(None), GoldenSet(None)) is None
+    assert coverage_section(None).startswith("<p>Not computed")
