@@ -273,20 +273,43 @@ def ingest() -> None:
 
 
 @ingest.command("preview")
-@click.option("--mapping", "mapping_file", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@click.option("--mapping", "mapping_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="The mapping file (YAML; docs/ingestion.md says its fields).")
+@click.option("--preset", help="A shipped mapping instead (rag-loop ingest preset lists them).")
 @click.argument("data", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option("--limit", type=int, default=5, show_default=True, help="Mapped traces shown.")
-def preview(mapping_file: Path, data: tuple[Path, ...], limit: int) -> None:
+def preview(mapping_file: Path | None, preset: str | None, data: tuple[Path, ...], limit: int) -> None:
     """Map DATA (files, or folders) with the mapping and check the records as ingestion would,
     storing nothing: the first traces, each field's coverage and most common failure, what would
     be quarantined and what the loop cannot do with what is missing."""
     from rag_loop.ingest.field_map import MappingError
     from rag_loop.ingest.preview import preview as preview_mapping
+    if (mapping_file is None) == (preset is None):
+        raise click.UsageError("give --mapping FILE or --preset NAME")
     try:
-        click.echo(preview_mapping(mapping_file, list(data), limit).text())
+        click.echo(preview_mapping(mapping_file or _preset(preset), list(data), limit).text())
     except MappingError as error:
         raise click.ClickException(f"the mapping cannot be used: {error}") from error
+
+
+@ingest.command("preset")
+@click.argument("name", required=False)
+def preset(name: str | None) -> None:
+    """Print the shipped mapping NAME (to save as rag-loop-mapping.yaml beside the exported
+    files), or list them."""
+    from rag_loop.ingest.presets import PRESETS
+    if name is None:
+        click.echo("\n".join(PRESETS))
+        return
+    click.echo(_preset(name).read_text(), nl=False)
+
+
+def _preset(name: str) -> Path:
+    from rag_loop.ingest.presets import preset_path
+    try:
+        return preset_path(name)
+    except KeyError as error:
+        raise click.ClickException(str(error.args[0])) from error
 
 
 @main.group()

@@ -32,6 +32,7 @@ def test_the_wheel_holds_our_two_packages_and_nothing_else_top_level(tmp_path):
     assert {name.split("/")[0] for name in names if ".dist-info/" not in name} == {"rag_loop", "rag_loop_dagster"}
     assert "rag-loop = rag_loop_dagster.jobs_cli:main" in entry_points
     assert "rag_loop_dagster/assets/run_liveness.py" in names
+    assert "rag_loop/ingest/presets/phoenix-spans.yaml" in names  # the mapping presets ship with it
 
 
 def test_a_home_set_up_before_the_move_gets_its_run_launcher_renamed(tmp_path, monkeypatch, capsys):

@@ -34,7 +34,9 @@ class FieldSpec(BaseModel):
     """Where one field's value comes from: `path` (JMESPath in the record, or in the list
     element for `each`), a constant `value`, or the element's 1-based `position`; then `format`
     (timestamps: iso, epoch_s/ms/us/ns or a strptime pattern), `type` (a CSV's text read as a
-    number...), `hash` (a stable id from the value: chunks logged as bare text). `each` maps
+    number...), `values` (a value renamed: `OK` to `ok`; one not listed is kept), `until` (the
+    milliseconds from the instant at `path` to the one at `until`: a latency from start and end
+    times), `hash` (a stable id from the value: chunks logged as bare text). `each` maps
     the elements of a list (chunks, spans); `fields` the parts of an object (feedback)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -44,6 +46,8 @@ class FieldSpec(BaseModel):
     position: bool = False
     format: str | None = None
     type: Literal["string", "int", "float", "bool", "json"] | None = None
+    values: dict[str, Any] | None = None
+    until: str | None = None
     hash: bool = False
     each: dict[str, FieldSpec] | None = None
     fields: dict[str, FieldSpec] | None = None
@@ -62,8 +66,11 @@ class FieldSpec(BaseModel):
             raise ValueError("give a path, a value, a position or fields")
         if self.each is not None and self.path is None:
             raise ValueError("each needs the path of the list")
-        if self.path is not None:
-            jmespath.compile(self.path)  # a bad expression fails the mapping, not every record
+        if self.until is not None and self.path is None:
+            raise ValueError("until needs the path of the start")
+        for expression in (self.path, self.until):
+            if expression is not None:
+                jmespath.compile(expression)  # a bad expression fails the mapping, not every record
         if self.format is not None and self.format not in (*EPOCH_UNITS, "iso") and "%" not in self.format:
             raise ValueError(f"format {self.format!r}: iso, {', '.join(EPOCH_UNITS)} or a strptime pattern")
         return self
@@ -72,13 +79,16 @@ class FieldSpec(BaseModel):
 class FieldMap(BaseModel):
     """A mapping file: which files of its folder it reads (`files`, globs; default every file
     with a readable suffix), their format (default: from the suffix), where the records are in a
-    JSON document (`records`), and the trace fields (`fields`)."""
+    JSON document (`records`), how rows of one trace are gathered into one record (`group_by`:
+    an export with a row per span; the record is then `{"key": …, "rows": [...]}`), and the
+    trace fields (`fields`)."""
 
     model_config = ConfigDict(extra="forbid")
 
     files: list[str] = []
     format: FileFormat | None = None
     records: str | None = None
+    group_by: str | None = None
     fields: dict[str, FieldSpec]
 
     @model_validator(mode="after")
@@ -87,8 +97,9 @@ class FieldMap(BaseModel):
         for required in ("trace_id", "timestamp", "original_query"):
             if required not in self.fields:
                 raise ValueError(f"fields: {required} is required (every trace has one)")
-        if self.records is not None:
-            jmespath.compile(self.records)
+        for expression in (self.records, self.group_by):
+            if expression is not None:
+                jmespath.compile(expression)
         return self
 
 
@@ -134,6 +145,8 @@ def _described(specs: dict[str, FieldSpec], prefix: str) -> list[tuple[str, str]
         else:
             where = (spec.path if spec.path is not None else "(position)" if spec.position
                      else f"(constant {json.dumps(spec.value, default=str)})")
+            if spec.until is not None:
+                where = f"{where} → {spec.until}"
             found.append((f"{prefix}{name}", where))
     return found
 
@@ -192,7 +205,7 @@ def _value(node: Any, spec: FieldSpec, target: str, mapped: MappedRecord, positi
     elif "value" in spec.model_fields_set:
         value = spec.value
     elif spec.path is not None:
-        value = _compiled(spec.path).search(node)
+        value = compiled_path(spec.path).search(node)
     else:
         value = node
     if value is None:
@@ -205,6 +218,10 @@ def _value(node: Any, spec: FieldSpec, target: str, mapped: MappedRecord, positi
         return [_map_object(item, spec.each, f"{target}[].", mapped, n) for n, item in enumerate(value, start=1)]
     if spec.fields is not None:
         return _map_object(value, spec.fields, f"{target}.", mapped, position) or None
+    if spec.until is not None:
+        return _milliseconds(value, compiled_path(spec.until).search(node), spec.format or "iso")
+    if spec.values is not None and isinstance(value, str | int | float | bool):
+        value = spec.values.get(str(value).lower() if isinstance(value, bool) else str(value), value)
     if spec.format is not None:
         value = _timestamp(value, spec.format)
     if spec.hash:
@@ -213,7 +230,7 @@ def _value(node: Any, spec: FieldSpec, target: str, mapped: MappedRecord, positi
 
 
 @cache
-def _compiled(path: str) -> Any:
+def compiled_path(path: str) -> Any:
     return jmespath.compile(path)
 
 
@@ -266,3 +283,11 @@ def _timestamp(value: Any, fmt: str) -> str:
             raise TypeError(f"not a text in {fmt}: {value!r:.40}")
         moment = datetime.strptime(value, fmt)
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).isoformat()
+
+
+def _milliseconds(start: Any, end: Any, fmt: str) -> float | None:
+    """Milliseconds from `start` to `end`, two instants in `fmt`; None when the end is missing."""
+    if end is None:
+        return None
+    first, last = (datetime.fromisoformat(_timestamp(v, fmt)) for v in (start, end))
+    return (last - first).total_seconds() * 1000

@@ -25,7 +25,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rag_loop.ingest.field_map import MAPPING_FILE_NAMES, FileFormat, Mapping, load_mapping, map_record
+from rag_loop.ingest.field_map import MAPPING_FILE_NAMES, FileFormat, Mapping, compiled_path, load_mapping, map_record
 from rag_loop.ingest.lines import Rejected, iter_line_batches, open_binary, oversized_reason, preview
 from rag_loop.ingest.records import BatchCounts, load_batch, quarantine_rejected
 
@@ -97,7 +97,32 @@ def read_records(path: Path, fmt: FileFormat, mapping: Mapping,
                  max_record_bytes: int) -> Iterator[tuple[int, Any] | Rejected]:
     """The file's records in order with their line (JSONL, CSV: the line the record starts
     on; a JSON array, Parquet: its position, from 1), or a Rejected for one that cannot be
-    parsed. A file that cannot be read at all raises (the caller quarantines it whole)."""
+    parsed. With `group_by`, the rows sharing a key are one record `{"key", "rows"}` at its
+    first row's line (a row without a key is quarantined). A file that cannot be read at all
+    raises (the caller quarantines it whole)."""
+    rows = _rows(path, fmt, mapping, max_record_bytes)
+    if mapping.spec.group_by is None:
+        yield from rows
+        return
+    groups: dict[str, tuple[int, Any, list[Any]]] = {}
+    for item in rows:
+        if isinstance(item, Rejected):
+            yield item
+            continue
+        line_no, row = item
+        key = _search(mapping.spec.group_by, row)
+        if key is None or isinstance(key, dict | list):
+            yield Rejected(line_no, f"mapping_failed: group_by (path {mapping.spec.group_by!r}): no key",
+                           preview(json.dumps(row, default=str, ensure_ascii=False)))
+            continue
+        marker = json.dumps(key)
+        groups.setdefault(marker, (line_no, key, []))[2].append(row)
+    for line_no, key, members in groups.values():
+        yield line_no, {"key": key, "rows": members}
+
+
+def _rows(path: Path, fmt: FileFormat, mapping: Mapping,
+          max_record_bytes: int) -> Iterator[tuple[int, Any] | Rejected]:
     if fmt == "jsonl":
         yield from _jsonl(path, max_record_bytes)
     elif fmt == "json":
@@ -118,8 +143,7 @@ def read_records(path: Path, fmt: FileFormat, mapping: Mapping,
 
 
 def _search(expression: str, document: Any) -> Any:
-    import jmespath
-    return jmespath.search(expression, document)
+    return compiled_path(expression).search(document)
 
 
 def _jsonl(path: Path, max_record_bytes: int) -> Iterator[tuple[int, Any] | Rejected]:
