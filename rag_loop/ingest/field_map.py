@@ -32,12 +32,13 @@ NESTED_MODELS: dict[str, type[BaseModel]] = {"chunks": RetrievedChunk, "spans": 
 
 class FieldSpec(BaseModel):
     """Where one field's value comes from: `path` (JMESPath in the record, or in the list
-    element for `each`), a constant `value`, or the element's 1-based `position`; then `format`
-    (timestamps: iso, epoch_s/ms/us/ns or a strptime pattern), `type` (a CSV's text read as a
-    number...), `values` (a value renamed: `OK` to `ok`; one not listed is kept), `until` (the
-    milliseconds from the instant at `path` to the one at `until`: a latency from start and end
-    times), `hash` (a stable id from the value: chunks logged as bare text). `each` maps
-    the elements of a list (chunks, spans); `fields` the parts of an object (feedback)."""
+    element for `each`), a constant `value`, or the element's 1-based `position`; then `type`
+    (a CSV's text read as a number...; `json` for a JSON text), `then` (a JMESPath into that
+    value), `values` (a value renamed: `OK` to `ok`; one not listed is kept), `format`
+    (timestamps: iso, epoch_s/ms/us/ns or a strptime pattern), `until` (the milliseconds from
+    the instant at `path` to the one at `until`: a latency from start and end times), `hash` (a
+    stable id from the value: chunks logged as bare text). `each` maps the elements of a list
+    (chunks, spans); `fields` the parts of an object (feedback)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -46,6 +47,7 @@ class FieldSpec(BaseModel):
     position: bool = False
     format: str | None = None
     type: Literal["string", "int", "float", "bool", "json"] | None = None
+    then: str | None = None
     values: dict[str, Any] | None = None
     until: str | None = None
     hash: bool = False
@@ -68,7 +70,7 @@ class FieldSpec(BaseModel):
             raise ValueError("each needs the path of the list")
         if self.until is not None and self.path is None:
             raise ValueError("until needs the path of the start")
-        for expression in (self.path, self.until):
+        for expression in (self.path, self.until, self.then):
             if expression is not None:
                 jmespath.compile(expression)  # a bad expression fails the mapping, not every record
         if self.format is not None and self.format not in (*EPOCH_UNITS, "iso") and "%" not in self.format:
@@ -145,6 +147,8 @@ def _described(specs: dict[str, FieldSpec], prefix: str) -> list[tuple[str, str]
         else:
             where = (spec.path if spec.path is not None else "(position)" if spec.position
                      else f"(constant {json.dumps(spec.value, default=str)})")
+            if spec.then is not None:
+                where = f"{where} | {spec.then}"
             if spec.until is not None:
                 where = f"{where} → {spec.until}"
             found.append((f"{prefix}{name}", where))
@@ -212,6 +216,10 @@ def _value(node: Any, spec: FieldSpec, target: str, mapped: MappedRecord, positi
         return None
     if spec.type is not None:
         value = _typed(value, spec.type)
+    if spec.then is not None:
+        value = compiled_path(spec.then).search(value)
+        if value is None:
+            return None
     if spec.each is not None:
         if not isinstance(value, list):
             raise TypeError(f"not a list but {type(value).__name__}")

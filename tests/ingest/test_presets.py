@@ -39,7 +39,7 @@ def _ingested(tmp_path: Path, preset: str, files: list[Path]) -> duckdb.DuckDBPy
 
 
 def test_every_preset_loads_and_prints():
-    assert set(PRESETS) >= {"phoenix-spans"}
+    assert set(PRESETS) >= set(EXPORTS)
     for name in PRESETS:
         load_mapping(preset_path(name))
         printed = CliRunner().invoke(main, ["ingest", "preset", name])
@@ -48,14 +48,20 @@ def test_every_preset_loads_and_prints():
     assert unknown.exit_code == 1 and "no preset 'splunk'" in unknown.output
 
 
-def test_phoenix_spans_parquet_and_jsonl_give_the_apps_traces_once(tmp_path):
-    truth = _truth("phoenix")
-    con = _ingested(tmp_path, "phoenix-spans", [FIXTURES / "phoenix" / "spans.parquet",
-                                                FIXTURES / "phoenix" / "spans.jsonl"])
+EXPORTS = {"phoenix-spans": ("phoenix", ["spans.parquet", "spans.jsonl"]),
+           "mlflow-traces": ("mlflow", ["traces.parquet", "traces.jsonl.gz"])}
+RATINGS = {"mlflow-traces": {"thumbs_up": "positive", "thumbs_down": "negative"}}  # Phoenix: in another export
+
+
+@pytest.mark.parametrize("preset", sorted(EXPORTS))
+def test_a_tools_export_in_both_formats_gives_the_apps_traces_once(tmp_path, preset):
+    tool, names = EXPORTS[preset]
+    truth = _truth(tool)
+    con = _ingested(tmp_path, preset, [FIXTURES / tool / name for name in names])
     stored = con.execute("""SELECT trace_id, original_query, answer, session_id, user_id,
                                    strftime("timestamp", '%Y-%m-%d') AS day, status, rewritten_query, latency_ms
                             FROM raw_traces""").df().set_index("trace_id")
-    assert set(stored.index) == set(truth)  # the JSONL's copies are duplicates, not new traces
+    assert set(stored.index) == set(truth)  # the second format's copies are duplicates, not new traces
     assert con.execute("SELECT count(*) FROM trace_duplicates").fetchall() == [(len(truth),)]
     assert con.execute("SELECT count(*) FROM quarantine").fetchall() == [(0,)]
     for trace_id, known in truth.items():
@@ -64,11 +70,15 @@ def test_phoenix_spans_parquet_and_jsonl_give_the_apps_traces_once(tmp_path):
         assert (row.answer if isinstance(row.answer, str) else None) == known["answer"]
         assert (row.session_id, row.user_id, str(row.day)) == (known["session_id"], known["user_id"], known["day"])
         assert row.status == known["status"] and row.latency_ms > 0
+        assert row.rewritten_query == (known["rewritten_query"] or known["original_query"]) or not known["retrieval"]
         chunks = con.execute("SELECT chunk_id, doc_id, text, score FROM trace_chunks WHERE trace_id = ? "
                              "ORDER BY rank", [trace_id]).fetchall()
         assert [(c, d, t) for c, d, t, _ in chunks] == [
             (r["id"], r["doc_id"] or r["source"], r["content"]) for r in known["retrieved"]], trace_id
         assert [s for *_, s in chunks] == pytest.approx([r["score"] for r in known["retrieved"]])
+    if preset in RATINGS:
+        rated = dict(con.execute("SELECT trace_id, rating FROM trace_feedback").fetchall())
+        assert rated == {t: RATINGS[preset][k["feedback"]] for t, k in truth.items() if k["feedback"]}
     languages = con.execute("SELECT trace_id, language FROM raw_traces").fetchall()
     right = sum(language == truth[t]["language"] for t, language in languages)
     assert right >= 0.9 * len(truth)  # identified from the query: no language in the export
