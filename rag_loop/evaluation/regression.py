@@ -16,6 +16,7 @@ from rag_loop.evaluation.gates import GateOutcome, baseline_run, compare, evalua
 from rag_loop.evaluation.judges.base import Judge, JudgeUsage
 from rag_loop.evaluation.runner import build_cases, release_of, score_cases, store_run
 from rag_loop.evaluation.settings import EvalError, EvalSettings, load_app
+from rag_loop.evaluation.trust import JudgeTrust, apply_trust, judge_trust
 from rag_loop.logs import Log, quiet
 
 
@@ -34,6 +35,7 @@ class RegressionReport:
     # every gate failure as stored in eval_runs.gate_failures (metric, blocking, slice, value, n,
     # problems), the run's own (deadline, errored results) included
     failures: list[dict[str, Any]] = field(default_factory=list)
+    trust: dict[str, JudgeTrust] = field(default_factory=dict)  # per gated metric, with a trust floor
 
     @property
     def blocked(self) -> bool:
@@ -64,6 +66,11 @@ def run_regression(con: duckdb.DuckDBPyConnection, goldens_dir: Path, judge: Jud
     judge.close(con)
     usage = judge.usage
     description["calibration"] = latest_calibration(con, description["model"])  # vs humans, if known
+    trust: dict[str, JudgeTrust] = {}
+    if settings.trust is not None:  # vs curators' grades of this judge version's online verdicts
+        from rag_loop.online.judgments import judge_version
+        trust = judge_trust(con, [g.metric for g in settings.gates], judge_version(judge)[1], settings.trust)
+        description["trust"] = {metric: t.words() for metric, t in trust.items()}
     run_id = store_run(con, run, cases, {
         "release_version": release, "release_sha256": sha256, "mode": settings.mode,
         "rag_app": settings.rag_app if settings.mode == "live" else "replay",
@@ -83,6 +90,8 @@ def run_regression(con: duckdb.DuckDBPyConnection, goldens_dir: Path, judge: Jud
     outcomes = evaluate_gates(table, settings.gates)
     failures = [{"metric": o.gate.metric, "blocking": o.gate.blocking, **f}
                 for o in outcomes for f in o.failures]
+    if settings.trust is not None:
+        failures = apply_trust(failures, trust, settings.trust)
     total = len(results)
     untrusted = bool(total) and run.errored / total > settings.max_error_rate
     if run.unfinished:  # cut off by its deadline: blocked, never a baseline
@@ -98,7 +107,7 @@ def run_regression(con: duckdb.DuckDBPyConnection, goldens_dir: Path, judge: Jud
     con.execute("UPDATE eval_runs SET blocked = ?, gate_failures = ?, gates_not_evaluated = ? WHERE run_id = ?",
                 [any(f["blocking"] for f in failures), json.dumps(failures), json.dumps(not_evaluated), run_id])
     report = RegressionReport(run_id, release, baseline_id, table, flipped, outcomes, usage,
-                              len(cases), run.errored, run.seconds, failures)
+                              len(cases), run.errored, run.seconds, failures, trust)
     if untrusted:
         raise EvalError(f"{run.errored}/{total} results errored (> {settings.max_error_rate:.0%}); "
                         f"run {run_id} is stored but cannot be trusted")

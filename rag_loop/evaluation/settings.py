@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rag_loop.evaluation.gates import Gate
+from rag_loop.evaluation.trust import TrustSettings
 
 OFFLINE_JUDGE = "offline-evidence-rules-v3"  # bump when a rule changes: online judging re-judges
 
@@ -57,6 +58,7 @@ class EvalSettings:
     max_error_rate: float = 0.05
     severe_below: float = 0.3
     deadline_seconds: float | None = None  # the run ends at this limit with what it has scored
+    trust: TrustSettings | None = None  # a trust floor for the gates' judge (None: every gate blocks as set)
 
     def __post_init__(self) -> None:
         if self.mode not in ("live", "replay"):

@@ -28,6 +28,7 @@ import pandas as pd
 from rag_loop.drift.checks import Verdict
 from rag_loop.engines.engine import DuckDBEngine, Engine
 from rag_loop.engines.estimates import SEPARATOR, DaySlices, app_cost_expression, population_expression
+from rag_loop.evaluation.trust import TrustSettings, judge_trust
 from rag_loop.selection.estimates import DEFAULT_SLICES, wilson_interval
 from rag_loop.selection.sampling import DIAGNOSTIC_STREAMS
 from rag_loop.selection.signals import SLICE_COLUMNS
@@ -46,6 +47,7 @@ class OnlineQualitySettings:
     slo_estimator: str = "random"  # or "horvitz_thompson"
     daily_budget_usd: float | None = None  # evaluation cost per day; None: no check
     judge_version: str | None = None  # None: the version of the newest judging run
+    trust: TrustSettings | None = None  # a trust floor: an untrusted judge's breach warns, never pages (ERROR)
 
     def __post_init__(self) -> None:
         if self.slo_estimator not in ("random", "horvitz_thompson"):
@@ -197,12 +199,20 @@ def slo_verdict(con: duckdb.DuckDBPyConnection, day: date, version: str,
     counted = table[table["n"] >= settings.min_sample]
     breaches = counted[counted["pass_rate"] < counted["target"]].copy()
     breaches["severity"] = np.where(breaches["ci_high"] < breaches["target"], "ERROR", "WARN")
+    trust = judge_trust(con, list(settings.slo_targets), version, settings.trust) if settings.trust else {}
+    if trust:  # beside each breach, how well its judge agrees with curators
+        breaches["judge"] = breaches["metric"].map(lambda m: trust[m].words() if m in trust else "")
+        untrusted = breaches["metric"].map(lambda m: m in trust and not trust[m].trusted).astype(bool)
+        if settings.trust.untrusted == "warn":
+            breaches.loc[untrusted, "severity"] = "WARN"  # reported, pages no one
     overall = counted[counted["slice"] == "all"]
     n = int(overall["n"].min()) if len(overall) else int(counted["n"].max()) if len(counted) else 0
     details = {"window": window, "estimator": settings.slo_estimator,
                "slices_checked": int(len(counted)), "below_min_sample": int(len(table) - len(counted)),
                "breaches": breaches[["slice", "slice_value", "metric", "n", "pass_rate", "ci_low",
-                                     "ci_high", "target", "severity"]].round(4).to_dict("records")}
+                                     "ci_high", "target", "severity", *(["judge"] if trust else [])]
+                                    ].round(4).to_dict("records"),
+               **({"judge_trust": {m: t.words() for m, t in trust.items()}} if trust else {})}
     if breaches.empty:
         return Verdict("online_slo", float(overall["pass_rate"].min()) if len(overall) else None, n,
                        note=f"every slice within target in {window}" if len(counted)
@@ -214,7 +224,11 @@ def slo_verdict(con: duckdb.DuckDBPyConnection, day: date, version: str,
     return Verdict("online_slo", float(worst["pass_rate"]), int(worst["n"]), True, severity,
                    f"{len(breaches)} slice × metric under target in {window}; worst "
                    f"{worst['metric']} {worst['slice_value']}: {worst['pass_rate']:.3f} < "
-                   f"{worst['target']:g} (n={int(worst['n'])})", details)
+                   f"{worst['target']:g} (n={int(worst['n'])})"
+                   + (f"; {trust[worst['metric']].words()}" if worst["metric"] in trust else "")
+                   + ("" if worst["metric"] not in trust or trust[worst["metric"]].trusted
+                      or settings.trust is None or settings.trust.untrusted == "block" else ": pages no one"),
+                   details)
 
 
 def cost_row(con: duckdb.DuckDBPyConnection, day: date, version: str, engine: Engine) -> pd.DataFrame:

@@ -27,6 +27,7 @@ from rag_loop.evaluation.settings import (
     EvalError,
     EvalSettings,
 )
+from rag_loop.evaluation.trust import TrustSettings
 from rag_loop.reporting import plots
 from rag_loop_dagster.assets.online import DEFAULT_METRICS
 from rag_loop_dagster.assets.resources import (
@@ -74,6 +75,12 @@ class EvalConfig(Config):
                             "scored; the cases left are errored and the run is blocked. Null: no limit.")
     max_error_rate: float = Field(0.05, description="Above this share of errored results the "
                                                     "run fails.")
+    trust_min_kappa: float = Field(0.6, description="The trust floor: a graded metric's judge agrees with "
+                                                    "curators at least this much (Cohen's kappa) ...")
+    trust_min_grades: int = Field(30, description="... on at least this many graded verdicts.")
+    untrusted_judge: Literal["warn", "block"] = Field(
+        "warn", description="A failed gate whose judge is under the floor: reported, does not block "
+                            "(warn), or blocks as before (block).")
 
     def settings(self, rag_app: RagAppResource) -> EvalSettings:
         thresholds = {**self.thresholds, **dict.fromkeys(self.monitoring_only)}
@@ -81,7 +88,8 @@ class EvalConfig(Config):
                  for values in map(config_entry, self.gates)]
         return EvalSettings(self.release, self.mode, rag_app.target(), dict(rag_app.config),
                             thresholds, gates, self.baseline_run or None, self.concurrency,
-                            self.max_error_rate, deadline_seconds=self.deadline_seconds)
+                            self.max_error_rate, deadline_seconds=self.deadline_seconds,
+                            trust=TrustSettings(self.trust_min_kappa, self.trust_min_grades, self.untrusted_judge))
 
 
 # A run its hard gates block ends with a Failure saying why, after everything is recorded:
@@ -166,6 +174,10 @@ def _evaluate(context: AssetExecutionContext, config: EvalConfig, duckdb: DuckDB
             report.flipped[["metric", "input", "baseline_score", "score"]].head(20).to_markdown(index=False)
             if len(report.flipped) else "no case flipped from pass to fail"),
     }
+    metadata["judge_trust"] = MetadataValue.md(pd.DataFrame([
+        {"metric": t.metric, "judge": t.status, "kappa": t.kappa, "ci_low": t.ci_low, "ci_high": t.ci_high,
+         "grades": t.n, "why": t.why} for t in report.trust.values()]).round(3).to_markdown(index=False)
+        if report.trust else "no trust floor")
     unevaluated = [{"metric": o.gate.metric, **u} for o in report.gates for u in o.not_evaluated]
     metadata["gates_not_evaluated"] = len(unevaluated)
     checks = [_gate_check(report, blocking=True), _gate_check(report, blocking=False),

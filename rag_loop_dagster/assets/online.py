@@ -16,6 +16,7 @@ from pydantic import Field
 
 from rag_loop.evaluation.alignment import Alignment, load_alignment
 from rag_loop.evaluation.settings import OFFLINE_THRESHOLDS
+from rag_loop.evaluation.trust import TrustSettings
 from rag_loop.online.judgments import JudgingSettings, OnlineMetric
 from rag_loop.online.quality import OnlineQualitySettings, online_quality_day
 from rag_loop.selection.estimates import DEFAULT_SLICES, parse_slices
@@ -139,11 +140,17 @@ class OnlineQualityConfig(Config):
     daily_budget_usd: float | None = Field(SamplingPolicy().daily_budget_usd,
                                            description="Evaluation cost per day; null: no check.")
     judge_version: str = Field("", description="Empty: the newest judging run's version.")
+    trust_min_kappa: float = Field(0.6, description="The trust floor: a metric's judge agrees with "
+                                                    "curators' grades at least this much (Cohen's kappa) ...")
+    trust_min_grades: int = Field(30, description="... on at least this many graded verdicts.")
+    untrusted_judge: str = Field("warn", description='A breach whose judge is under the floor: "warn" '
+                                                     '(never ERROR: pages no one) or "block" (as before).')
 
     def settings(self) -> OnlineQualitySettings:
         return OnlineQualitySettings(parse_slices(self.slices), 0.95, dict(self.slo_targets),
                                      self.window_days, self.min_sample, self.slo_estimator,
-                                     self.daily_budget_usd, self.judge_version or None)
+                                     self.daily_budget_usd, self.judge_version or None,
+                                     TrustSettings(self.trust_min_kappa, self.trust_min_grades, self.untrusted_judge))
 
 
 _CHART_SQL = """PIVOT (SELECT day, metric || ' (' || estimator || ')' AS series, pass_rate

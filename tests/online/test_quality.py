@@ -139,3 +139,27 @@ def test_one_random_rate_gives_the_plain_proportion_and_wilson_interval():
     low, high = wilson_interval(np.array([passes]), np.array([n]))
     assert row["n"] == n and row["pass_rate"] == pytest.approx(passes / n)
     assert (row["ci_low"], row["ci_high"]) == (pytest.approx(low[0]), pytest.approx(high[0]))
+
+
+def test_a_breach_of_an_untrusted_judge_says_so_and_pages_no_one_unless_asked():
+    """Issue 45: beside the SLO verdict, how well the judge agrees with curators; a judge under
+    the trust floor warns (never ERROR) unless the setting keeps it paging."""
+    from rag_loop.evaluation.trust import TrustSettings
+    from rag_loop.store.ddl import GRADE_AGREEMENT_COLUMNS
+    bad, _ = judged_population(3, n=3000, fail_rate=0.4)
+    con = _database([bad])
+    targets = {"Faithfulness": 0.9}
+    con.execute(f"CREATE TABLE judge_grade_agreement ({GRADE_AGREEMENT_COLUMNS})")
+    con.execute("INSERT INTO judge_grade_agreement (metric, judge_version, language, n, kappa, ci_low, ci_high) "
+                "VALUES ('Faithfulness', 'v1', 'all', 40, 0.2, 0.0, 0.4)")
+    warned = slo_verdict(con, DAY, "v1", OnlineQualitySettings(slo_targets=targets, trust=TrustSettings()))
+    assert warned.fired and warned.severity == "WARN"
+    assert warned.note.endswith("judge not trusted: kappa 0.20 [0.00, 0.40], n=40, under the 0.6 floor: pages no one")
+    assert {b["severity"] for b in warned.details["breaches"]} == {"WARN"}
+    paging = slo_verdict(con, DAY, "v1", OnlineQualitySettings(slo_targets=targets,
+                                                               trust=TrustSettings(untrusted="block")))
+    assert paging.severity == "ERROR" and "judge not trusted" in paging.note
+    con.execute("UPDATE judge_grade_agreement SET kappa = 0.8, ci_low = 0.7, ci_high = 0.9")
+    trusted = slo_verdict(con, DAY, "v1", OnlineQualitySettings(slo_targets=targets, trust=TrustSettings()))
+    assert trusted.severity == "ERROR"
+    assert trusted.note.endswith("judge agrees with curators: kappa 0.80 [0.70, 0.90], n=40")
