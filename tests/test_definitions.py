@@ -8,6 +8,8 @@ def test_definitions_load():
     repo = defs.get_repository_def()
     assert {"ingest_job", "rag_loop_job"} <= {j.name for j in repo.get_all_jobs()}
     assert defs.get_sensor_def("new_trace_files_sensor")
+    for job in repo.job_names:  # a job selecting part of a stage's tables does not resolve
+        assert defs.resolve_job_def(job).name == job
 
 
 def test_every_table_the_loop_writes_is_a_declared_asset(demo_run):

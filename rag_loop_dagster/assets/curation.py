@@ -120,6 +120,6 @@ def new_label_files_sensor(context: SensorEvaluationContext, paths: RagLoopPaths
 
 
 label_job = define_asset_job("label_job", tags=DUCKDB_WRITER,
-                             selection=AssetSelection.assets(curated_labels, "judge_calibration",
-                                                             "judge_agreement", "judge_grade_agreement"),
+                             selection=AssetSelection.assets(curated_labels, "judge_calibration")
+                             .required_multi_asset_neighbors(),  # a stage's part tables come with it
                              description="Store new curator label files; compare curators with the judge.")

@@ -107,7 +107,6 @@ def golden_releases(duckdb: DuckDBResource, paths: RagLoopPaths) -> MaterializeR
 release_goldens = define_asset_job(
     "release_goldens", tags=DUCKDB_WRITER,
     selection=AssetSelection.assets(curated_labels, golden_release, golden_releases,
-                                    "judge_calibration", "judge_agreement",
-                                    "judge_grade_agreement"),
+                                    "judge_calibration").required_multi_asset_neighbors(),
     description="Curators: store new labels, compare them with the judge (judge_calibration) and "
                 "make the next golden release (run config: notes, released_by).")
