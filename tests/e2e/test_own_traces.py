@@ -1,14 +1,17 @@
-"""A user's own traces, end to end: OTLP files from real instrumentations, no knowledge base,
-their RAG service over HTTP, and not one piece of the demo."""
+"""A user's own traces, end to end: OTLP files from real instrumentations and an MLflow export
+read through its mapping preset, no knowledge base, their RAG service over HTTP, and not one
+piece of the demo."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
 import duckdb
 import pytest
 
+from rag_loop.ingest.presets import preset_path
 from tests.helpers import PROJECT
 from tests.helpers.standin_rag import RagService
 
@@ -16,10 +19,15 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def test_the_loop_runs_on_own_traces_and_evaluates_an_http_service_without_the_demo(tmp_path):
+    traces = tmp_path / "traces"
+    shutil.copytree(PROJECT / "tests" / "fixtures" / "otlp" / "traces", traces / "otlp")
+    (traces / "mlflow").mkdir()
+    shutil.copy(PROJECT / "tests" / "fixtures" / "mlflow" / "traces.parquet", traces / "mlflow")
+    shutil.copy(preset_path("mlflow-traces"), traces / "mlflow" / "rag-loop-mapping.yaml")
     service = RagService()
     try:
         env = {**os.environ, "RAG_LOOP_HOME": str(tmp_path / "home"),  # the lake and anything else unnamed
-               "RAG_LOOP_TRACES_DIR": str(PROJECT / "tests" / "fixtures" / "otlp" / "traces"),
+               "RAG_LOOP_TRACES_DIR": str(traces),
                "RAG_LOOP_KB_DIR": "", "RAG_LOOP_DB": str(tmp_path / "own.duckdb"),
                "RAG_LOOP_CURATION_DIR": str(tmp_path / "curation"),
                "RAG_LOOP_GOLDENS_DIR": str(tmp_path / "goldens"),
@@ -39,14 +47,16 @@ def test_the_loop_runs_on_own_traces_and_evaluates_an_http_service_without_the_d
     asked = [r["body"]["query"] for r in service.requests]
     assert len(asked) == 6 and all(r["path"] == "/ok" for r in service.requests)
     with duckdb.connect(str(tmp_path / "own.duckdb"), read_only=True) as con:
-        assert con.execute("SELECT count(*) FROM raw_traces").fetchall() == [(132,)]
+        assert con.execute("SELECT source_format, count(*) FROM raw_traces GROUP BY 1 ORDER BY 1").fetchall() == [
+            ("mapped", 37), ("otlp", 132)]
         assert con.execute("SELECT count(*) FROM quarantine").fetchall() == [(0,)]
         assert con.execute("SELECT count(*) FROM documents").fetchall() == [(0,)]
         queued, texts = con.execute("SELECT count(*), count(DISTINCT lower(trim(input))) "
                                     "FROM curation_queue").fetchall()[0]
         assert queued >= 6 and queued == texts  # one row per text
         languages = con.execute("SELECT count(*) FILTER (language = 'vi'), count(*) FILTER (language = 'en'), "
-                                "count(*) FILTER (language_source = 'detected') FROM raw_traces").fetchall()[0]
+                                "count(*) FILTER (language_source = 'detected') FROM raw_traces "
+                                "WHERE source_format = 'otlp'").fetchall()[0]
         assert languages[0] == 27 and languages[1] >= 99 and languages[2] == 132  # truth: 27 vi, 105 en
         runs = con.execute("SELECT rag_app, release_version FROM eval_runs").fetchall()
         assert runs == [(service.url + "/ok", "v0001")]
