@@ -349,3 +349,23 @@ def release_coverage_change(con: duckdb.DuckDBPyConnection, goldens_dir: Path, v
     index = versions.index(version)
     parent = release_goldens(goldens_dir, versions[index - 1]) if index else GoldenSet(None)
     return coverage_change(con, release_goldens(goldens_dir, version), parent, days)
+
+
+INTENT_COVERAGE_FILE = "intent_coverage.parquet"  # in the reports folder, for the curators' workspace
+
+
+def intent_coverage(con: duckdb.DuckDBPyConnection, goldens: GoldenSet) -> pd.DataFrame:
+    """Per intent over every stored day: its volume (Σ 1/π), days seen, whether `goldens`
+    covers it and the volume it leaves uncovered (what the workspace's intents page sorts by)."""
+    columns = ["cluster_id", "volume", "days", "covered", "uncovered_volume", "release"]
+    if not has_table(con, "golden_coverage_intents"):
+        return pd.DataFrame(columns=columns)
+    frame = con.execute("""
+        SELECT cluster_id, sum(volume) AS volume, count(DISTINCT day) AS days
+        FROM golden_coverage_intents WHERE slice = 'all' GROUP BY 1 ORDER BY 2 DESC, 1""").df()
+    covered, _ = golden_intents(con, goldens) if goldens.version else (None, 0)
+    frame["covered"] = pd.array([None if covered is None else c in covered for c in frame["cluster_id"]],
+                                dtype="boolean")
+    frame["uncovered_volume"] = frame["volume"].where(frame["covered"].ne(True).to_numpy(dtype=bool), 0.0)
+    frame["release"] = goldens.version
+    return frame[columns]

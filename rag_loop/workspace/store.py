@@ -50,7 +50,7 @@ LIMITS = {"expected_output": (SHOWN_CHARS, "a page shows 20,000 characters of a 
                                            "output could not be read back in full"),
           "reject_reason": (2_000, "a reason, not a document: the text it is about is in the trace")}
 MAX_LISTED = {"expected_sources": 100, "tags": 50}
-INTENT_SORTS = ("volume", "failure_rate", "judged_pass_rate", "trend", "size")
+INTENT_SORTS = ("volume", "uncovered_volume", "failure_rate", "judged_pass_rate", "trend", "size")
 RUN_ID = re.compile(r"^[\w-]{1,100}$")  # an eval run id names a file: no dots, no slashes
 # what the queue page lists: the wide columns (context, details) stay in the file
 LISTED = "trace_id, batch, priority, language, input, cluster_id, cluster_label, cluster_size, suggested_failure_type"
@@ -356,10 +356,24 @@ class Workspace:
         if not path.exists():
             return []
         column = sort if sort in INTENT_SORTS else "volume"
+        # golden coverage (issue 48, the golden_coverage asset's export): the volume no golden covers
+        coverage = self.reports_dir / "intent_coverage.parquet" if self.reports_dir else None
+        found = ("SELECT cluster_id, uncovered_volume, covered, release AS coverage_release "
+                 f"FROM read_parquet('{coverage.as_posix().replace(chr(39), chr(39) * 2)}')"
+                 if coverage and coverage.is_file() else None)
+        none = ("SELECT NULL::VARCHAR AS cluster_id, NULL::DOUBLE AS uncovered_volume, NULL::BOOLEAN AS covered, "
+                "NULL::VARCHAR AS coverage_release")
         with self._sql() as con:
-            return con.execute(f"""SELECT * FROM read_parquet($path) WHERE $singletons OR NOT is_singleton
-                                   ORDER BY {column} DESC NULLS LAST, cluster_id""",
-                               {"path": str(path), "singletons": singletons}).df().to_dict("records")
+            for joined in ([found] if found else []) + [none]:  # an unreadable export: the page without it
+                try:
+                    return con.execute(f"""SELECT * FROM read_parquet($path) LEFT JOIN ({joined}) USING (cluster_id)
+                                           WHERE $singletons OR NOT is_singleton
+                                           ORDER BY {column} DESC NULLS LAST, cluster_id""",
+                                       {"path": str(path), "singletons": singletons}).df().to_dict("records")
+                except duckdb.Error:
+                    if joined == none:
+                        raise
+        return []
 
     def eval_runs(self) -> list[dict]:
         """Every exported eval run (`<reports>/eval-*.parquet`), newest first."""

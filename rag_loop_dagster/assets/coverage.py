@@ -3,12 +3,22 @@ by intent and slice, with a check that warns when covered traffic falls under a 
 
 from pathlib import Path
 
+import pyarrow as pa
 from dagster import AssetExecutionContext, AssetSelection, Config, MaterializeResult, MetadataValue, define_asset_job
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
 from rag_loop.drift.checks import Limit
-from rag_loop.goldens.coverage import CHECK, CoverageSettings, coverage_day, largest_uncovered, release_goldens
+from rag_loop.goldens.coverage import (
+    CHECK,
+    INTENT_COVERAGE_FILE,
+    CoverageSettings,
+    coverage_day,
+    intent_coverage,
+    largest_uncovered,
+    release_goldens,
+)
+from rag_loop.store.files import write_parquet_atomically
 from rag_loop_dagster.assets.daily import DAILY, check_specs, daily, day_checks, partition_days, series_chart
 from rag_loop_dagster.assets.resources import DUCKDB_WRITER, RagLoopPaths
 from rag_loop_dagster.assets.stage import stage_asset
@@ -63,10 +73,13 @@ def golden_coverage(context: AssetExecutionContext, config: CoverageConfig, duck
             FROM golden_coverage WHERE slice = 'all' AND day IN (SELECT unnest($days::DATE[]))
             ORDER BY day""", {"days": days}).df()
         uncovered = largest_uncovered(con, days)
+        export = Path(paths.reports_dir) / INTENT_COVERAGE_FILE  # the workspace's intents page sorts by it
+        write_parquet_atomically(pa.Table.from_pandas(intent_coverage(con, goldens), preserve_index=False), export)
     shares = per_day["covered_share"].dropna()
     return MaterializeResult(metadata={
         **result.metadata, "release": goldens.version or "none",
         "covered_share_mean": float(shares.mean()) if len(shares) else -1.0,
+        "workspace_export": MetadataValue.path(str(export)),
         "per_day": MetadataValue.md(per_day.to_markdown(index=False) if len(per_day) else "no day"),
         "largest_uncovered": MetadataValue.md(uncovered.to_markdown(index=False) if len(uncovered)
                                               else "none")},

@@ -246,6 +246,8 @@ def test_the_asset_writes_its_tables_and_its_check_warns_or_says_not_evaluated(t
     assert not unknown.passed and unknown.description == "not evaluated: no traffic on the day"
     with duckdb.connect(str(database), read_only=True) as con:
         assert con.execute("SELECT count(DISTINCT day) FROM golden_coverage_intents").fetchall() == [(1,)]
+    exported = pd.read_parquet(tmp_path / "r" / "intent_coverage.parquet").set_index("cluster_id")
+    assert exported["uncovered_volume"].to_dict() == {"B": 60.0, "A": 0.0} and exported.loc["A", "covered"]
 
 
 def test_a_release_against_its_parent_on_the_same_window(tiny, tmp_path):

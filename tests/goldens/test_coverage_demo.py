@@ -32,3 +32,33 @@ def test_the_surge_is_uncovered_and_coverage_rises_with_the_releases(demo_releas
     report = (Path(paths.reports_dir) / "release-v0002.html").read_text(encoding="utf-8")
     assert "Coverage of production" in report and "covered by v0001" in report
     assert f"{overall['v0002']['share']:.1%} of the traffic of 2026-11-01 .. 2026-11-14" in report
+
+
+def test_the_asset_on_the_demo_feeds_the_workspaces_intents_sorted_by_uncovered_volume(demo_run, demo_releases,
+                                                                                      tmp_path):
+    import shutil
+
+    from dagster import materialize
+    from dagster_duckdb import DuckDBResource
+
+    from rag_loop.workspace.app import create_app
+    from rag_loop.workspace.store import Workspace
+    from rag_loop_dagster.assets.coverage import golden_coverage
+    from tests.workspace.conftest import client_of
+    root, paths = demo_releases
+    result = materialize([golden_coverage], partition_key=SURGE.isoformat(),
+                         resources={"duckdb": DuckDBResource(database=str(root / "rag.duckdb")), "paths": paths})
+    assert result.success
+    [check] = result.get_asset_check_evaluations()
+    assert check.metadata["n"].value == 200 and check.metadata["days_not_evaluated"].value == []
+    shutil.copytree(Path(demo_run[2].curation_dir) / "queue", tmp_path / "curation" / "queue")
+    workspace = Workspace(tmp_path / "curation", Path(paths.reports_dir))
+    ranked = workspace.intents("uncovered_volume")
+    uncovered = [c["uncovered_volume"] for c in ranked if c["covered"] is False]
+    assert uncovered and uncovered == sorted(uncovered, reverse=True)
+    assert {c["coverage_release"] for c in ranked if c["covered"] is not None} == {"v0002"}
+    assert any(c["covered"] is True for c in ranked)
+    page = client_of(create_app(workspace)).get("/intents", params={"sort": "uncovered_volume"}).text
+    assert 'class="current-sort">uncovered_volume' in page and "covered (v0002)" in page
+    (Path(paths.reports_dir) / "intent_coverage.parquet").write_bytes(b"not parquet")  # unreadable: left out
+    assert workspace.intents("uncovered_volume")[0]["covered"] is None
