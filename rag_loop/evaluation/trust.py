@@ -75,25 +75,34 @@ def judge_trust(con: duckdb.DuckDBPyConnection, metrics: Iterable[str], judge_ve
         rows = {r[0]: r[1:] for r in con.execute(
             "SELECT metric, n, kappa, ci_low, ci_high FROM judge_grade_agreement "
             "WHERE language = ? AND judge_version = ?", [ALL_LANGUAGES, judge_version]).fetchall()}
-    trust = {}
-    for metric in dict.fromkeys(metrics):
-        if metric not in settings.graded_metrics:
-            trust[metric] = JudgeTrust(metric, judge_version, "not graded",
-                                       why="curators grade only the online judge's verdicts")
-            continue
-        n, kappa, low, high = rows.get(metric, (0, None, None, None))
-        n = int(n or 0)
-        if n < settings.min_grades:
-            why = f"{n} grades, fewer than the {settings.min_grades} the floor needs"
-        elif kappa is None:
-            why = f"kappa undefined on {n} grades (curators and judge gave one verdict only)"
-        elif kappa < settings.min_kappa:
-            why = f"under the {settings.min_kappa:g} floor"
-        else:
-            why = ""
-        trust[metric] = JudgeTrust(metric, judge_version, "not trusted" if why else "trusted", n, kappa, low, high,
-                                   why)
-    return trust
+    return {metric: decide(metric, judge_version, *rows.get(metric, (0, None, None, None)), settings=settings)
+            for metric in dict.fromkeys(metrics)}
+
+
+def decide(metric: str, judge_version: str, n: int | None, kappa: float | None, ci_low: float | None = None,
+           ci_high: float | None = None, settings: TrustSettings = TrustSettings()) -> JudgeTrust:
+    """A metric's trust from its agreement figures (all languages, one judge version)."""
+    if metric not in settings.graded_metrics:
+        return JudgeTrust(metric, judge_version, "not graded", why="curators grade only the online judge's verdicts")
+    n = int(n or 0)
+    if n < settings.min_grades:
+        why = f"{n} grades, fewer than the {settings.min_grades} the floor needs"
+    elif kappa is None:
+        why = f"kappa undefined on {n} grades (curators and judge gave one verdict only)"
+    elif kappa < settings.min_kappa:
+        why = f"under the {settings.min_kappa:g} floor"
+    else:
+        why = ""
+    return JudgeTrust(metric, judge_version, "not trusted" if why else "trusted", n, kappa, ci_low, ci_high, why)
+
+
+def trust_in_rows(rows: Iterable[Mapping[str, Any]], metric: str, judge_version: str,
+                  settings: TrustSettings = TrustSettings()) -> JudgeTrust:
+    """`decide` from exported agreement rows (the workspace's `judge-agreement.json`)."""
+    found = next((r for r in rows if r.get("metric") == metric and r.get("judge_version") == judge_version
+                  and r.get("language") == ALL_LANGUAGES), {})
+    return decide(metric, judge_version, found.get("n") if isinstance(found.get("n"), int) else 0,
+                  found.get("kappa"), found.get("ci_low"), found.get("ci_high"), settings)
 
 
 def apply_trust(failures: Sequence[Mapping[str, Any]], trust: Mapping[str, JudgeTrust],

@@ -21,6 +21,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from rag_loop.curation.label_rules import OWN_VERDICT_METRICS
+from rag_loop.evaluation.trust import JudgeTrust, trust_in_rows
 from rag_loop.goldens.release import release_request_errors
 from rag_loop.schema import FailureType, Origin
 from rag_loop.store.releases import release_versions
@@ -125,18 +126,18 @@ def create_app(workspace: Workspace, token: str | None = None,
             try:
                 checked = workspace.save_label(request.state.curator, trace_id, answer)
             except OSError as error:  # a full disk: say so, and give the text back
-                return page(request, "trace.html", 503, row=row, answer=answer, **_help(workspace, trace_id, answer),
+                return page(request, "trace.html", 503, row=row, answer=answer, **_help(workspace, row, answer),
                             errors=[f"the label could not be written ({error.strerror or error}): nothing "
                                     "was saved; try again once the disk has room"])
             if checked.errors:
                 return page(request, "trace.html", 422, row=row, errors=checked.errors, answer=answer,
-                            **_help(workspace, trace_id, answer))
+                            **_help(workspace, row, answer))
             following = _next_url(workspace, trace_id)
             saved = urlencode({"saved": trace_id, "as": answer["decision"]})
             return RedirectResponse(f"{following}{'&' if '?' in following else '?'}{saved}", status_code=303)
         saved = request.query_params.get("saved")
         return page(request, "trace.html", row=row, errors=[], answer={}, saved=saved,
-                    saved_as=request.query_params.get("as", ""), **_help(workspace, trace_id, {}))
+                    saved_as=request.query_params.get("as", ""), **_help(workspace, row, {}))
 
     async def check(request: Request) -> Response:
         trace_id = _trace_id(request)
@@ -326,16 +327,27 @@ def _grades(form: dict[str, list[str]]) -> list[dict[str, str]]:
     return list(metrics.values())
 
 
-def _help(workspace: Workspace, trace_id: str, answer: dict) -> dict:
+def _help(workspace: Workspace, row: dict, answer: dict) -> dict:
+    trace_id = row["trace_id"]
     newest = newest_release(workspace.goldens_dir)
     decision = workspace.decisions().get(trace_id)
-    return {"own_verdict_metrics": OWN_VERDICT_METRICS,
+    return {"own_verdict_metrics": OWN_VERDICT_METRICS, "trust": _trust(workspace, row),
             "graded": _graded(answer.get("judge_grades", []) if answer
                               else decision.judge_grades if decision else ()),
             "release": newest.version, "golden": newest.goldens.get(trace_id), "release_problem": newest.problem,
             "failure_types": [(f.value, FAILURE_TYPE_HELP.get(f.value, "")) for f in FailureType],
             "origins": [(o.value, ORIGIN_HELP.get(o.value, "")) for o in Origin],
             "decision": decision}
+
+
+def _trust(workspace: Workspace, row: dict) -> dict[str, JudgeTrust]:
+    """Per metric the judge scored on the trace, how well that judge version agrees with
+    curators (the exported agreement, the default trust floor): said beside each verdict, and
+    beside a P1 priority the judge's Faithfulness verdict raised."""
+    verdicts = row.get("judge_scores") if isinstance(row.get("judge_scores"), dict) else {}
+    rows = workspace.judge_agreement()[0] if verdicts else []
+    return {metric: trust_in_rows(rows, metric, str(verdict.get("judge_version") or ""))
+            for metric, verdict in verdicts.items() if isinstance(verdict, dict)}
 
 
 def _graded(grades) -> dict[str, dict[str, str]]:

@@ -101,3 +101,20 @@ def test_the_dashboard_shows_the_agreement_and_survives_a_bad_file(tmp_path):
     for text in ("{", "[]", json.dumps({"rows": "x"})):
         page = _dashboard(tmp_path, text)
         assert 'id="no-agreement"' in page
+
+
+def test_each_verdict_and_a_judge_raised_priority_say_how_far_the_judge_is_trusted(tmp_path):
+    graded_queue(tmp_path)
+    rows = [{"metric": "Faithfulness", "judge_version": "v1", "language": "all", "n": 40, "kappa": 0.2,
+             "ci_low": 0.05, "ci_high": 0.35},
+            {"metric": "Answer Relevancy", "judge_version": "v1", "language": "all", "n": 45, "kappa": 0.7,
+             "ci_low": 0.44, "ci_high": 0.9}]
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "judge-agreement.json").write_text(json.dumps({"format": 1, "rows": rows}))
+    ana = Curator(create_app(Workspace(tmp_path, reports_dir=tmp_path / "reports")), "ana")
+    page = ana.client.get("/trace/t1").text
+    trust = re.findall(r'<span class="meta trust( untrusted)?">([^<]+)</span>', page)
+    assert trust == [(" untrusted", "judge not trusted: kappa 0.20 [0.05, 0.35], n=40, under the 0.6 floor"),
+                     ("", "judge agrees with curators: kappa 0.70 [0.44, 0.90], n=45"),
+                     ("", "judge agreement not measured (curators grade only the online judge&#39;s verdicts)")]
+    assert "raised by the judge's Faithfulness verdict: judge not trusted: kappa 0.20" in page  # P1, unfaithful
