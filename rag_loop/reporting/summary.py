@@ -16,6 +16,19 @@ from rag_loop.ingest.pipeline import (
 )
 
 
+def _print_coverage(con: duckdb.DuckDBPyConnection) -> None:
+    """Golden coverage per day (issue 48) and the largest uncovered intents over those days."""
+    print("Golden coverage per day (share of traffic in intents the release holds a golden of, Σ 1/π):")
+    print(con.sql("""SELECT day, release, traffic, n AS sampled, round(covered_share, 3) AS covered_share,
+                            intents, covered_intents FROM golden_coverage WHERE slice = 'all'
+                     ORDER BY day""").df().to_string(index=False))
+    print("Largest uncovered intents over those days:")
+    print(con.sql("""SELECT cluster_id, any_value(label) AS label, round(sum(volume), 1) AS volume,
+                            count(DISTINCT day) AS days, count(*) FILTER (rising) AS rising_days
+                     FROM golden_coverage_intents WHERE slice = 'all' AND covered IS NOT TRUE
+                     GROUP BY 1 ORDER BY 3 DESC, 1 LIMIT 5""").df().to_string(index=False))
+
+
 def print_summary(path: str, next_steps: bool = False, where: Home | None = None) -> None:
     """Every table's row count, quarantine reasons and rate (against the check's limits),
     selection, clusters, releases, evals, drift; then the next steps as commands to paste."""
@@ -66,6 +79,8 @@ def print_summary(path: str, next_steps: bool = False, where: Home | None = None
                       GROUP BY day) AS q(day, empty_retrieval, fallback, no_citation, stale, timeout)
                   ON q.day = r.day
                 WHERE r.slice = 'all' ORDER BY r.day""").df().to_string(index=False))
+        if "golden_coverage" in tables:
+            _print_coverage(con)
         if "otlp_traces" in tables:
             # the pending traces never assembled: not a scan of every span (on Spark, the lake's)
             pending = "otlp_pending" if "otlp_pending" in tables else "otlp_spans"  # or a database from before it

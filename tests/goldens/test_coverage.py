@@ -263,3 +263,12 @@ def test_a_release_against_its_parent_on_the_same_window(tiny, tmp_path):
     assert "75.0% of the traffic" in html and "25.0% with v0001" in html
     assert coverage_change(tiny, GoldenSet(None), GoldenSet(None)) is None
     assert coverage_section(None).startswith("<p>Not computed")
+
+
+def test_the_summary_prints_coverage_per_day_and_the_largest_uncovered(tiny, capsys):
+    from rag_loop.reporting.summary import _print_coverage
+    coverage_day(tiny, DAY, goldens(("g1", "t1", None)))
+    _print_coverage(tiny)
+    printed = capsys.readouterr().out
+    assert "2026-11-02   v0001       10        4           0.25" in printed
+    assert printed.index("C label C") < printed.index("B label B")
