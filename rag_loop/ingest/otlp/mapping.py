@@ -20,6 +20,7 @@ In short:
   `selected` unknown);
 - models and tokens: per LLM call (an LLM span with no LLM span below it), summed over the
   trace, the final call's kept too;
+- the Langfuse SDK's observations are read through these conventions (`otlp/langfuse.py`);
 - who: the session (`session.id`, `gen_ai.conversation.id`) within the service that emitted it
   (the resource's `service.name`: two services reuse session ids), the user (`user.id`,
   `enduser.id`), the environment (`deployment.environment[.name]`).
@@ -33,6 +34,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from rag_loop.ingest.otlp.langfuse import as_known_conventions
 from rag_loop.ingest.otlp.retrieved import (
     Span,
     json_value,
@@ -200,9 +202,16 @@ def _root(spans: list[Span]) -> Span | None:
     return next((s for s in spans if not s["parent_span_id"]), None)
 
 
+def _known_conventions(spans: list[Span]) -> list[Span]:
+    """The spans with the attributes of other conventions (the Langfuse SDK's) read as the ones
+    this mapping knows."""
+    return [{**s, "attrs": as_known_conventions(s["attrs"])} for s in spans]
+
+
 def is_request(spans: list[Span]) -> bool:
     """A user request retrieves, calls an LLM, or its root carries a query; indexing traces
     (splitting and embedding the knowledge base) do none of these."""
+    spans = _known_conventions(spans)
     if any(span_kind(s["attrs"]) in ("RETRIEVER", "LLM", "RERANKER") for s in spans):
         return True
     root = _root(spans)
@@ -231,7 +240,7 @@ def _error(spans: list[Span]) -> str | None:
 
 def assemble_trace(trace_id: str, spans: list[Span]) -> dict[str, Any]:
     """Fold the spans of one trace (rows of `otlp_spans`, attributes decoded) into a record."""
-    spans = sorted(spans, key=lambda s: (s["start_ns"] or 0, s["span_id"]))
+    spans = sorted(_known_conventions(spans), key=lambda s: (s["start_ns"] or 0, s["span_id"]))
     root = _root(spans)
     starts = [s["start_ns"] for s in spans if s["start_ns"]]
     ends = [s["end_ns"] for s in spans if s["end_ns"]]
