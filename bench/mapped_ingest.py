@@ -1,0 +1,134 @@
+"""Mapped ingestion (a team's own log shape through a mapping file) against the native reader on
+the same content, in the same run.
+
+    PYTHONPATH=bench python bench/mapped_ingest.py [--traces 1000000] [--workdir bench/out]
+
+Writes N demo-shaped native traces (bench/ingest.py's `write_traces`) and the same traces in a
+log shape of their own (other names, nesting, epoch milliseconds, chunks as `docs`) with the
+mapping file that reads them back; times rag-loop's ingestion of each into a fresh DuckDB file
+and prints both and the ratio (goal <= 1.5, issue 47), with the load average. The two ingestions
+store the same raw_traces and trace_chunks rows (checked; timestamps of ingestion aside).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import time
+from datetime import datetime
+from pathlib import Path
+
+import duckdb
+from ingest import write_traces
+
+from rag_loop.ingest import ingest_directory
+
+MAPPING = """
+fields:
+  trace_id: id
+  timestamp: {path: at, format: epoch_ms}
+  session_id: who.session
+  conversation_id: who.session
+  turn_id: who.turn
+  request_id: request
+  environment: {value: production}
+  rag_version: versions.rag
+  prompt_version: versions.prompt
+  index_version: versions.index
+  chunking_version: versions.chunking
+  model_name: model.name
+  provider: model.provider
+  original_query: question
+  answer: reply
+  citations: cites
+  temperature: model.temperature
+  input_tokens: usage.in
+  output_tokens: usage.out
+  finish_reason: model.finish
+  status: outcome
+  is_fallback: fallback
+  latency_ms: latency
+  cost_usd: cost
+  language: lang
+  tenant: tenant
+  query_type: kind
+  risk_level: risk
+  chunks:
+    path: docs
+    each: {doc_id: doc, chunk_id: chunk, doc_version: version, score: s, rank: {position: true},
+           rerank_score: rs, rerank_rank: rr, selected: used}
+  spans:
+    path: steps
+    each: {name: name, duration_ms: ms}
+  feedback:
+    path: feedback
+    fields: {rating: rating, category: why}
+"""
+
+
+def own_shape(record: dict) -> dict:
+    """A native trace in a log shape of its own: what MAPPING reads back."""
+    at = datetime.fromisoformat(record["timestamp"].replace("Z", "+00:00"))
+    shaped = {
+        "id": record["trace_id"], "request": record.get("request_id"), "at": int(at.timestamp() * 1000),
+        "who": {"session": record.get("session_id"), "turn": record.get("turn_id")},
+        "versions": {"rag": record.get("rag_version"), "prompt": record.get("prompt_version"),
+                     "index": record.get("index_version"), "chunking": record.get("chunking_version")},
+        "model": {"name": record.get("model_name"), "provider": record.get("provider"),
+                  "temperature": record.get("temperature"), "finish": record.get("finish_reason")},
+        "question": record["original_query"], "reply": record.get("answer"), "cites": record.get("citations"),
+        "usage": {"in": record.get("input_tokens"), "out": record.get("output_tokens")},
+        "outcome": record.get("status"), "fallback": record.get("is_fallback"), "latency": record.get("latency_ms"),
+        "cost": record.get("cost_usd"), "lang": record.get("language"), "tenant": record.get("tenant"),
+        "kind": record.get("query_type"), "risk": record.get("risk_level"),
+        "docs": [{"doc": c["doc_id"], "chunk": c.get("chunk_id"), "version": c.get("doc_version"),
+                  "s": c.get("score"), "rs": c.get("rerank_score"), "rr": c.get("rerank_rank"),
+                  "used": c.get("selected")} for c in record.get("chunks", [])],
+        "steps": [{"name": s["name"], "ms": s.get("duration_ms")} for s in record.get("spans", [])],
+    }
+    if record.get("feedback"):
+        shaped["feedback"] = {"rating": record["feedback"].get("rating"), "why": record["feedback"].get("category")}
+    return shaped
+
+
+def _ingest(folder: Path, database: Path) -> float:
+    database.unlink(missing_ok=True)
+    with duckdb.connect(str(database)) as con:
+        started = time.perf_counter()
+        ingest_directory(con, folder)
+        return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--traces", type=int, default=1_000_000)
+    parser.add_argument("--workdir", type=Path, default=Path("bench/out/mapped"))
+    args = parser.parse_args()
+    native, mapped = args.workdir / "native", args.workdir / "mapped"
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    native.mkdir(parents=True), mapped.mkdir(parents=True)
+    write_traces(native / "traces.jsonl", args.traces)
+    with open(native / "traces.jsonl", encoding="utf-8") as source, \
+            open(mapped / "log.jsonl", "w", encoding="utf-8") as target:
+        for line in source:
+            target.write(json.dumps(own_shape(json.loads(line))) + "\n")
+    (mapped / "rag-loop-mapping.yaml").write_text(MAPPING)
+    print(f"{args.traces} traces; load average {os.getloadavg()[0]:.2f}")
+    native_s = _ingest(native, args.workdir / "native.duckdb")
+    mapped_s = _ingest(mapped, args.workdir / "mapped.duckdb")
+    print(f"native ingestion {native_s:.1f} s, mapped ingestion {mapped_s:.1f} s, "
+          f"ratio {mapped_s / native_s:.2f} (goal <= 1.5); load average {os.getloadavg()[0]:.2f}")
+    with duckdb.connect(str(args.workdir / "native.duckdb")) as con:
+        con.execute(f"ATTACH '{args.workdir / 'mapped.duckdb'}' AS m (READ_ONLY)")
+        for table, drop in (("raw_traces", "source_format, source_file, source_line, ingested_at"),
+                            ("trace_chunks", ""), ("trace_feedback", "")):
+            columns = f" EXCLUDE ({drop})" if drop else ""
+            differ = con.execute(f"SELECT count(*) FROM (SELECT *{columns} FROM {table} EXCEPT ALL "
+                                 f"SELECT *{columns} FROM m.{table})").fetchall()[0][0]
+            print(f"{table}: {differ} rows of the native ingestion not in the mapped one")
+
+
+if __name__ == "__main__":
+    main()
