@@ -1,6 +1,6 @@
-"""A user's own traces, end to end: OTLP files from real instrumentations and an MLflow export
-read through its mapping preset, no knowledge base, their RAG service over HTTP, and not one
-piece of the demo."""
+"""A user's own traces, end to end: OTLP files from real instrumentations, MLflow and Arize
+Phoenix exports read through their mapping presets and what the Langfuse SDK sends, no
+knowledge base, their RAG service over HTTP, and not one piece of the demo."""
 
 import json
 import os
@@ -21,9 +21,12 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 def test_the_loop_runs_on_own_traces_and_evaluates_an_http_service_without_the_demo(tmp_path):
     traces = tmp_path / "traces"
     shutil.copytree(PROJECT / "tests" / "fixtures" / "otlp" / "traces", traces / "otlp")
-    (traces / "mlflow").mkdir()
-    shutil.copy(PROJECT / "tests" / "fixtures" / "mlflow" / "traces.parquet", traces / "mlflow")
-    shutil.copy(preset_path("mlflow-traces"), traces / "mlflow" / "rag-loop-mapping.yaml")
+    for tool, export, preset in (("mlflow", "traces.parquet", "mlflow-traces"),
+                                 ("phoenix", "spans.jsonl", "phoenix-spans")):
+        (traces / tool).mkdir()
+        shutil.copy(PROJECT / "tests" / "fixtures" / tool / export, traces / tool)
+        shutil.copy(preset_path(preset), traces / tool / "rag-loop-mapping.yaml")
+    shutil.copytree(PROJECT / "tests" / "fixtures" / "langfuse" / "otlp", traces / "langfuse")  # SDK spans
     service = RagService()
     try:
         env = {**os.environ, "RAG_LOOP_HOME": str(tmp_path / "home"),  # the lake and anything else unnamed
@@ -48,7 +51,10 @@ def test_the_loop_runs_on_own_traces_and_evaluates_an_http_service_without_the_d
     assert len(asked) == 6 and all(r["path"] == "/ok" for r in service.requests)
     with duckdb.connect(str(tmp_path / "own.duckdb"), read_only=True) as con:
         assert con.execute("SELECT source_format, count(*) FROM raw_traces GROUP BY 1 ORDER BY 1").fetchall() == [
-            ("mapped", 37), ("otlp", 132)]
+            ("mapped", 74), ("otlp", 169)]  # MLflow's and Phoenix's 37 each; Langfuse's 37 are OTLP
+        by_folder = con.execute("SELECT split_part(r.source_file, '/', 1), count(*) FROM curation_queue q "
+                             "JOIN raw_traces r USING (trace_id) GROUP BY 1").fetchall()
+        assert {f for f, _ in by_folder} == {"otlp", "mlflow", "phoenix", "langfuse"}, by_folder  # each queued
         assert con.execute("SELECT count(*) FROM quarantine").fetchall() == [(0,)]
         assert con.execute("SELECT count(*) FROM documents").fetchall() == [(0,)]
         queued, texts = con.execute("SELECT count(*), count(DISTINCT lower(trim(input))) "
@@ -56,7 +62,7 @@ def test_the_loop_runs_on_own_traces_and_evaluates_an_http_service_without_the_d
         assert queued >= 6 and queued == texts  # one row per text
         languages = con.execute("SELECT count(*) FILTER (language = 'vi'), count(*) FILTER (language = 'en'), "
                                 "count(*) FILTER (language_source = 'detected') FROM raw_traces "
-                                "WHERE source_format = 'otlp'").fetchall()[0]
+                                "WHERE source_file LIKE 'otlp/%'").fetchall()[0]
         assert languages[0] == 27 and languages[1] >= 99 and languages[2] == 132  # truth: 27 vi, 105 en
         runs = con.execute("SELECT rag_app, release_version FROM eval_runs").fetchall()
         assert runs == [(service.url + "/ok", "v0001")]
