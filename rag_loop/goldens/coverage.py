@@ -366,6 +366,7 @@ def intent_coverage(con: duckdb.DuckDBPyConnection, goldens: GoldenSet) -> pd.Da
     covered, _ = golden_intents(con, goldens) if goldens.version else (None, 0)
     frame["covered"] = pd.array([None if covered is None else c in covered for c in frame["cluster_id"]],
                                 dtype="boolean")
-    frame["uncovered_volume"] = frame["volume"].where(frame["covered"].ne(True).to_numpy(dtype=bool), 0.0)
+    # no release: nothing is covered, every intent's volume is uncovered
+    frame["uncovered_volume"] = frame["volume"].where(~frame["covered"].fillna(False).to_numpy(dtype=bool), 0.0)
     frame["release"] = goldens.version
     return frame[columns]

@@ -19,6 +19,7 @@ from rag_loop.goldens.coverage import (
     coverage_change,
     coverage_day,
     coverage_of_day,
+    intent_coverage,
     largest_uncovered,
     release_goldens,
 )
@@ -115,6 +116,7 @@ def test_check_warns_under_the_floor_with_the_sample_size(tiny):
 def test_no_release_empty_day_and_no_selection_are_not_evaluated(tiny):
     [no_release] = coverage_day(tiny, DAY, GoldenSet(None))
     assert not no_release.evaluated and no_release.note == "no golden release to cover the traffic"
+    assert intent_coverage(tiny, GoldenSet(None))["uncovered_volume"].tolist() == [4.0, 2.0, 2.0]  # all of it
     stored = tiny.execute("SELECT covered_share, release FROM golden_coverage WHERE slice = 'all'").fetchall()
     assert stored == [(None, None)]
     [empty] = coverage_day(tiny, DAY + timedelta(days=5), goldens(("g1", "t1", "A")))
@@ -210,6 +212,9 @@ def test_hostile_worlds_give_figures_or_not_evaluated_never_a_crash(traces, gold
         shares = con.execute("SELECT covered_share, unassigned_share FROM golden_coverage UNION ALL "
                              "SELECT share, failure_rate FROM golden_coverage_intents").fetchall()
         change = coverage_change(con, release, GoldenSet(None))
+        exported = intent_coverage(con, release)  # the workspace's export
+    assert (exported["uncovered_volume"] <= exported["volume"]).all()
+    assert exported["covered"].isna().all() or has_release
     if change is not None:  # the release report's figures: a release against no parent
         assert change.slices[["parent_share", "share"]].stack().between(0, 1).all()
     assert all(0.0 <= s <= 1.0 + 1e-9 for row in shares for s in row if s is not None)
@@ -241,13 +246,18 @@ def test_the_asset_writes_its_tables_and_its_check_warns_or_says_not_evaluated(t
     metadata = result.asset_materializations_for_node("golden_coverage")[0].metadata
     assert metadata["release"].value == "v0001" and "| B " in metadata["largest_uncovered"].value
     assert metadata["covered_share_mean"].value == pytest.approx(0.25)
-    empty = materialize([golden_coverage], resources=resources, partition_key="2026-11-09")
-    [unknown] = empty.get_asset_check_evaluations()
-    assert not unknown.passed and unknown.description == "not evaluated: no traffic on the day"
-    with duckdb.connect(str(database), read_only=True) as con:
-        assert con.execute("SELECT count(DISTINCT day) FROM golden_coverage_intents").fetchall() == [(1,)]
     exported = pd.read_parquet(tmp_path / "r" / "intent_coverage.parquet").set_index("cluster_id")
     assert exported["uncovered_volume"].to_dict() == {"B": 60.0, "A": 0.0} and exported.loc["A", "covered"]
+    # before the first release (the demo's drift_job): figures, and a check not evaluated
+    resources["paths"] = RagLoopPaths(goldens_dir=str(tmp_path / "none"), reports_dir=str(tmp_path / "r"))
+    early = materialize([golden_coverage], resources=resources, partition_key=DAY.isoformat())
+    [unknown] = early.get_asset_check_evaluations()
+    assert not unknown.passed and unknown.description == "not evaluated: no golden release to cover the traffic"
+    with duckdb.connect(str(database), read_only=True) as con:
+        assert con.execute("SELECT count(*), count(covered) FROM golden_coverage_intents WHERE slice = 'all'"
+                           ).fetchall() == [(2, 0)]
+    exported = pd.read_parquet(tmp_path / "r" / "intent_coverage.parquet").set_index("cluster_id")
+    assert exported["uncovered_volume"].to_dict() == {"A": 20.0, "B": 60.0} and exported["covered"].isna().all()
 
 
 def test_a_release_against_its_parent_on_the_same_window(tiny, tmp_path):
