@@ -1,5 +1,5 @@
 """Refresh the README's pictures of the Dagster UI (the asset graph, intent_clusters, the
-blocked candidate eval's run page) and the workspace from the demo's home
+blocked candidate eval's run page) and the workspace (a trace, the dashboard) from the demo's home
 (after `make demo`): `.venv/bin/python docs/screenshots.py`. Starts `dagster dev` and
 `rag-loop serve` on the demo's settings, screenshots them in Debian's Chromium, stops both."""
 
@@ -73,6 +73,9 @@ def main() -> None:
             time.sleep(1)
             first = browser.find_element("css selector", "table a[href^='/trace/']").get_attribute("href")
             _shoot(browser, first, "Expected sources", "workspace-trace.png")
+            browser.get("http://127.0.0.1:8799/dashboard")  # the whole page: its four layers and agreement
+            browser.set_window_size(1400, browser.execute_script("return document.documentElement.scrollHeight") + 120)
+            _shoot(browser, "http://127.0.0.1:8799/dashboard", "Changes per day", "workspace-dashboard.png")
     finally:
         for process in processes:
             os.killpg(process.pid, signal.SIGTERM)
