@@ -342,3 +342,113 @@ def generate(out: Path, seed: int) -> None:
     seed writes the same files."""
     from rag_loop.demo.generate import write_demo
     click.echo(write_demo(out, seed))
+
+
+def _reports_option(command: Callable) -> Callable:
+    return click.option("--reports-dir", type=click.Path(file_okay=False, path_type=Path),
+                        envvar="RAG_LOOP_REPORTS_DIR", show_envvar=True, default=lambda: home().reports_dir,
+                        show_default="reports/ in $RAG_LOOP_HOME",
+                        help="Where the postmortem (incident-INC-NNNN.md) is written.")(command)
+
+
+def _goldens_option(command: Callable) -> Callable:
+    return click.option("--goldens-dir", type=click.Path(file_okay=False, path_type=Path),
+                        envvar="RAG_LOOP_GOLDENS_DIR", show_envvar=True, default=lambda: home().goldens_dir,
+                        show_default="goldens/ in $RAG_LOOP_HOME", help="The golden releases (vNNNN/).")(command)
+
+
+def _incident_db(db: str):
+    """The database, for writing (`incidents`, `incident_traces`: written here, outside Dagster,
+    as `rag-loop calibrate` writes judge_calibrations); a run holding it is said plainly."""
+    try:
+        return duckdb.connect(db)
+    except duckdb.Error as error:
+        raise click.ClickException(f"cannot open {db} for writing ({error}); a Dagster run may hold it: "
+                                   "retry when it ends") from error
+
+
+@main.group()
+def incident() -> None:
+    """Quality incidents (seed 004 §14): open one on a window of traffic, get its postmortem filled
+    from the data, put its failing traces first in the curation queue, close it with the release
+    that holds its regression goldens."""
+
+
+@incident.command("open")
+@click.option("--from", "start", required=True, help="Start of the window: YYYY-MM-DD or an ISO date-time (UTC).")
+@click.option("--to", "end", required=True,
+              help="End of the window: a date is included whole; a date-time is excluded.")
+@click.option("--slice", "slices", multiple=True, metavar="KEY=VALUE",
+              help="Only traffic with KEY=VALUE (repeatable; a key twice: either value). Keys: language, "
+                   "tenant, query_type, risk_level, environment, service, rag_version, prompt_version, "
+                   "index_version, model_name, intent (a cluster id).")
+@click.option("--query-contains", help="Only requests whose query contains this text (any case), e.g. an error code.")
+@click.option("--title", help="A title; default: the window and slices.")
+@click.option("--gating-release", help="The release that gated the last deploy (vNNNN), when the records "
+                                       "do not say; default: inferred from eval runs and release dates.")
+@click.option("--by", "opened_by", default=lambda: os.environ.get("USER") or getpass.getuser(),
+              show_default="$USER")
+@_db_option("The rag-loop database (the incident is stored in it).")
+@_reports_option
+@_goldens_option
+def incident_open(start: str, end: str, slices: tuple[str, ...], query_contains: str | None, title: str | None,
+                  gating_release: str | None, opened_by: str, db: str, reports_dir: Path, goldens_dir: Path) -> None:
+    """Open an incident on a window of traffic and write its postmortem skeleton."""
+    from rag_loop.incidents.record import IncidentError, IncidentRequest, parse_instant, parse_slices
+    from rag_loop.incidents.runbook import open_incident
+    try:
+        request = IncidentRequest(parse_instant(start), parse_instant(end, end=True), parse_slices(slices),
+                                  title, query_contains.strip() if query_contains else None, opened_by,
+                                  gating_release)
+        with _incident_db(db) as con:
+            report = open_incident(con, request, reports_dir, goldens_dir)
+    except IncidentError as error:
+        raise click.UsageError(str(error)) from error
+    impact = report.facts.impact
+    click.echo(f"{report.incident['incident_id']}: {impact['requests']} requests in the window, "
+               f"{impact['failing']} failing; their failing traces are P0 (origin incident) in the next "
+               f"curation queue")
+    if not impact["requests"]:
+        click.echo("no request in the window matches: the postmortem says so")
+    click.echo(f"postmortem: {report.postmortem}")
+
+
+@incident.command("close")
+@click.argument("incident_id")
+@click.option("--actions", required=True, help="The corrective actions taken (kept in the postmortem).")
+@click.option("--release", help="The release holding its regression goldens; default: the newest holding any.")
+@_db_option("The rag-loop database.")
+@_reports_option
+@_goldens_option
+def incident_close(incident_id: str, actions: str, release: str | None, db: str, reports_dir: Path,
+                   goldens_dir: Path) -> None:
+    """Close INCIDENT_ID: record its corrective actions and the release with its regression goldens."""
+    from rag_loop.incidents.record import IncidentError
+    from rag_loop.incidents.runbook import close_incident
+    try:
+        with _incident_db(db) as con:
+            report = close_incident(con, incident_id, actions, reports_dir, goldens_dir, release)
+    except IncidentError as error:
+        raise click.UsageError(str(error)) from error
+    chosen = report.incident["release_version"]
+    click.echo(f"{incident_id} closed; regression goldens in {chosen}" if chosen else
+               f"{incident_id} closed; warning: no release holds a golden from its traces yet")
+    click.echo(f"postmortem: {report.postmortem}")
+
+
+@incident.command("show")
+@click.argument("incident_id")
+@_db_option("The rag-loop database.")
+@_reports_option
+@_goldens_option
+def incident_show(incident_id: str, db: str, reports_dir: Path, goldens_dir: Path) -> None:
+    """Print INCIDENT_ID: its traces' goldens per release and the eval runs that tested them
+    since (the postmortem is rewritten with them)."""
+    from rag_loop.incidents.record import IncidentError
+    from rag_loop.incidents.runbook import show_incident
+    try:
+        with _incident_db(db) as con:
+            report = show_incident(con, incident_id, reports_dir, goldens_dir)
+    except IncidentError as error:
+        raise click.UsageError(str(error)) from error
+    click.echo(report.text, nl=False)

@@ -19,9 +19,10 @@ from rag_loop.curation.queue_files import (
     export_queue,
 )
 from rag_loop.curation.representatives import QueueSettings, covered_by_goldens, select_representatives
+from rag_loop.incidents.record import open_incident_ids
 from rag_loop.intents.members import candidate_members, load_vectors
 from rag_loop.logs import Log, quiet
-from rag_loop.schema import Priority
+from rag_loop.schema import Origin, Priority
 from rag_loop.selection.suggestions import suggest_origin
 from rag_loop.store.releases import read_goldens, release_versions
 from rag_loop.store.tables import replace_table
@@ -44,6 +45,7 @@ class QueueReport:
     files: list[str]  # the JSONL and CSV exports, when anything was queued
     by_priority: dict[str, int]
     by_suggested_failure_type: dict[str, int]
+    incident_rows: int = 0  # rows standing for an open incident's failing traces (P0, origin incident)
 
 
 def build_curation_queue(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
@@ -53,7 +55,10 @@ def build_curation_queue(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
 
     Representatives already covered by the newest golden release are counted, not queued.
     A representative of a cluster that is new since the previous clustering run is at
-    least P2 (novel).
+    least P2 (novel). Open incidents (`rag-loop incident open`) come first: a row standing for
+    one of their failing traces is P0 with origin `incident`, and their failing traces no row
+    stands for (a golden covers the text, or another trace represents the intent) get rows of
+    their own, one per intent first, at most `INCIDENT_ROWS` per incident (issue 48).
     """
     members = candidate_members(con).set_index("trace_id")
     clusters = con.execute("SELECT * FROM intent_clusters").df().set_index("cluster_id")
@@ -79,7 +84,10 @@ def build_curation_queue(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
         queue = queue.assign(trace_id=[trace_ids[p] for p in queue["point"]])
         parts.append(queue.drop(columns=["point", "cluster"]))
     queue = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
-    rows = _queue_rows(con, queue, members, clusters) if len(queue) else []
+    incidents = open_incident_ids(con)
+    queue = pd.concat([queue, _incident_items(queue, incidents, members, clusters, assigned)],
+                      ignore_index=True) if incidents else queue
+    rows = _queue_rows(con, queue, members, clusters, incidents) if len(queue) else []
     last_day = str(members["timestamp"].max())[:10] if len(members) else "empty"
     batch = batch_name(pd.DataFrame({"trace_id": [r["trace_id"] for r in rows]}), last_day)
     for row in rows:
@@ -94,7 +102,7 @@ def build_curation_queue(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
     replace_table(con, "curation_queue", pd.DataFrame(rows) if rows else pd.DataFrame(
         {"trace_id": pd.Series(dtype=str), "batch": pd.Series(dtype=str)}))
     return QueueReport(len(rows), covered, batch, [str(p) for p in paths], _counts(rows, "priority"),
-                       _counts(rows, "suggested_failure_type"))
+                       _counts(rows, "suggested_failure_type"), sum(bool(r.get("incidents")) for r in rows))
 
 
 def _counts(rows: list[dict], key: str) -> dict[str, int]:
@@ -115,8 +123,41 @@ def _clustering_from_tables(trace_ids: list[str], vectors: np.ndarray, assigned:
     return Clustering(labels, centroids, medoids, radii), real
 
 
+INCIDENT_ROWS = 10  # rows added per open incident no queued row stands for
+
+
+def _incident_items(queue: pd.DataFrame, incidents: dict[str, list[str]], members: pd.DataFrame,
+                    clusters: pd.DataFrame, assigned: dict[str, str]) -> pd.DataFrame:
+    """Queue items for open incidents' failing traces that no queued row stands for: selected
+    and clustered ones only (the others have no intent to show), one per intent first, at most
+    INCIDENT_ROWS per incident."""
+    represented = set(queue["trace_id"]) if len(queue) else set()
+    for variants in (queue["variant_trace_ids"] if len(queue) else []):
+        represented.update(variants)
+    items, per_incident = [], Counter()
+    waiting: dict[str, list[str]] = {}
+    for trace_id in sorted(t for t in incidents if t not in represented and t in members.index
+                           and t in assigned and assigned[t] in clusters.index):
+        waiting.setdefault(assigned[trace_id], []).append(trace_id)
+    rounds = max((len(v) for v in waiting.values()), default=0)
+    for trace_id in [ids[r] for r in range(rounds) for _, ids in sorted(waiting.items()) if r < len(ids)]:
+        owners = [i for i in incidents[trace_id] if per_incident[i] < INCIDENT_ROWS]
+        if not owners:
+            continue
+        per_incident.update(owners)
+        weight = float(members.loc[trace_id, "weight"])
+        cluster = clusters.loc[assigned[trace_id]]
+        items.append({"trace_id": trace_id, "cluster_id": assigned[trace_id], "priority": Priority.P0.value,
+                      "singleton": bool(cluster["is_singleton"]), "diversity_rank": 0,
+                      "cluster_size": int(cluster["size"]) if "size" in cluster else 1,
+                      "cluster_weight": float(cluster["weight"]) if "weight" in cluster else weight,
+                      "representative_rank": 0, "variant_count": 1, "variant_trace_ids": [trace_id],
+                      "variant_weight": weight})
+    return pd.DataFrame(items)
+
+
 def _queue_rows(con: duckdb.DuckDBPyConnection, queue: pd.DataFrame, members: pd.DataFrame,
-                clusters: pd.DataFrame) -> list[dict]:
+                clusters: pd.DataFrame, incidents: dict[str, list[str]] | None = None) -> list[dict]:
     contexts = retrieval_contexts(con, queue["trace_id"].tolist())
     order = {p.value: i for i, p in enumerate(Priority)}
     rows, positions = [], {}
@@ -148,7 +189,12 @@ def _queue_rows(con: duckdb.DuckDBPyConnection, queue: pd.DataFrame, members: pd
             **{key: (list(value) if isinstance(value, list) else value)
                for key, value in CURATOR_FIELDS.items()},
         })
-    rows.sort(key=lambda r: (order[r["priority"]], r["representative_rank"], *positions[r["trace_id"]],
+        if owners := sorted({i for t in (item["trace_id"], *item["variant_trace_ids"])
+                             for i in (incidents or {}).get(t, ())}):
+            rows[-1] |= {"priority": Priority.P0.value, "suggested_origin": str(Origin.INCIDENT),
+                         "incidents": owners}  # an open incident's failing trace: first (issue 48)
+    rows.sort(key=lambda r: (order[r["priority"]], not r.get("incidents"), r["representative_rank"],
+                             *positions[r["trace_id"]],
                              -r["cluster_weight"], r["trace_id"]))
     return one_row_per_text(rows)
 

@@ -14,7 +14,7 @@ def refresh_release_tables(con: duckdb.DuckDBPyConnection, goldens_dir: Path) ->
     """(Re)build `golden_releases` and `golden_lineage` from the release files on disk.
 
     Lineage: release → golden → label → traces (the representative and the variants it stood
-    for) → cluster. Returns the number of releases.
+    for) → cluster, and the incidents its traces belong to. Returns the number of releases.
     """
     releases, lineage = [], []
     for version in release_versions(goldens_dir):
@@ -30,7 +30,7 @@ def refresh_release_tables(con: duckdb.DuckDBPyConnection, goldens_dir: Path) ->
             meta = golden["additional_metadata"]
             lineage.append({"version": version, "golden": golden["name"], "label_id": meta["label_id"],
                             "trace_id": meta["trace_id"], "source_trace_ids": meta["source_trace_ids"],
-                            "cluster_id": meta["cluster_id"]})
+                            "cluster_id": meta["cluster_id"], "incidents": meta.get("incidents") or []})
     _replace(con, "golden_releases", releases, GOLDEN_RELEASES_COLUMNS)
     _replace(con, "golden_lineage", lineage, GOLDEN_LINEAGE_COLUMNS)
     return len(releases)

@@ -49,9 +49,13 @@ def manifest_of(version: str, parent: str | None, goldens: Sequence[dict], paylo
             "failure_type": dict(sorted(Counter(m["failure_type"] for m in meta).items())),
             "tag": dict(sorted(Counter(t for m in meta for t in m["tags"]).items())),
             "language": dict(sorted(Counter(str(m.get("language")) for m in meta).items())),
+            "incident": dict(sorted(Counter(i for m in meta for i in m.get("incidents") or ()).items())),
         },
         "sha256": hashlib.sha256(payload.encode()).hexdigest(), "redaction": redaction,
         "redaction_policy": policy, "redaction_policy_change": change,
+        # golden lineage to incidents (issue 48): incident id -> the goldens built from its traces
+        "incidents": {i: sorted(g["name"] for g, m in zip(goldens, meta) if i in (m.get("incidents") or ()))
+                      for i in sorted({i for m in meta for i in m.get("incidents") or ()})},
         "diff": diff.counts(), "format": "DeepEval goldens JSON (EvaluationDataset.add_goldens_from_json_file)",
     }
 

@@ -27,6 +27,7 @@ import duckdb
 
 from rag_loop.goldens.manifest import Diff, changes_markdown, diff_goldens, manifest_of
 from rag_loop.goldens.redaction import DEFAULT_PHONE_REGIONS, KINDS, Redactor, false_positives, planted_recall
+from rag_loop.incidents.record import trace_incidents
 from rag_loop.store.files import fsync_directory, write_atomically
 from rag_loop.store.releases import read_goldens, read_manifest, release_versions, serialize
 from rag_loop.store.tables import has_table
@@ -109,9 +110,14 @@ def build_goldens(con: duckdb.DuckDBPyConnection, redactor: Redactor) -> list[di
         return []
     contexts = retrieval_contexts(con, rows["trace_id"].tolist())
     chunk_text = dict(con.execute("SELECT chunk_id, text FROM document_chunks").fetchall())
+    from_incidents = trace_incidents(con)
     goldens = []
     for row in rows.to_dict("records"):
         sources = list(row["expected_sources"])
+        # the incidents whose failing traces the golden stands for (issue 48): kept only when
+        # there are some, so that goldens of no incident are byte for byte what they were
+        incidents = sorted({i for t in (row["trace_id"], *row["source_trace_ids"])
+                            for i in from_incidents.get(t, ())})
         context = [chunk_text[s] for s in sources if s in chunk_text]
         goldens.append({
             "name": golden_id(row["trace_id"]),
@@ -128,6 +134,7 @@ def build_goldens(con: duckdb.DuckDBPyConnection, redactor: Redactor) -> list[di
                 "priority": row["priority"], "curator": redactor.redact(row["curator"]),
                 "labeled_at": row["labeled_at"].isoformat(), "label_id": row["label_id"],
                 "language": row["language"], "query_type": row["query_type"], "tenant": row["tenant"],
+                **({"incidents": incidents} if incidents else {}),
             },
         })
     return goldens

@@ -176,7 +176,8 @@ GOLDEN_RELEASES_COLUMNS = ("version VARCHAR, parent_version VARCHAR, created_at 
                            "sha256 VARCHAR, "
                            "path VARCHAR")
 GOLDEN_LINEAGE_COLUMNS = ("version VARCHAR, golden VARCHAR, label_id VARCHAR, trace_id VARCHAR, "
-                          "source_trace_ids VARCHAR[], cluster_id VARCHAR")
+                          "source_trace_ids VARCHAR[], cluster_id VARCHAR, "
+                          "incidents VARCHAR[]")  # the incidents the golden came from (issue 48)
 
 
 # evaluation: runs, results, summaries, flips; the judge's cache; calibrations and agreement
@@ -285,3 +286,17 @@ DRIFT_DAY_COLUMNS = {  # each table also has `day DATE`; a day's rows are replac
     "quality_slis": "outcome VARCHAR, rate DOUBLE, n BIGINT, random_n BIGINT, baseline_rate DOUBLE, "
                     "baseline_days BIGINT, increase DOUBLE",
 }
+
+
+# incidents (issue 48, rag_loop.incidents): one row per incident opened with `rag-loop incident
+# open` (written by the CLI, outside Dagster, like judge_calibrations), and its window's traces
+INCIDENTS_DDL = """
+CREATE TABLE IF NOT EXISTS incidents (
+    incident_id VARCHAR PRIMARY KEY, title VARCHAR, status VARCHAR, window_from TIMESTAMPTZ,
+    window_to TIMESTAMPTZ, slices JSON, query_contains VARCHAR, opened_at TIMESTAMPTZ,
+    opened_by VARCHAR, affected BIGINT, failing BIGINT, gating_release VARCHAR,
+    closed_at TIMESTAMPTZ, actions VARCHAR, release_version VARCHAR, postmortem VARCHAR);
+CREATE TABLE IF NOT EXISTS incident_traces (
+    incident_id VARCHAR NOT NULL, trace_id VARCHAR NOT NULL, "timestamp" TIMESTAMPTZ,
+    failing BOOLEAN, candidate BOOLEAN, cluster_id VARCHAR, reasons VARCHAR[]);
+"""

@@ -45,10 +45,14 @@ class QueueConfig(Config):
                                                 "queued farthest first, the rest by weight.")
 
 
-@asset(group_name="curation", deps=[intent_clusters, "trace_clusters", "trace_judgments"],
+# `incidents` and `incident_traces` are written by `rag-loop incident open|close` outside Dagster
+# (as judge_calibrations by `rag-loop calibrate`); the queue reads the open ones (issue 48)
+@asset(group_name="curation", deps=[intent_clusters, "trace_clusters", "trace_judgments", "incidents",
+                                    "incident_traces"],
        description="Representatives to label, sorted by priority then cluster weight, with "
                    "suggested failure_type and origin, the judge's scores and reasons; exported to "
-                   "curation/queue/<batch>.jsonl and .csv in the home.")
+                   "curation/queue/<batch>.jsonl and .csv in the home. Open incidents' failing traces "
+                   "come first: P0, origin `incident`.")
 def curation_queue(context: AssetExecutionContext, config: QueueConfig, duckdb: DuckDBResource,
                    embedder: EmbedderResource, paths: RagLoopPaths) -> MaterializeResult:
     with duckdb.get_connection() as con:
@@ -63,6 +67,7 @@ def curation_queue(context: AssetExecutionContext, config: QueueConfig, duckdb: 
         "batch": report.batch,
         **{f"priority_{k}": int(v) for k, v in report.by_priority.items()},
         **{f"suggested_{k}": int(v) for k, v in report.by_suggested_failure_type.items()},
+        "incident_rows": report.incident_rows,
     }
     if report.files:
         metadata["queue_file"] = MetadataValue.path(report.files[0])

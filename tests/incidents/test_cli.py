@@ -1,0 +1,45 @@
+"""`rag-loop incident open | close | show` through click's CliRunner on the tiny world."""
+
+import duckdb
+from click.testing import CliRunner
+
+from rag_loop.cli import main
+from tests.incidents.world import tiny_world
+
+
+def _world(tmp_path):
+    database = tmp_path / "rag.duckdb"
+    with duckdb.connect(str(database)) as con:
+        tiny_world(con, tmp_path / "goldens")
+    return ["--db", str(database), "--reports-dir", str(tmp_path / "reports"),
+            "--goldens-dir", str(tmp_path / "goldens")]
+
+
+def test_open_show_close(tmp_path):
+    paths, runner = _world(tmp_path), CliRunner()
+    opened = runner.invoke(main, ["incident", "open", "--from", "2026-11-12", "--to", "2026-11-13",
+                                  "--slice", "language=vi", "--title", "ERR-977 in Vietnamese", "--by", "ann",
+                                  *paths])
+    assert opened.exit_code == 0, opened.output
+    assert "INC-0001: 3 requests in the window, 2 failing" in opened.output
+    postmortem = tmp_path / "reports" / "incident-INC-0001.md"
+    assert postmortem.is_file() and "# INC-0001: ERR-977 in Vietnamese" in postmortem.read_text()
+    shown = runner.invoke(main, ["incident", "show", "INC-0001", *paths])
+    assert shown.exit_code == 0 and "## Why offline tests missed it" in shown.output
+    closed = runner.invoke(main, ["incident", "close", "INC-0001", "--actions", "documented ERR-977", *paths])
+    assert closed.exit_code == 0, closed.output
+    assert "no release holds a golden from its traces yet" in closed.output
+    assert "documented ERR-977" in postmortem.read_text() and "status: **closed**" in postmortem.read_text()
+
+
+def test_bad_requests_are_usage_errors_not_crashes(tmp_path):
+    paths, runner = _world(tmp_path), CliRunner()
+    for args, said in ((["--from", "2026-11-13", "--to", "2026-11-12"], "before it starts"),
+                       (["--from", "yesterday", "--to", "2026-11-12"], "is no date"),
+                       (["--from", "2026-11-12", "--to", "2026-11-13", "--slice", "colour=red"], "unknown slice key"),
+                       (["--from", "2026-11-12", "--to", "2026-11-13", "--gating-release", "v0009"],
+                        "no release v0009")):
+        result = runner.invoke(main, ["incident", "open", *args, *paths])
+        assert result.exit_code == 2 and said in result.output, result.output
+    missing = runner.invoke(main, ["incident", "close", "INC-0042", "--actions", "x", *paths])
+    assert missing.exit_code == 2 and "no incident" in missing.output
