@@ -452,3 +452,29 @@ def incident_show(incident_id: str, db: str, reports_dir: Path, goldens_dir: Pat
     except IncidentError as error:
         raise click.UsageError(str(error)) from error
     click.echo(report.text, nl=False)
+
+
+@incident.command("golden")
+@click.argument("name")
+@_db_option("The rag-loop database.")
+@_goldens_option
+def incident_golden(name: str, db: str, goldens_dir: Path) -> None:
+    """Print where golden NAME came from: per release, its trace(s) and incident(s); and the
+    eval runs that tested it."""
+    from rag_loop.incidents.facts import golden_origin
+    try:
+        with duckdb.connect(db, read_only=True) as con:
+            found = golden_origin(con, goldens_dir, name)
+    except duckdb.Error as error:
+        raise click.ClickException(f"cannot read {db}: {error}") from error
+    if not found["releases"]:
+        raise click.UsageError(f"no release in {goldens_dir} holds a golden {name[:40]!r}")
+    for row in found["releases"]:
+        click.echo(f"{row['version']}: trace {row['trace_id']} (stands for {len(row['traces'])}: "
+                   f"{', '.join(map(str, row['traces'][:10]))}); origin {row['origin']}; incidents: "
+                   f"{', '.join(row['incidents']) or 'none'}")
+    runs = found["runs"]
+    click.echo(f"eval runs that tested it: {len(runs)}")
+    for run in runs.itertuples():
+        click.echo(f"  {run.run_id} ({run.release_version}, {run.started_at}): {run.passed} passed, "
+                   f"{run.failed} failed, {run.errored} errored")

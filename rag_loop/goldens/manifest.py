@@ -66,6 +66,9 @@ def changes_markdown(manifest: dict, diff: Diff, parent: Sequence[dict], current
              "", manifest["notes"] or "(no notes)", "",
              (f"{manifest['goldens']} goldens; parent {manifest['parent_version'] or 'none'}: "
               f"{len(diff.added)} added, {len(diff.removed)} removed, {len(diff.changed)} changed."), ""]
+    if incidents := manifest.get("incidents"):  # issue 48: goldens from incidents' failing traces
+        lines += ["From incidents: " + "; ".join(f"{i} ({len(names)} goldens)" for i, names in incidents.items())
+                  + ".", ""]
     if change := manifest.get("redaction_policy_change"):
         before_policy = change["from"] or {}
         moved = {k: before_policy.get(k) for k in change["to"] if before_policy.get(k) != change["to"][k]}

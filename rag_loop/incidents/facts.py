@@ -70,7 +70,7 @@ def gather(con: duckdb.DuckDBPyConnection, request: IncidentRequest, reports_dir
         if traces is None else traces
     facts = Facts(request, traces)
     facts.impact = impact(con, request, traces)
-    facts.detection = detection(con, request, Path(reports_dir))
+    facts.detection = detection(con, request, Path(reports_dir), traces)
     facts.timeline = timeline(con, request, traces, Path(goldens_dir))
     facts.root_cause = root_cause(con, traces)
     facts.offline = offline(con, request, traces, Path(goldens_dir))
@@ -97,6 +97,7 @@ def impact(con: duckdb.DuckDBPyConnection, request: IncidentRequest, traces: pd.
                      .sort_values(["requests"], ascending=False).reset_index())
             slices[name] = table
     result["slices"] = slices
+    result["language_detected"] = int((traces["language_source"] == "detected").sum()) if len(traces) else 0
     labels = intent_labels(con)
     if len(traces) and traces["cluster_id"].notna().any():
         intents = (traces[traces["cluster_id"].notna()].groupby("cluster_id")
@@ -121,7 +122,8 @@ def _dashboard(reports_dir: Path) -> dict | None:
         return None
 
 
-def detection(con: duckdb.DuckDBPyConnection, request: IncidentRequest, reports_dir: Path) -> dict[str, Any]:
+def detection(con: duckdb.DuckDBPyConnection, request: IncidentRequest, reports_dir: Path,
+              traces: pd.DataFrame) -> dict[str, Any]:
     days = {d.isoformat() for d in _days(request)}
     board = _dashboard(reports_dir)
     result: dict[str, Any] = {"dashboard": board is not None}
@@ -153,16 +155,14 @@ def detection(con: duckdb.DuckDBPyConnection, request: IncidentRequest, reports_
                                        "met" if verdict.evaluated else f"not evaluated: {verdict.note}")})
     result["coverage"] = coverage
     result["coverage_floor"] = CoverageSettings().min_share.warn
-    feedback = request_feedback(con, request)
-    result["feedback"] = feedback
+    result["feedback"] = request_feedback(con, traces)
     return result
 
 
-def request_feedback(con: duckdb.DuckDBPyConnection, request: IncidentRequest) -> pd.DataFrame:
-    """The users' negative feedback on the window's matching requests, by category."""
+def request_feedback(con: duckdb.DuckDBPyConnection, traces: pd.DataFrame) -> pd.DataFrame:
+    """The users' negative feedback on the incident's requests, by category."""
     if not has_table(con, "trace_feedback"):
         return pd.DataFrame(columns=["category", "n"])
-    traces = window_traces(con, request.start, request.end, request.slices, request.query_contains)
     con.register("_incident_ids", traces[["trace_id"]])
     try:
         return con.execute("""
@@ -332,3 +332,23 @@ def lineage(con: duckdb.DuckDBPyConnection, goldens_dir: Path, incident_id: str,
             "releases": sorted(set(goldens["version"])), "newest_with_goldens":
                 (sorted(set(goldens["version"]))[-1] if len(goldens) else None)}
 
+
+
+def golden_origin(con: duckdb.DuckDBPyConnection, goldens_dir: Path, name: str) -> dict[str, Any]:
+    """From a golden back: per release holding it, its trace and the traces it stood for, the
+    incidents it came from (recorded in its metadata, or its traces are an incident's failing
+    traces), and the eval runs that tested it."""
+    from rag_loop.incidents.record import trace_incidents
+    by_trace = trace_incidents(con)
+    releases = []
+    for version in release_versions(goldens_dir):
+        for golden in read_goldens(goldens_dir, version):
+            if golden.get("name") != name:
+                continue
+            meta = golden.get("additional_metadata") or {}
+            traces = list(dict.fromkeys([meta.get("trace_id"), *(meta.get("source_trace_ids") or [])]))
+            found = sorted({i for t in traces for i in by_trace.get(t, ())})
+            releases.append({"version": version, "trace_id": meta.get("trace_id"), "traces": traces,
+                             "origin": meta.get("origin"), "recorded_incidents": list(meta.get("incidents") or []),
+                             "incidents": sorted({*found, *(meta.get("incidents") or [])})})
+    return {"golden": name, "releases": releases, "runs": golden_eval_runs(con, [name])}

@@ -81,6 +81,9 @@ def _impact(facts: Facts) -> list[str]:
         lines += [f"By {name}:", ""] + _table([name, "requests", "failing"],
                                               [[md(r.value), str(r.requests), str(int(r.failing))]
                                                for r in table.head(12).itertuples()])
+    if i["language_detected"]:
+        lines += [f"Language detected from the query text for {i['language_detected']} of the requests "
+                  "(their traces carry none).", ""]
     missing = [n for n in ("language", "tenant", "query_type") if n not in i["slices"]]
     if missing:
         lines += [f"Not recorded on these traces: {', '.join(missing)}.", ""]

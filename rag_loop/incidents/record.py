@@ -121,7 +121,8 @@ def _columns(con: duckdb.DuckDBPyConnection, table: str) -> set[str]:
         {"t": table}).fetchall()}
 
 
-TRACE_COLUMNS = ["trace_id", "timestamp", *SLICE_COLUMNS, "user_id", "session_id", "original_query",
+TRACE_COLUMNS = ["trace_id", "timestamp", *SLICE_COLUMNS, "user_id", "session_id", "language_source",
+                 "original_query",
                  "cluster_id", "candidate", "signals", "failing_metrics", "failure_type", "thumbs_down",
                  "feedback_category", "reasons", "failing"]
 
@@ -135,7 +136,7 @@ def window_traces(con: duckdb.DuckDBPyConnection, start: datetime, end: datetime
         return pd.DataFrame(columns=TRACE_COLUMNS)
     have = _columns(con, "raw_traces")
     col = {c: (f"CAST(t.{c} AS VARCHAR)" if c in have else "NULL::VARCHAR")
-           for c in (*SLICE_COLUMNS, "user_id", "session_id")}
+           for c in (*SLICE_COLUMNS, "user_id", "session_id", "language_source")}
     clustered = has_table(con, "trace_clusters")
     where, params = ['t."timestamp" >= $start', 't."timestamp" < $end'], {"start": start, "end": end}
     for number, (key, values) in enumerate(sorted(slices.items())):

@@ -43,3 +43,26 @@ def test_bad_requests_are_usage_errors_not_crashes(tmp_path):
         assert result.exit_code == 2 and said in result.output, result.output
     missing = runner.invoke(main, ["incident", "close", "INC-0042", "--actions", "x", *paths])
     assert missing.exit_code == 2 and "no incident" in missing.output
+
+
+def test_a_golden_leads_back_to_its_traces_incident_and_eval_runs(tmp_path):
+    from tests.incidents.world import release
+    paths, runner = _world(tmp_path), CliRunner()
+    opened = runner.invoke(main, ["incident", "open", "--from", "2026-11-12", "--to", "2026-11-13", *paths])
+    assert opened.exit_code == 0
+    release(tmp_path / "goldens", "v0002", [("g-a", "t1", "A", ["INC-0001"]), ("g-b", "t3", "B")],
+            "2026-11-15T00:00:00+00:00")
+    with duckdb.connect(paths[1]) as con:
+        con.execute("CREATE TABLE eval_runs (run_id VARCHAR, started_at TIMESTAMPTZ, release_version VARCHAR, "
+                    "blocked BOOLEAN)")
+        con.execute("CREATE TABLE eval_results (run_id VARCHAR, golden VARCHAR, metric VARCHAR, passed BOOLEAN, "
+                    "errored BOOLEAN)")
+        con.execute("INSERT INTO eval_runs VALUES ('r1', '2026-11-17 00:00+00', 'v0002', false)")
+        con.execute("INSERT INTO eval_results VALUES ('r1', 'g-b', 'Faithfulness', false, false)")
+    db = paths[:2]
+    for name, incident in (("g-a", "INC-0001"), ("g-b", "INC-0001")):  # g-b: its trace t3 is the incident's
+        result = runner.invoke(main, ["incident", "golden", name, *db, "--goldens-dir", paths[5]])
+        assert result.exit_code == 0 and f"incidents: {incident}" in result.output, result.output
+    shown = runner.invoke(main, ["incident", "golden", "g-b", *db, "--goldens-dir", paths[5]]).output
+    assert "v0002: trace t3" in shown and "r1 (v0002" in shown and "0 passed, 1 failed" in shown
+    assert runner.invoke(main, ["incident", "golden", "g-zz", *db, "--goldens-dir", paths[5]]).exit_code == 2
