@@ -179,6 +179,27 @@ class MappedRecord:
     failures: list[tuple[str, str, str]] = field(default_factory=list)
 
 
+def constant_value(spec: FieldSpec) -> tuple[Any, bool]:
+    """A constant field's value after its conversions, and whether the mapping fails on it
+    (the same for every record: the SQL path embeds it)."""
+    mapped = MappedRecord({})
+    value = _map_object(None, {"constant": spec}, "", mapped, None).get("constant")
+    return value, bool(mapped.failures)
+
+
+def parse_json(text: str | bytes) -> Any:
+    """JSON text as Python values; a key repeated in an object keeps its first value, as DuckDB
+    (the native reader, the SQL path) reads it."""
+    return json.loads(text, object_pairs_hook=_first_wins)
+
+
+def _first_wins(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        out.setdefault(key, value)
+    return out
+
+
 def map_record(record: Any, mapping: FieldMap) -> MappedRecord:
     """`record` (parsed JSON, a Parquet or CSV row) mapped by `mapping`; never raises."""
     mapped = MappedRecord({})
@@ -250,7 +271,7 @@ def _typed(value: Any, kind: str) -> Any:
     if kind == "string":
         return value if isinstance(value, str) else json.dumps(value) if isinstance(value, dict | list) else str(value)
     if kind == "json":
-        return json.loads(value) if isinstance(value, str) else value
+        return parse_json(value) if isinstance(value, str) else value
     if isinstance(value, str):
         text = value.strip()
         if text == "":

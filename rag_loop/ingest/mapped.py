@@ -12,22 +12,50 @@ import io
 import json
 import math
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import date, datetime, time
 from decimal import Decimal
 from fnmatch import fnmatch
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from rag_loop.ingest.field_map import MAPPING_FILE_NAMES, FileFormat, Mapping, compiled_path, load_mapping, map_record
-from rag_loop.ingest.lines import Rejected, iter_line_batches, open_binary, oversized_reason, preview
-from rag_loop.ingest.records import BatchCounts, load_batch, quarantine_rejected
+from rag_loop.ingest.field_map import (
+    MAPPING_FILE_NAMES,
+    FileFormat,
+    Mapping,
+    compiled_path,
+    load_mapping,
+    map_record,
+    parse_json,
+)
+from rag_loop.ingest.lines import (
+    LineBatch,
+    NeedsExactReader,
+    Rejected,
+    iter_line_batches,
+    open_binary,
+    oversized_reason,
+    preview,
+)
+from rag_loop.ingest.mapped_sql import SqlMapping, sql_mapping
+from rag_loop.ingest.native import _type_ok as sql_type_ok  # the fast reader's typing of JSON leaves
+from rag_loop.ingest.native import _typed as sql_typed
+from rag_loop.ingest.records import (
+    BatchCounts,
+    duckdb_type,
+    load_batch,
+    quarantine_rejected,
+    record_problem_sql,
+    store_verdicts,
+)
+from rag_loop.schema import Trace
 
 MAPPED_FORMAT = "mapped"  # raw_traces.source_format of a mapped record
 SUFFIXES: dict[str, FileFormat] = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet",
@@ -127,7 +155,7 @@ def _rows(path: Path, fmt: FileFormat, mapping: Mapping,
         yield from _jsonl(path, max_record_bytes)
     elif fmt == "json":
         with open_binary(path) as handle:
-            document = json.loads(handle.read())
+            document = parse_json(handle.read())
         records = document if mapping.spec.records is None else _search(mapping.spec.records, document)
         if not isinstance(records, list):
             raise ValueError(f"records: not a list in the document but {type(records).__name__}")
@@ -153,7 +181,7 @@ def _jsonl(path: Path, max_record_bytes: int) -> Iterator[tuple[int, Any] | Reje
             if not raw.strip(" \t\r"):
                 continue
             try:
-                yield line_no, json.loads(raw)
+                yield line_no, parse_json(raw)
             except (ValueError, RecursionError):
                 yield Rejected(line_no, "invalid_json", preview(raw))
 
@@ -194,10 +222,47 @@ def store_mapped_file(con: duckdb.DuckDBPyConnection, path: Path, relative: str,
                       max_record_bytes: int) -> BatchCounts:
     """Map, check and store every record of one file inside the caller's transaction, with
     the mapping's coverage of it (`mapping_coverage`). A record the mapping fails on is
-    quarantined with the field and path."""
+    quarantined with the field and path. A JSONL file whose mapping compiles to SQL
+    (`mapped_sql`) is mapped in DuckDB, its lines the SQL is not exact on by `map_record`."""
     fmt = file_format(path, mapping)
     assert fmt is not None
-    counts, coverage = BatchCounts(), Coverage()
+    coverage = Coverage()
+    plan = sql_mapping(mapping.spec) if fmt == "jsonl" else None
+    if plan is None:
+        counts = _store_records(con, read_records(path, fmt, mapping, max_record_bytes), relative, mapping,
+                                max_record_bytes, coverage)
+    else:
+        counts = BatchCounts()
+        for batch in _line_batches(path, max_record_bytes):
+            counts += quarantine_rejected(con, batch.rejected, relative, MAPPED_FORMAT)
+            counts += _store_sql_batch(con, batch.lines, plan, relative, mapping, max_record_bytes, coverage)
+        con.execute("DROP TABLE IF EXISTS _mapped; DROP TABLE IF EXISTS _mapped_typed")
+    _name_paths(con, relative, mapping)
+    con.execute("DELETE FROM mapping_coverage WHERE source_file = ?", [relative])
+    con.executemany("INSERT INTO mapping_coverage VALUES (?, ?, ?, ?, ?, ?, ?, ?, now())",
+                    [[relative, str(mapping.path), mapping.digest, row["field"], row["path"], row["records"],
+                      row["resolved"], row["top_failure"]] for row in coverage.rows(mapping)])
+    return counts
+
+
+def _store_records(con: duckdb.DuckDBPyConnection, items: Iterable[tuple[int, Any] | Rejected], relative: str,
+                   mapping: Mapping, max_record_bytes: int, coverage: Coverage) -> BatchCounts:
+    """Map records in Python (`map_record`) and store them through the native line loader."""
+    def mapped() -> Iterator[tuple[int, str] | Rejected]:
+        for item in items:
+            if isinstance(item, Rejected):
+                yield item
+                continue
+            text = _mapped_text(item[0], item[1], mapping, max_record_bytes, coverage)
+            yield text if isinstance(text, Rejected) else (item[0], text[0])
+    return _store_texts(con, mapped(), relative)
+
+
+def _store_texts(con: duckdb.DuckDBPyConnection, items: Iterable[tuple[int, str] | Rejected],
+                 relative: str) -> BatchCounts:
+    """Store mapped records (line, native JSON text) through the native line loader
+    (`load_batch`), in batches, and quarantine the refused ones."""
+    counts = BatchCounts()
     numbers: list[int] = []
     lines: list[str] = []
     rejected: list[Rejected] = []
@@ -210,36 +275,121 @@ def store_mapped_file(con: duckdb.DuckDBPyConnection, path: Path, relative: str,
                                                 "raw": pa.array(lines, pa.string())}), relative, MAPPED_FORMAT)
         numbers.clear(), lines.clear(), rejected.clear()
 
-    for item in read_records(path, fmt, mapping, max_record_bytes):
+    for item in items:
         if isinstance(item, Rejected):
             rejected.append(item)
             continue
-        line_no, record = item
-        mapped = map_record(record, mapping.spec)
-        coverage.add(mapped.resolved, mapped.failures)
-        raw = preview(json.dumps(record, default=str, ensure_ascii=False))
-        if mapped.failures:
-            target, where, why = mapped.failures[0]
-            rejected.append(Rejected(line_no, f"mapping_failed: {target} (path {where!r}): {why}"[:500], raw))
-            continue
-        try:
-            text = json.dumps(mapped.trace, ensure_ascii=False, allow_nan=False)
-        except (ValueError, TypeError) as error:
-            rejected.append(Rejected(line_no, f"mapping_failed: not JSON ({error})"[:500], raw))
-            continue
-        if len(text.encode()) > max_record_bytes:
-            rejected.append(Rejected(line_no, oversized_reason(len(text.encode()), max_record_bytes), raw))
-            continue
-        numbers.append(line_no)
-        lines.append(text)
+        numbers.append(item[0])
+        lines.append(item[1])
         if len(lines) >= BATCH_RECORDS:
             flush()
     flush()
-    _name_paths(con, relative, mapping)
-    con.execute("DELETE FROM mapping_coverage WHERE source_file = ?", [relative])
-    con.executemany("INSERT INTO mapping_coverage VALUES (?, ?, ?, ?, ?, ?, ?, ?, now())",
-                    [[relative, str(mapping.path), mapping.digest, row["field"], row["path"], row["records"],
-                      row["resolved"], row["top_failure"]] for row in coverage.rows(mapping)])
+    return counts
+
+
+def _mapped_text(line_no: int, record: Any, mapping: Mapping, max_record_bytes: int,
+                 coverage: Coverage) -> tuple[str, Any] | Rejected:
+    """The record mapped, as the native JSON line and its trace id, or why it is quarantined."""
+    mapped = map_record(record, mapping.spec)
+    coverage.add(mapped.resolved, mapped.failures)
+    raw = preview(json.dumps(record, default=str, ensure_ascii=False))
+    if mapped.failures:
+        target, where, why = mapped.failures[0]
+        return Rejected(line_no, f"mapping_failed: {target} (path {where!r}): {why}"[:500], raw)
+    try:
+        text = json.dumps(mapped.trace, ensure_ascii=False, allow_nan=False)
+    except (ValueError, TypeError) as error:
+        return Rejected(line_no, f"mapping_failed: not JSON ({error})"[:500], raw)
+    if len(text.encode()) > max_record_bytes:
+        return Rejected(line_no, oversized_reason(len(text.encode()), max_record_bytes), raw)
+    return text, mapped.trace.get("trace_id")
+
+
+def _line_batches(path: Path, max_record_bytes: int) -> Iterator[LineBatch]:
+    """The file's lines as `iter_line_batches` splits them: Arrow's fast reader, and from the
+    first line it cannot read exactly on, the exact reader."""
+    done = 0
+    with open_binary(path) as handle:
+        bom = handle.read(3) == b"\xef\xbb\xbf"  # Arrow's reader drops it; json.loads refuses it
+    try:
+        if bom:
+            raise NeedsExactReader("a byte order mark")
+        for batch in iter_line_batches(path, max_record_bytes):
+            numbers = batch.lines.column("line_no").to_pylist()[-1:] + [r.line_no for r in batch.rejected]
+            done = max([done, *numbers])
+            yield batch
+    except NeedsExactReader:
+        for batch in iter_line_batches(path, max_record_bytes, exact=True):
+            if batch.lines.num_rows and batch.lines.column("line_no")[-1].as_py() <= done:
+                if not any(r.line_no > done for r in batch.rejected):
+                    continue
+            lines = batch.lines.filter(pc.greater(batch.lines.column("line_no"), done))
+            yield LineBatch(lines, [r for r in batch.rejected if r.line_no > done])
+
+
+@cache
+def _typed_sql(max_record_bytes: int, factor: int, extra: int, targets: int) -> str:
+    """Types `_mapped` as the native fast reader types its lines; clean: exact, of the model's
+    types, refused by no check, and certainly within the size limit as Python's JSON text."""
+    expected = duckdb_type(Trace)
+    resolved = "".join(f", r{i}" for i in range(targets))
+    small = f"(bytes * {factor} + {extra} <= {max_record_bytes} OR strlen(to_json(j)) * 2 + 64 <= {max_record_bytes})"
+    return f"""
+        CREATE OR REPLACE TEMP TABLE _mapped_typed AS
+        SELECT line_no, t, t.trace_id AS trace_id{resolved},
+               exact AND type_ok AND {record_problem_sql('t')} IS NULL AND {small} AS clean
+        FROM (SELECT line_no, bytes, j, exact{resolved}, {sql_typed('j', expected)} AS t,
+                     {sql_type_ok('j', expected)} AS type_ok FROM _mapped)"""
+
+
+def _store_sql_batch(con: duckdb.DuckDBPyConnection, lines: pa.Table, plan: SqlMapping, relative: str,
+                     mapping: Mapping, max_record_bytes: int, coverage: Coverage) -> BatchCounts:
+    """Store the lines the SQL maps exactly and cleanly; map the others in Python. A clean line
+    whose trace id a Python-mapped line of the batch has on an earlier line is mapped in Python
+    too, so that the first copy wins as if the batch were stored in one go."""
+    con.register("_mapped_lines", lines)
+    try:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _mapped AS {plan.select}")
+    finally:
+        con.unregister("_mapped_lines")
+    con.execute(_typed_sql(max_record_bytes, plan.factor, plan.extra, len(plan.targets)))
+    raws = dict(zip(lines.column("line_no").to_pylist(), lines.column("raw").to_pylist()))
+    python: dict[int, tuple[str, Any] | Rejected] = {}
+
+    def in_python(numbers: list[int]) -> None:
+        for line_no in numbers:
+            try:
+                    record = parse_json(raws[line_no])
+            except (ValueError, RecursionError):
+                python[line_no] = Rejected(line_no, "invalid_json", preview(raws[line_no]))
+                continue
+            python[line_no] = _mapped_text(line_no, record, mapping, max_record_bytes, coverage)
+
+    in_python([n for (n,) in con.execute("SELECT line_no FROM _mapped_typed WHERE NOT clean").fetchall()])
+    first: dict[str, int] = {}
+    for line_no, item in python.items():
+        if not isinstance(item, Rejected) and isinstance(item[1], str):
+            first[item[1]] = min(first.get(item[1], line_no), line_no)
+    if first:
+        later = [n for (n,) in con.execute("""
+            SELECT m.line_no FROM _mapped_typed m
+            JOIN (SELECT unnest($ids::VARCHAR[]) AS id, unnest($lines::BIGINT[]) AS first) p
+              ON m.trace_id = p.id AND m.line_no > p.first WHERE m.clean""",
+            {"ids": list(first), "lines": list(first.values())}).fetchall()]
+        if later:
+            con.execute("UPDATE _mapped_typed SET clean = false WHERE line_no IN (SELECT unnest($n::BIGINT[]))",
+                        {"n": later})
+            in_python(later)
+    counted = ", ".join(f"count_if(r{i})" for i in range(len(plan.targets)))
+    clean, *resolved = con.execute(f"SELECT count(*), {counted} FROM _mapped_typed WHERE clean").fetchall()[0]
+    coverage.records += clean
+    coverage.resolved.update({target: n for target, n in zip(plan.targets, resolved) if n})
+    con.execute("""CREATE OR REPLACE TEMP TABLE _verdict AS
+                   SELECT line_no, line_no AS source_line, NULL::VARCHAR AS span_id, trace_id, NULL::VARCHAR AS reason
+                   FROM _mapped_typed WHERE clean""")
+    counts = store_verdicts(con, relative, MAPPED_FORMAT, parsed="_mapped_typed")
+    counts += _store_texts(con, [item if isinstance(item, Rejected) else (line_no, item[0])
+                                 for line_no, item in sorted(python.items())], relative)
     return counts
 
 

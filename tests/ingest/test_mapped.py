@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from rag_loop.cli import main
-from rag_loop.ingest import ingest_directory
+from rag_loop.ingest import ingest_directory, mapped
 from rag_loop.ingest.field_map import MappingError, load_mapping
 
 MAPPING = """
@@ -37,6 +37,17 @@ fields:
   feedback:
     fields: {rating: thumb}
 """
+
+
+@pytest.fixture(autouse=True, params=["sql", "python"])
+def mapping_path(request, monkeypatch):
+    """Each test on both paths of a JSONL file: DuckDB SQL where the mapping compiles
+    (rag_loop.ingest.mapped_sql), and Python's map_record per record."""
+    if request.param == "python":
+        monkeypatch.setattr(mapped, "sql_mapping", lambda spec: None)
+    return request.param
+
+
 RECORDS = [
     {"id": "r1", "ts": 1764547200000, "question": "How many leave days?", "output": {"text": "15 days."},
      "latency": 120.5, "session": "s1", "thumb": "negative",

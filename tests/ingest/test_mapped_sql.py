@@ -1,0 +1,174 @@
+"""The SQL path of mapped ingestion (rag_loop.ingest.mapped_sql) against the Python path
+(`map_record` per record): random simple mappings over random JSONL lines store the same
+traces, chunks, spans, feedback, duplicates, quarantine rows (reasons with field and path, raw
+text) and mapping coverage; which mappings compile to SQL."""
+
+import json
+
+import duckdb
+import pytest
+import yaml
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from rag_loop.ingest import ingest_directory, mapped
+from rag_loop.ingest.field_map import FieldMap
+from rag_loop.ingest.mapped_sql import sql_mapping
+
+KEYS = ["id", "ts", "q", "a", "n", "ctx", "meta", "a.b", "Q"]
+scalars = (st.none() | st.booleans() | st.integers(min_value=-2**70, max_value=2**70)
+           | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=6)
+           | st.sampled_from(["2026-11-01T00:00:00Z", "1764547200000", "1764547200", "", " 12 ", "-0", "1e5",
+                              "true", " No ", "yes", "OK", "ERROR", "x\u00e9\"", "\u200b", "%", "1.5", "0x10",
+                              "[1, 2]", '{"k": 1}', "null", "٣"])
+           | st.sampled_from([0, 1, -1, 1764547200000, 1764547200123456789, 1764547200123456000, 2**63, 1.0, 1e16,
+                              1e300, 0.1, -0.0, 2.5]))
+values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3)
+                      | st.dictionaries(st.sampled_from(KEYS), inner, max_size=4), max_leaves=8)
+times = st.sampled_from(["2026-11-01T00:00:00Z", "2026-11-01T08:30:00+07:00", "2026-11-01", 1764547200000,
+                         1764547200, 1764547200123456, 1764547200123456000, 1764547200123456789, "1764547200000",
+                         "1764547200", 0, -5, 2**62, "yesterday", 1764547200.5])
+texts = st.text(min_size=1, max_size=8) | st.sampled_from(["How many leave days?", "Nghỉ phép?", "x", " "])
+element = st.fixed_dictionaries({}, optional={"a": scalars, "id": texts | scalars, "n": scalars, "q": texts,
+                                              "ts": times, "a.b": scalars, "ctx": st.lists(scalars, max_size=2)})
+good = st.fixed_dictionaries(
+    {"id": st.sampled_from(["t1", "t2", "t3", "t4"]) | texts, "ts": times, "q": texts},
+    optional={"a": scalars, "n": scalars, "Q": texts | scalars, "a.b": scalars,
+              "ctx": st.lists(element | scalars, max_size=3),
+              "meta": st.fixed_dictionaries({}, optional={"id": texts, "q": scalars, "n": values,
+                                                          "ctx": st.lists(element, max_size=3)})})
+records = good | st.dictionaries(st.sampled_from(KEYS), values, max_size=7)
+ODD_LINES = ["", "   ", "not json", "[1,]", '{"id": "x", "q": "y", "ts": "2026-01-01T00:00:00Z",}',
+             '{"id": "x", "q": "nan", "ts": nan}', '{"id": "d", "id": "e", "q": "q", "ts": "2026-01-01T00:00:00Z"}',
+             '{"id": "i", "q": "q", "ts": "2026-01-01T00:00:00Z", "n": NaN}', "[" * 300 + "]" * 300,
+             '{"id": "deep", "q": "q", "ts": "2026-01-01T00:00:00Z", "n": ' + "[" * 250 + "]" * 250 + "}",
+             "\ufeff{}", '"a string"', "5", '{"id": "big", "q": "q", "ts": 1e400}', "{\"id\": \"t\"}\t",
+             '{"id": "x", "ctx": [{"a": 1}, {"a": 2}], "q": "w", "ts": "2026-01-01T00:00:00Z"}']
+PATHS = ["id", "ts", "q", "a", "n", "Q", "meta.id", "meta.q", "ctx[0]", "ctx[-1]", "ctx[0].a", "@", "meta",
+         "missing", "ctx", '"a.b"', "meta.n.a", "n[1]"]
+ELEMENT_PATHS = ["a", "id", "n", "q", '"a.b"', "meta.id", "ctx[0]", "ts"]
+TAME = {"answer": "q", "latency_ms": "n", "session_id": "meta.id", "turn_id": {"path": "n", "type": "int"},
+        "is_fallback": {"path": "a", "type": "bool"}, "tenant": {"value": "acme"}, "language": "Q",
+        "status": {"path": "Q", "values": {"OK": "ok", "ERROR": None}}, "input_tokens": "n",
+        "temperature": {"path": "a", "type": "float"}, "citations": "meta.n", "cost_usd": "n"}
+OPTIONAL = ["answer", "latency_ms", "session_id", "turn_id", "is_fallback", "tenant", "language", "citations",
+            "filters", "cost_usd", "status", "input_tokens", "temperature"]
+TYPES = ["string", "int", "float", "bool", "json"]
+EPOCHS = ["epoch_ms", "epoch_s", "epoch_us", "epoch_ns"]
+
+
+@st.composite
+def specs(draw, name: str, paths: list[str], element: bool = False) -> dict:
+    if draw(st.integers(0, 6)) == 0:
+        return {"value": draw(scalars)}
+    if element and draw(st.integers(0, 4)) == 0:
+        spec: dict = {"position": True}
+    else:
+        spec = {"path": draw(st.sampled_from(paths))}
+    if draw(st.booleans()):
+        spec["type"] = draw(st.sampled_from(TYPES))
+    if name in ("timestamp", "start_time") or draw(st.integers(0, 8)) == 0:
+        spec["format"] = draw(st.sampled_from(["iso", *EPOCHS]))
+    if draw(st.integers(0, 4)) == 0:
+        spec["values"] = draw(st.dictionaries(st.sampled_from(["OK", "ERROR", "true", "1", "-0", "yes", "x"]),
+                                              st.none() | st.sampled_from(["ok", "error", 7, True, "1764547200"]),
+                                              max_size=3))
+    if draw(st.integers(0, 6)) == 0:
+        spec["hash"] = True
+    return spec
+
+
+@st.composite
+def mappings(draw) -> dict:
+    fields = {name: draw(specs(name, PATHS)) for name in ("trace_id", "timestamp", "original_query")}
+    tame = draw(st.integers(0, 3)) > 0  # mostly paths that give a trace: then the SQL stores what it maps
+    if tame:
+        fields["trace_id"] = draw(st.sampled_from(["id", "id", "meta.id", {"path": "id", "hash": True}]))
+        fields["timestamp"] = {"path": "ts", "format": draw(st.sampled_from(["iso", *EPOCHS]))}
+        fields["original_query"] = draw(st.sampled_from(["q", "q", "meta.id", {"path": "q", "type": "string"}]))
+    for name in draw(st.lists(st.sampled_from(OPTIONAL), max_size=5, unique=True)):
+        fields[name] = draw(specs(name, PATHS))
+        if tame and name in TAME and draw(st.booleans()):
+            fields[name] = TAME[name]
+    if draw(st.booleans()):
+        fields["chunks"] = {"path": draw(st.sampled_from(["ctx", "meta.ctx", "n", "missing"])), "each": {
+            "doc_id": draw(specs("doc_id", ELEMENT_PATHS, True)), "score": draw(specs("score", ELEMENT_PATHS, True)),
+            "rank": draw(specs("rank", ELEMENT_PATHS, True)), "text": draw(specs("text", ELEMENT_PATHS, True))}}
+    if draw(st.booleans()):
+        fields["spans"] = {"path": draw(st.sampled_from(["ctx", "meta"])), "each": {
+            "name": draw(specs("name", ELEMENT_PATHS, True)),
+            "start_time": draw(specs("start_time", ELEMENT_PATHS, True))}}
+    if draw(st.booleans()):
+        feedback: dict = {"fields": {"rating": draw(specs("rating", ["a", "q", "id", "n"])),
+                                     "comment": draw(specs("comment", ["a", "q"]))}}
+        if draw(st.booleans()):
+            feedback["path"] = draw(st.sampled_from(["meta", "ctx[0]", "missing"]))
+        fields["feedback"] = feedback
+    return {"fields": fields}
+
+
+TABLES = {"raw_traces": "ingested_at", "trace_chunks": "", "trace_spans": "", "trace_feedback": "",
+          "trace_duplicates": "seen_at", "quarantine": "quarantined_at", "mapping_coverage": "ingested_at"}
+
+
+def stored(folder, monkeypatch, python: bool) -> dict[str, list]:
+    """Every row the ingestion of `folder` writes, by table (times of ingestion aside)."""
+    with monkeypatch.context() as patch:
+        if python:
+            patch.setattr(mapped, "sql_mapping", lambda spec: None)
+        with duckdb.connect() as con:
+            ingest_directory(con, folder)
+            return {table: sorted(map(repr, con.execute(
+                f"SELECT * {f'EXCLUDE ({drop})' if drop else ''} FROM {table}").fetchall()))
+                for table, drop in TABLES.items()}
+
+
+@st.composite
+def cases(draw) -> tuple[dict, list]:
+    """A mapping and lines for it: records mostly with instants in its timestamp format."""
+    mapping = draw(mappings())
+    fmt = mapping["fields"]["timestamp"].get("format") if isinstance(mapping["fields"]["timestamp"], dict) else None
+    instants = st.sampled_from(INSTANTS.get(fmt, [])) if INSTANTS.get(fmt) else times
+    consistent = st.builds(lambda r, t: {**r, "ts": t}, good, instants)
+    rows = draw(st.lists(st.one_of(consistent, consistent, consistent, good, records, st.sampled_from(ODD_LINES)),
+                         min_size=1, max_size=10))
+    return mapping, rows
+
+
+INSTANTS = {"iso": ["2026-11-01T00:00:00Z", "2026-11-01T08:30:00.5+07:00", "2026-11-01 08:30"],
+            "epoch_ms": [1764547200000, 1764547200123, "1764547200999", 0],
+            "epoch_s": [1764547200, "1764547201", 4102444800], "epoch_us": [1764547200123456, 1764547200000001],
+            "epoch_ns": [1764547200123456000, 1764547200123456789, "1764547200000000000"]}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                    HealthCheck.too_slow])
+@given(case=cases())
+def test_the_sql_path_stores_what_the_python_path_stores(tmp_path_factory, monkeypatch, case):
+    mapping, rows = case
+    assume(sql_mapping(FieldMap.model_validate(mapping)) is not None)
+    folder = tmp_path_factory.mktemp("mapped")
+    (folder / "rag-loop-mapping.yaml").write_text(yaml.safe_dump(mapping, allow_unicode=True))
+    lines = [row if isinstance(row, str) else json.dumps(row, ensure_ascii=False) for row in rows]
+    (folder / "log.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert stored(folder, monkeypatch, python=False) == stored(folder, monkeypatch, python=True)
+
+
+@pytest.mark.parametrize("fields, sql", [
+    ({"path": "a.b"}, True), ({"path": '"attributes.input.value"'}, True), ({"path": "a[0].b[-1]"}, True),
+    ({"path": "@"}, True), ({"value": "acme"}, True), ({"path": "a", "type": "int", "values": {"1": "one"}}, True),
+    ({"path": "a", "format": "epoch_ns"}, True), ({"path": "a", "hash": True}, True),
+    ({"path": "a[*].b"}, False), ({"path": "length(a)"}, False), ({"path": "a || b"}, False),
+    ({"path": "a[?b == `1`]"}, False), ({"path": "a", "then": "b"}, False), ({"path": "a", "until": "b"}, False),
+    ({"path": "a", "format": "%Y-%m-%d"}, False),
+])
+def test_which_mappings_take_the_sql_path(fields, sql):
+    mapping = {"fields": {"trace_id": "id", "timestamp": "ts", "original_query": fields}}
+    assert (sql_mapping(FieldMap.model_validate(mapping)) is not None) == sql
+
+
+def test_a_key_repeated_in_a_record_keeps_its_first_value_on_both_paths(tmp_path, monkeypatch):
+    (tmp_path / "rag-loop-mapping.yaml").write_text("fields: {trace_id: id, timestamp: ts, original_query: q}")
+    (tmp_path / "log.jsonl").write_text('{"id": "a", "id": "b", "ts": "2026-01-01T00:00:00Z", "q": "why"}\n')
+    both = [stored(tmp_path, monkeypatch, python) for python in (False, True)]
+    assert both[0] == both[1] and "'a'" in both[0]["raw_traces"][0]
