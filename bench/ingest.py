@@ -10,8 +10,9 @@ Prints both, the ratio (target <= 1.5) and the peak resident memory of the inges
 process (target < 4 GB); each phase runs in its own forked process. `--repeat N` times N rounds
 of both (bare first in odd rounds, ingestion first in even ones), each round's ratio with the
 load average at its start (the machine may be shared: compare ratios, not times), then the
-median and best ratio. `--malformed-line` also times a
-copy whose last line is cut off, which the fallback readers take.
+median and best ratio. Each round also prints both phases' CPU seconds (the ingestion's workers
+included) and their ratio, which the other sessions on a shared machine move less than wall time.
+`--malformed-line` also times a copy whose last line is cut off, which the fallback readers take.
 
 `--otlp [--spans 1000000]` does the same for a Collector-style OTLP JSON file: export batches
 of 512 spans per line, each trace's root span a few traces later than its children (as a
@@ -188,7 +189,7 @@ def main() -> None:
             shutil.copyfile(source, malformed)
             with open(malformed, "a", encoding="utf-8") as handle:
                 handle.write('{"trace_id": "cut-off", "original_query": "how m\n')
-        seconds, total, peak = _in_process(_ingest, args.workdir, malformed_dir, args.batch_mb,
+        seconds, total, peak, _ = _in_process(_ingest, args.workdir, malformed_dir, args.batch_mb,
                                            args.memory_limit)
         print(f"with one malformed last line: {seconds:7.2f} s, ratio {seconds / bare:.2f}, "
               f"peak RSS {peak:.2f} GB, {total}")
@@ -232,13 +233,13 @@ def _rounds(args: argparse.Namespace, traces_dir: Path, source: Path) -> tuple:
         if round_no % 2:
             phases.reverse()  # bare first in odd rounds
         done = {name: run() for name, run in phases}
-        ingest, total, peak = done["ingest"]
-        (bare,) = done["bare"]
+        ingest, total, peak, ingest_cpu = done["ingest"]
+        bare, bare_cpu = done["bare"]
         ratios.append(ingest / bare)
         peaks.append(peak)
-        if args.repeat > 1:
-            print(f"round {round_no}: load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, bare {bare:.2f} s, "
-                  f"ingest {ingest:.2f} s, ratio {ingest / bare:.2f}", flush=True)
+        print(f"round {round_no}: load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, bare {bare:.2f} s "
+              f"({bare_cpu:.1f} CPU-s), ingest {ingest:.2f} s ({ingest_cpu:.1f} CPU-s), ratio {ingest / bare:.2f}, "
+              f"CPU ratio {ingest_cpu / bare_cpu:.2f}", flush=True)
     if args.repeat > 1:
         print(f"ratio over {args.repeat} rounds: median {statistics.median(ratios):.2f}, "
               f"best {min(ratios):.2f}, worst {max(ratios):.2f}; load at the end {os.getloadavg()[0]:.2f}")
@@ -263,14 +264,22 @@ def _in_process(phase, *args) -> tuple:
     return figures
 
 
+def _cpu_seconds() -> float:
+    """CPU time of this process (all its threads) and of its reaped children (the workers): on
+    a shared machine steadier than wall time, which counts the other sessions' share too."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def _ingest(workdir: Path, traces_dir: Path, batch_mb: int, memory_limit: str) -> tuple:
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _cpu_seconds()
     with _fresh_database(workdir / "ingest.duckdb") as con:
         report = ingest_directory(con, traces_dir, batch_bytes=batch_mb << 20, memory_limit=memory_limit)
     readers = ", ".join(sorted({f.reader for f in report.files}))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
     worker = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1e6  # the largest worker's
-    return time.perf_counter() - start, f"{report.total()} by {readers}", peak + worker
+    return (time.perf_counter() - start, f"{report.total()} by {readers}", peak + worker,
+            _cpu_seconds() - cpu)
 
 
 def _ingest_more(workdir: Path, traces_dir: Path, memory_limit: str) -> tuple:
@@ -282,11 +291,11 @@ def _ingest_more(workdir: Path, traces_dir: Path, memory_limit: str) -> tuple:
 
 
 def _bare(workdir: Path, source: Path) -> tuple:
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _cpu_seconds()
     with _fresh_database(workdir / "bare.duckdb") as con:
         con.execute(f"CREATE TABLE bare AS SELECT * FROM read_json('{source}', "
                     "maximum_object_size = 268435456)")
-    return (time.perf_counter() - start,)
+    return time.perf_counter() - start, _cpu_seconds() - cpu
 
 
 if __name__ == "__main__":
