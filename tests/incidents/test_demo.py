@@ -5,6 +5,7 @@ origin incident); labelled, the next release records the goldens as the incident
 names that release."""
 
 import json
+from datetime import date
 from pathlib import Path
 
 import duckdb
@@ -14,6 +15,7 @@ from rag_loop.curation.queue import build_curation_queue
 from rag_loop.curation.queue_files import read_queue
 from rag_loop.curation.representatives import QueueSettings
 from rag_loop.demo.curator import label_row
+from rag_loop.goldens.coverage import coverage_day, release_goldens
 from rag_loop.goldens.lineage import refresh_release_tables
 from rag_loop.goldens.redaction import Redactor
 from rag_loop.goldens.release import build_goldens, publish_release
@@ -22,10 +24,12 @@ from rag_loop.incidents.runbook import close_incident, open_incident
 from tests.helpers import fake_embedder
 
 
-def test_an_incident_on_the_err_pay_977_surge_becomes_regression_goldens(demo_releases):
+def test_an_incident_on_the_err_pay_977_surge_lists_its_traces_and_the_intents_coverage_missed(demo_releases):
     root, paths = demo_releases
     goldens, reports = Path(paths.goldens_dir), Path(paths.reports_dir)
     with duckdb.connect(str(root / "rag.duckdb")) as con:
+        for day in (date(2026, 11, 12), date(2026, 11, 13)):  # what drift_job stores once v0001 is out
+            coverage_day(con, day, release_goldens(goldens, "v0001"))
         request = IncidentRequest(parse_instant("2026-11-12"), parse_instant("2026-11-13", end=True),
                                   title="ERR-PAY-977: payments error nobody documented", query_contains="977",
                                   opened_by="on-call")
@@ -45,7 +49,21 @@ def test_an_incident_on_the_err_pay_977_surge_becomes_regression_goldens(demo_re
         assert offline["gating"] is None and "no offline test could have caught it" in text
         assert offline["newest"] == "v0002" and any(r["v0002"] is False for r in offline["intents"])
         assert "**no**" in text and "missing\\_info" in text  # the users said it: missing_info
+        assert "golden_coverage check (floor 25%, recomputed from the stored days): 2026-11-12 " in text
+        # named as the gating release, v0001 misses failing intents of the surge
+        named = open_incident(con, IncidentRequest(request.start, request.end, query_contains="977",
+                                                   gating_release="v0001"), reports, goldens)
+        missed = [r for r in named.facts.offline["intents"] if r["v0001"] is False]
+        assert missed and f"{len(missed)} of {len(named.facts.offline['intents'])} failing intents had no " \
+            "golden in `v0001`" in named.text
 
+
+def test_the_incidents_traces_top_the_queue_and_become_the_next_releases_goldens(demo_releases):
+    root, paths = demo_releases
+    goldens, reports = Path(paths.goldens_dir), Path(paths.reports_dir)
+    with duckdb.connect(str(root / "rag.duckdb")) as con:
+        open_incident(con, IncidentRequest(parse_instant("2026-11-12"), parse_instant("2026-11-13", end=True),
+                                           query_contains="977"), reports, goldens)
         # the queue, rebuilt: the incident's failing traces first, P0, origin incident
         queue = build_curation_queue(con, fake_embedder().router(), QueueSettings(), Path(paths.curation_dir) / "queue",
                                      goldens)

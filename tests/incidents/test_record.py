@@ -129,19 +129,20 @@ def test_closing_records_actions_and_the_newest_release_with_its_goldens_and_the
     assert set(shown.facts.lineage["goldens"]["golden"]) == {"g-a", "g-b"}
 
 
-def test_a_dashboard_export_gives_the_fired_and_the_silent_checks(world):
+def test_the_dashboards_export_gives_the_fired_and_the_silent_checks(world):
+    """dashboard.json as the `dashboard` asset writes it (dashboard_figures + write_dashboard)."""
+    from rag_loop.online.quality import OnlineQualitySettings
+    from rag_loop.reporting.dashboard_figures import dashboard_figures, write_dashboard
     con, tmp = world
-    (tmp / "reports").mkdir()
-    (tmp / "reports" / "dashboard.json").write_text(
-        '{"generated_at": "x", "change": {"drift_checked": true, "alerts": ['
-        '{"day": "2026-11-12", "asset": "retrieval_scores", "check": "rerank_p50", "severity": "WARN", '
-        '"note": "0.2 < 0.3 *"}, {"day": "2026-11-20", "asset": "query_mix", "check": "js", "severity": "WARN", '
-        '"note": "outside"}]}, "quality": {"slo": [{"day": "2026-11-13", "state": "WARN"}]}}')
     con.execute("CREATE TABLE retrieval_scores (day DATE)")
     con.execute("CREATE TABLE freshness_daily (day DATE)")
     con.execute("INSERT INTO retrieval_scores VALUES ('2026-11-12'); INSERT INTO freshness_daily VALUES ('2026-11-13')")
+    alerts = [{"day": "2026-11-12", "asset": "retrieval_scores", "check": "rerank_p50", "severity": "WARN",
+               "note": "0.2 < 0.3 *"},
+              {"day": "2026-11-20", "asset": "query_mix", "check": "js", "severity": "WARN", "note": "outside"}]
+    write_dashboard(dashboard_figures(con, OnlineQualitySettings(), alerts, drift_checked=True), tmp / "reports")
     text = open_incident(con, request(), tmp / "reports", tmp / "goldens", now=OPENED).text
     assert "| 2026-11-12 | retrieval\\_scores | rerank\\_p50 | WARN | 0.2 &lt; 0.3 \\* |" in text
     assert "outside" not in text  # another day
     assert "computed on the window's days but silent: freshness_daily" in text
-    assert "online quality SLO per day: 2026-11-13 WARN" in text
+    assert "online quality SLO: not recorded for these days" in text  # no SLO target configured
