@@ -252,7 +252,24 @@ def parse_block(block: bytes, first_line: int, max_record_bytes: int,
                                      preview(line)))
             continue
         _read_line(line, first_line + offset, max_record_bytes, rows, rejected)
-    return SpanBatch(_table(rows), rejected)
+    try:
+        return SpanBatch(_table(rows), rejected)
+    except UnicodeEncodeError:  # "\ud800" is valid JSON but no UTF-8 text: refuse that span only
+        kept = [row for row in rows if _lone_surrogate(row) is None]
+        rejected += [Rejected(row["source_line"], f"invalid_utf8: a lone surrogate in {_lone_surrogate(row)}",
+                              preview(json.dumps(row)), row["span_id"]) for row in rows if _lone_surrogate(row)]
+        return SpanBatch(_table(kept), rejected)
+
+
+def _lone_surrogate(row: dict[str, Any]) -> str | None:
+    """The first column of a span row whose text cannot be written as UTF-8, or None."""
+    for name, value in row.items():
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return name
+    return None
 
 
 def _read_line(line: bytes, line_no: int, max_record_bytes: int, rows: list[dict[str, Any]],
