@@ -74,7 +74,8 @@ def gather(con: duckdb.DuckDBPyConnection, request: IncidentRequest, reports_dir
     facts.timeline = timeline(con, request, traces, Path(goldens_dir))
     facts.root_cause = root_cause(con, traces)
     facts.offline = offline(con, request, traces, Path(goldens_dir))
-    facts.lineage = lineage(con, Path(goldens_dir), incident_id, traces) if incident_id else {}
+    # the incident's stored traces (what the queue and the releases used), not today's recount
+    facts.lineage = lineage(con, Path(goldens_dir), incident_id) if incident_id else {}
     return facts
 
 
@@ -201,8 +202,9 @@ def timeline(con: duckdb.DuckDBPyConnection, request: IncidentRequest, traces: p
             events.append({"at": updated, "kind": "document version published", "what": f"{doc} {version}",
                            "detail": lag})
     if has_table(con, "golden_releases"):
-        for version, created in con.execute("SELECT version, created_at FROM golden_releases "
-                                            "WHERE created_at < $end ORDER BY 2", {"end": request.end}).fetchall():
+        for version, created in con.execute("SELECT version, created_at FROM golden_releases WHERE created_at "
+                                            ">= $since AND created_at < $end ORDER BY 2",
+                                            {"since": since, "end": request.end}).fetchall():
             events.append({"at": created, "kind": "golden release", "what": version, "detail": ""})
     failing = traces[traces["failing"]]
     if len(failing):
@@ -321,17 +323,18 @@ def golden_eval_runs(con: duckdb.DuckDBPyConnection, goldens: list[str]) -> pd.D
 def lineage(con: duckdb.DuckDBPyConnection, goldens_dir: Path, incident_id: str,
             traces: pd.DataFrame | None = None) -> dict[str, Any]:
     """The incident's goldens per release and the eval runs that tested them."""
-    if traces is None and has_table(con, "incident_traces"):
+    if traces is not None:
+        ids = set(traces.loc[traces["failing"], "trace_id"])
+    elif has_table(con, "incident_traces"):
         ids = {t for (t,) in con.execute("SELECT trace_id FROM incident_traces WHERE incident_id = ? AND failing",
                                          [incident_id]).fetchall()}
     else:
-        ids = set(traces.loc[traces["failing"], "trace_id"]) if traces is not None else set()
+        ids = set()  # only goldens that record the incident
     goldens = incident_goldens(goldens_dir, incident_id, ids)
     runs = golden_eval_runs(con, sorted(set(goldens["golden"])))
     return {"goldens": goldens, "runs": runs,
             "releases": sorted(set(goldens["version"])), "newest_with_goldens":
                 (sorted(set(goldens["version"]))[-1] if len(goldens) else None)}
-
 
 
 def golden_origin(con: duckdb.DuckDBPyConnection, goldens_dir: Path, name: str) -> dict[str, Any]:

@@ -122,6 +122,9 @@ def _detection(facts: Facts) -> list[str]:
     if d.get("drift_checked"):
         lines += [f"- computed on the window's days but silent: {', '.join(d['silent']) or 'none'}"]
     computed = {t: days for t, days in d["computed"].items()}
+    stored = [f"{t} ({len(days)} day{'s' if len(days) > 1 else ''})" for t, days in computed.items() if days]
+    if stored:
+        lines += [f"- figures stored for the window's days: {', '.join(stored)}"]
     never = [t for t, days in computed.items() if not days]
     absent = [t for t in ("query_mix", "freshness_daily", "retrieval_scores", "quality_slis", "online_quality",
                           "golden_coverage") if t not in computed]

@@ -104,11 +104,12 @@ class IncidentRequest:
             raise IncidentError(f"{self.gating_release[:20]!r} is no release version (vNNNN)")
 
     def window_text(self) -> str:
-        return f"{self.start:%Y-%m-%d %H:%M} .. {self.end:%Y-%m-%d %H:%M} UTC"
+        return f"{self.start:%Y-%m-%d %H:%M} .. {self.end:%Y-%m-%d %H:%M} UTC (end excluded)"
 
     def default_title(self) -> str:
         where = "; ".join(f"{k}={'|'.join(v)}" for k, v in self.slices.items())
-        return f"Quality incident {self.window_text()}" + (f" ({where})" if where else "")
+        return f"Quality incident {self.start:%Y-%m-%d %H:%M} .. {self.end:%Y-%m-%d %H:%M} UTC" + (
+            f" ({where})" if where else "")
 
 
 def ensure_tables(con: duckdb.DuckDBPyConnection) -> None:
