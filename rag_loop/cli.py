@@ -360,6 +360,8 @@ def _goldens_option(command: Callable) -> Callable:
 def _incident_db(db: str):
     """The database, for writing (`incidents`, `incident_traces`: written here, outside Dagster,
     as `rag-loop calibrate` writes judge_calibrations); a run holding it is said plainly."""
+    if not Path(db).is_file():  # connecting would make an empty database there
+        raise click.ClickException(f"no database at {db}: run the loop first, or pass --db")
     try:
         return duckdb.connect(db)
     except duckdb.Error as error:

@@ -43,6 +43,10 @@ def test_bad_requests_are_usage_errors_not_crashes(tmp_path):
         assert result.exit_code == 2 and said in result.output, result.output
     missing = runner.invoke(main, ["incident", "close", "INC-0042", "--actions", "x", *paths])
     assert missing.exit_code == 2 and "no incident" in missing.output
+    nowhere = runner.invoke(main, ["incident", "open", "--from", "2026-11-12", "--to", "2026-11-13",
+                                   "--db", str(tmp_path / "typo.duckdb")])
+    assert nowhere.exit_code == 1 and "no database at" in nowhere.output
+    assert not (tmp_path / "typo.duckdb").exists()
 
 
 def test_a_golden_leads_back_to_its_traces_incident_and_eval_runs(tmp_path):
