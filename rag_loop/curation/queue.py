@@ -145,7 +145,7 @@ def _incident_items(queue: pd.DataFrame, incidents: dict[str, list[str]], member
         if not owners:
             continue
         per_incident.update(owners)
-        weight = float(members.loc[trace_id, "weight"])
+        weight = float(members.loc[[trace_id], "weight"].iloc[0])
         cluster = clusters.loc[assigned[trace_id]]
         items.append({"trace_id": trace_id, "cluster_id": assigned[trace_id], "priority": Priority.P0.value,
                       "singleton": bool(cluster["is_singleton"]), "diversity_rank": 0,
