@@ -1,12 +1,13 @@
 """Mapped ingestion (a team's own log shape through a mapping file) against the native reader on
 the same content, in the same run.
 
-    PYTHONPATH=bench python bench/mapped_ingest.py [--traces 1000000] [--workdir bench/out]
+    PYTHONPATH=bench python bench/mapped_ingest.py [--traces 1000000] [--repeat 3] [--workdir bench/out]
 
 Writes N demo-shaped native traces (bench/ingest.py's `write_traces`) and the same traces in a
 log shape of their own (other names, nesting, epoch milliseconds, chunks as `docs`) with the
 mapping file that reads them back; times rag-loop's ingestion of each into a fresh DuckDB file
-and prints both and the ratio (goal <= 1.5, issue 47), with the load average. The two ingestions
+and prints both and the ratio (goal <= 1.5, issue 47), with the load average, for each of
+`--repeat` rounds (native first in odd rounds, mapped first in even ones). The two ingestions
 store the same raw_traces and trace_chunks rows (checked; timestamps of ingestion aside).
 """
 
@@ -16,6 +17,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import time
 from datetime import datetime
 from pathlib import Path
@@ -105,6 +107,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", type=int, default=1_000_000)
     parser.add_argument("--workdir", type=Path, default=Path("bench/out/mapped"))
+    parser.add_argument("--repeat", type=int, default=1, help="rounds, native and mapped in alternating order")
     args = parser.parse_args()
     native, mapped = args.workdir / "native", args.workdir / "mapped"
     shutil.rmtree(args.workdir, ignore_errors=True)
@@ -116,10 +119,15 @@ def main() -> None:
             target.write(json.dumps(own_shape(json.loads(line))) + "\n")
     (mapped / "rag-loop-mapping.yaml").write_text(MAPPING)
     print(f"{args.traces} traces; load average {os.getloadavg()[0]:.2f}")
-    native_s = _ingest(native, args.workdir / "native.duckdb")
-    mapped_s = _ingest(mapped, args.workdir / "mapped.duckdb")
-    print(f"native ingestion {native_s:.1f} s, mapped ingestion {mapped_s:.1f} s, "
-          f"ratio {mapped_s / native_s:.2f} (goal <= 1.5); load average {os.getloadavg()[0]:.2f}")
+    ratios = []
+    for round_no in range(1, args.repeat + 1):  # alternate which goes first: the load drifts
+        order = [("native", native), ("mapped", mapped)][:: 1 if round_no % 2 else -1]
+        times = {name: _ingest(folder, args.workdir / f"{name}.duckdb") for name, folder in order}
+        ratios.append(times["mapped"] / times["native"])
+        print(f"round {round_no}: native ingestion {times['native']:.1f} s, mapped ingestion {times['mapped']:.1f} s, "
+              f"ratio {ratios[-1]:.2f} (goal <= 1.5); load average {os.getloadavg()[0]:.2f}", flush=True)
+    if args.repeat > 1:
+        print(f"median ratio {statistics.median(ratios):.2f} over {args.repeat} rounds")
     with duckdb.connect(str(args.workdir / "native.duckdb")) as con:
         con.execute(f"ATTACH '{args.workdir / 'mapped.duckdb'}' AS m (READ_ONLY)")
         for table, drop in (("raw_traces", "source_format, source_file, source_line, ingested_at"),

@@ -237,9 +237,9 @@ def _literal(value: Any) -> str:
 
 @dataclass
 class _Builder:
-    """While the SQL of each field is written, collects at its level: the paths read, the list
-    columns (`lists`: the elements of an `each`, mapped once), the conditions of an exact line
-    and each coverage target's resolved test."""
+    """While the SQL of each field is written, collects at its level: the paths read, the
+    columns computed once for the fields that use them (`lists`: the elements of an `each`, a
+    converted value), the conditions of an exact line and each coverage target's resolved test."""
 
     level: _Level
     lists: list[tuple[str, str]] = field(default_factory=list)
@@ -290,7 +290,13 @@ class _Builder:
             raw = self.level.ref(base + simple_steps(spec.path or "@"))
         if spec.values:
             self.constants[target] = max(len(_literal(v)) for v in spec.values.values())
-        return _converted(spec, raw, list_field)
+        value, exact = _converted(spec, raw, list_field)
+        state = value.removesuffix(".v")
+        if self.level.var == "v" and value != state and exact == f"{state}.ok":  # converted: computed once
+            column = f"_leaf{len(self.lists)}"
+            self.lists.append((column, state))
+            return f"{column}.v", f"{column}.ok"
+        return value, exact
 
     def each(self, spec: FieldSpec, target: str) -> str:
         if self.level.var != "v" or spec.type is not None or spec.values or spec.format or spec.hash:
@@ -305,7 +311,7 @@ class _Builder:
         listed = self.level.var + "".join(f'."{n}"' for n in names)
         self.exact.append(f"CASE WHEN v IS NULL THEN false WHEN {listed} IS NOT NULL THEN true "
                           f"ELSE coalesce(json_type(raw, '{_sql_text(_json_path(steps))}'), 'NULL') = 'NULL' END")
-        column = f"_list{len(self.lists)}"
+        column = f"_list{len(self.lists)}"  # lists and _leaf columns share the numbering
         inner = _Builder(element)
         fields = inner.object(spec.each, (), f"{target}[].", "i")
         self.constants.update(inner.constants)
@@ -380,7 +386,12 @@ def _converted(spec: FieldSpec, raw: str, list_field: bool) -> tuple[str, str]:
                                                          ELSE s.v::VARCHAR END), 16))""",
                       f"s.v IS NULL OR {_KIND} IN ('BIGINT', 'UBIGINT', 'BOOLEAN') "
                       f"OR ({_KIND} = 'VARCHAR' AND {printable})")
-    if state == start:  # no conversion: the value as it is, if a kind Python keeps alike
+    if state == start and not list_field:  # no conversion: told by the JSON text, parsed no more
+        text = f"{raw}::VARCHAR"
+        value = f"CASE WHEN {text} <> 'null' THEN {raw} END"
+        number = f"coalesce(isfinite(TRY_CAST({text} AS DOUBLE)), false)"  # not nan, inf, 1e400
+        return value, f"coalesce({text} = 'null' OR left({text}, 1) IN ('\"', 't', 'f') OR {number}, true)"
+    if state == start:
         value, ok = _final(raw, list_field)
         value = f"CASE WHEN json_type({raw}) <> 'NULL' THEN {value} END"
         return value, f"({raw} IS NULL OR json_type({raw}) = 'NULL' OR {ok})"
