@@ -197,7 +197,9 @@ def test_the_intents_map_reads_without_hovering(browser, curation, tmp_path):
         browser.set_window_size(1100, 900)
         browser.get(server.url + "/curator")
         browser.find_element(By.NAME, "curator").send_keys("ana\n")
+        _wait(browser, lambda b: b.current_url == server.url + "/")  # signed in before the next page
         browser.get(server.url + "/intents")
+        _wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "svg.map text.panel-title"))
         titles = [t.text for t in browser.find_elements(By.CSS_SELECTOR, "svg.map text.panel-title")]
         names = [t for t in browser.find_elements(By.CSS_SELECTOR, "svg.map text.cluster-name")]
         assert titles == ["en: " + titles[0].split(": ", 1)[1], "vi: " + titles[1].split(": ", 1)[1]]
