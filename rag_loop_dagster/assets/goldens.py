@@ -42,7 +42,7 @@ class ReleaseConfig(Config):
                           "addresses quoted in answers); null: the newest release's (none at first).")
 
 
-@asset(group_name="goldens", deps=["current_labels"],
+@asset(group_name="goldens", deps=["current_labels", "incident_traces"],  # goldens of an incident name it
        description="Makes the next golden release goldens/vNNNN/ in the home (goldens.json in DeepEval "
                    "format, manifest.json, CHANGES.md) from the accepted labels, unless nothing "
                    "changed since the newest release.")
