@@ -18,6 +18,11 @@ request path with referenceless metrics, one row per trace × metric × judge ve
   error is `errored`, never a pass, and retried by the next run.
 - A run's cost follows what is due, not the history: the plan joins only the days that may
   hold something due (`planned_work`), and the traces' texts are read on their own days.
+- Re-judging has a bound (`rejudge_days`): a new judge version judges new traffic and
+  re-judges the last days of the selection (the overlap where the scale shift is measured, and
+  the SLO's window); a trace × metric an earlier version judged on an older day keeps that
+  verdict (`kept_verdicts`), which quality figures use marked as such. The window is fixed by
+  the version's first run (`judge_windows`), so later runs neither widen nor move it.
 """
 
 from __future__ import annotations
@@ -91,6 +96,13 @@ class JudgingSettings:
     prepare_every: int = 512  # cases the judge prepares at once (the offline judge embeds them in one batch)
     # thresholds fitted to curators' grades (rag_loop.evaluation.alignment): a new judge version
     alignment: Alignment | None = None
+    # a new judge version re-judges what earlier versions judged on the selection's last this
+    # many days only (None: all of it); new traffic is always judged
+    rejudge_days: int | None = 7
+
+    def __post_init__(self) -> None:
+        if self.rejudge_days is not None and self.rejudge_days < 1:
+            raise ValueError(f"rejudge_days is {self.rejudge_days}: at least 1, or None for every day")
 
     def threshold(self, metric: OnlineMetric, language: str | None) -> float | None:
         """A metric's pass threshold on a trace in `language`: the alignment's, else the metric's."""
@@ -160,6 +172,31 @@ _PLANNED_COLUMNS = ["trace_id", "day", "streams", "by_random", "metric", "metric
                     "inclusion_probability", "previous_status", "previous_reason"]
 
 
+def rejudge_window(con: duckdb.DuckDBPyConnection, settings: JudgingSettings, version: str) -> date | None:
+    """The first day `version` re-judges what earlier versions judged (None: every day).
+
+    Fixed by the version's first run and stored in `judge_windows`: the last `rejudge_days`
+    days of the selection then (its newest day counts back). The first judge version has
+    nothing to re-judge: None."""
+    con.execute(ONLINE_DDL)
+    stored = con.execute("SELECT rejudge_from FROM judge_windows WHERE judge_version = ?", [version]).fetchall()
+    if stored:
+        return stored[0][0]
+    earlier = con.execute("SELECT count(*) FROM trace_judgments WHERE judge_version <> ? AND status = 'judged'",
+                          [version]).fetchall()[0][0]
+    newest = con.execute("SELECT max(day) FROM failure_candidates").fetchall()[0][0]
+    start = None if settings.rejudge_days is None or not earlier or newest is None \
+        else newest - timedelta(days=settings.rejudge_days - 1)
+    con.execute("INSERT OR IGNORE INTO judge_windows VALUES (?, ?, ?, now())",
+                [version, start, settings.rejudge_days if start is not None else None])
+    return start
+
+
+# an earlier version's judged (trace, metric) on a day before the window: kept, not re-judged
+_KEPT = """SELECT DISTINCT trace_id, metric FROM trace_judgments
+           WHERE judge_version <> $version AND status = 'judged' AND day < $rejudge_from"""
+
+
 def planned_work(con: duckdb.DuckDBPyConnection, settings: JudgingSettings, version: str) -> pd.DataFrame:
     """Selected trace × metric pairs the metric's rate draws and this judge version has not
     judged yet: errored ones are judged again, unjudgeable ones for want of an input that may
@@ -170,21 +207,30 @@ def planned_work(con: duckdb.DuckDBPyConnection, settings: JudgingSettings, vers
     xor of their hashes: one grouped scan of each table's keys, no join) has nothing due, so a
     judged history costs two grouped scans, not a join of every candidate with every
     judgement. The other days (new traffic, a recomputed selection, errored or unjudgeable
-    rows, a new judge version) are planned row by row."""
+    rows, a new judge version) are planned row by row.
+
+    A trace × metric an earlier version judged on a day before this version's re-judging
+    window (`rejudge_window`) is not wanted: it keeps that verdict."""
     con.execute(ONLINE_DDL)
     if not settings.metrics:
         return pd.DataFrame(columns=_PLANNED_COLUMNS)
+    start = rejudge_window(con, settings, version)
+    kept = "" if start is None else " AND (c.trace_id, {name}) NOT IN (SELECT trace_id, metric FROM kept)"
     drawn = [(_quoted(m.name), float(m.rate), _drawn(settings.salt, m)) for m in settings.metrics]
-    keys = " UNION ALL ".join(f"SELECT c.day, {name} AS metric, c.trace_id FROM failure_candidates c WHERE {draw}"
-                              for name, _, draw in drawn)
+    keys = " UNION ALL ".join(f"SELECT c.day, {name} AS metric, c.trace_id FROM failure_candidates c "
+                              f"WHERE {draw}{kept.format(name=name)}" for name, _, draw in drawn)
     rows = " UNION ALL ".join(
         f"""SELECT c.trace_id, c.day, c.streams, c.by_random, {name} AS metric, {rate} AS metric_rate,
                    c.inclusion_probability * {rate} AS inclusion_probability
             FROM failure_candidates c
-            WHERE {draw} AND EXISTS (SELECT 1 FROM open_days o WHERE o.day IS NOT DISTINCT FROM c.day
-                                     AND o.metric = {name})""" for name, rate, draw in drawn)
+            WHERE {draw}{kept.format(name=name)} AND EXISTS (SELECT 1 FROM open_days o
+                                     WHERE o.day IS NOT DISTINCT FROM c.day AND o.metric = {name})"""
+        for name, rate, draw in drawn)
+    parameters = {"version": version, "may_arrive": list(MAY_ARRIVE),
+                  **({} if start is None else {"rejudge_from": start})}
     return con.execute(f"""
-        WITH wanted AS (SELECT day, metric, count(*) AS n, bit_xor(hash(trace_id)) AS keys
+        WITH {"" if start is None else f"kept AS ({_KEPT}),"}
+        wanted AS (SELECT day, metric, count(*) AS n, bit_xor(hash(trace_id)) AS keys
                         FROM ({keys}) GROUP BY ALL),
         settled AS (SELECT day, metric, count(*) AS n, bit_xor(hash(trace_id)) AS keys FROM trace_judgments
                     WHERE judge_version = $version AND NOT {_OPEN_ROW} GROUP BY ALL),
@@ -198,7 +244,49 @@ def planned_work(con: duckdb.DuckDBPyConnection, settings: JudgingSettings, vers
             USING (trace_id, metric)
         WHERE done.status IS NULL OR done.status = 'errored'
               OR (done.status = 'unjudgeable' AND list_contains($may_arrive, done.reason))
-        ORDER BY p.day, p.trace_id, p.metric""", {"version": version, "may_arrive": list(MAY_ARRIVE)}).df()
+        ORDER BY p.day, p.trace_id, p.metric""", parameters).df()
+
+
+def rejudging(con: duckdb.DuckDBPyConnection, version: str) -> dict[str, Any]:
+    """What `version` re-judged of earlier versions' verdicts and what it kept, per metric
+    (rows, first and last day): the bound on a judge change's bill, said."""
+    con.execute(ONLINE_DDL)
+    window = con.execute("SELECT rejudge_from, rejudge_days FROM judge_windows WHERE judge_version = ?",
+                         [version]).fetchall()
+    start, days = window[0] if window else (None, None)
+    earlier = """(SELECT DISTINCT trace_id, metric FROM trace_judgments
+                  WHERE judge_version <> $version AND status = 'judged')"""
+    summary = """SELECT metric, count(*) AS rows, CAST(min(day) AS VARCHAR) AS first_day,
+                        CAST(max(day) AS VARCHAR) AS last_day FROM ({}) GROUP BY 1 ORDER BY 1"""
+    rejudged = con.execute(summary.format(f"""SELECT metric, day FROM trace_judgments
+        WHERE judge_version = $version AND (trace_id, metric) IN {earlier}"""), {"version": version}).df()
+    kept = kept_verdicts(con, version, start)
+    kept = kept.groupby("metric").agg(rows=("trace_id", "size"), first_day=("day", "min"), last_day=("day", "max"),
+                                      earlier_versions=("judge_version", lambda v: ", ".join(sorted(set(v))))
+                                      ).reset_index().astype({"first_day": str, "last_day": str}) if len(kept) \
+        else pd.DataFrame(columns=["metric", "rows", "first_day", "last_day", "earlier_versions"])
+    return {"rejudge_from": None if start is None else str(start), "rejudge_days": days,
+            "rejudged": rejudged, "kept": kept}
+
+
+def kept_verdicts(con: duckdb.DuckDBPyConnection, version: str, start: date | None = None,
+                  first: date | None = None, last: date | None = None) -> pd.DataFrame:
+    """The earlier versions' judged rows `version` keeps (days before its re-judging window,
+    no row of its own), the newest earlier version's per trace × metric; days first..last."""
+    con.execute(ONLINE_DDL)
+    if start is None:
+        row = con.execute("SELECT rejudge_from FROM judge_windows WHERE judge_version = ?", [version]).fetchall()
+        start = row[0][0] if row else None
+    if start is None:
+        return con.execute("SELECT * FROM trace_judgments WHERE false").df()
+    return con.execute("""
+        SELECT * FROM trace_judgments j
+        WHERE judge_version <> $version AND status = 'judged' AND day < $start
+          AND day BETWEEN coalesce($first, day) AND coalesce($last, day)
+          AND NOT EXISTS (SELECT 1 FROM trace_judgments o WHERE o.judge_version = $version
+                          AND o.trace_id = j.trace_id AND o.metric = j.metric)
+        QUALIFY row_number() OVER (PARTITION BY trace_id, metric ORDER BY judged_at DESC) = 1""",
+                       {"version": version, "start": start, "first": first, "last": last}).df()
 
 
 def _quoted(text: str) -> str:
@@ -335,7 +423,8 @@ def judge_traces(con: duckdb.DuckDBPyConnection, judge: Judge, settings: Judging
 def _judge_all(cases: Sequence[TraceCase], judge: Judge, metrics: Mapping[str, OnlineMetric],
                settings: JudgingSettings, base: dict[str, Any], write: Callable[[list[dict]], None],
                now: Callable[[], datetime], log: Log) -> int:
-    """Every case, `concurrency` at once, until the deadline; returns the rows finished."""
+    """Every case until the deadline, `open_cases` at once (a case's metrics and their calls
+    concurrently); returns the rows finished."""
     from deepeval.test_case import LLMTestCase
     done = {"rows": 0, "cases": 0}
 
@@ -366,7 +455,7 @@ def _judge_all(cases: Sequence[TraceCase], judge: Judge, metrics: Mapping[str, O
                                           retrieval_context=c.context or None) for c in cases}
 
     async def run_all() -> None:
-        gate, start, left = asyncio.Semaphore(settings.concurrency), time.perf_counter(), 0
+        gate, start, left = asyncio.Semaphore(open_cases(settings, judge)), time.perf_counter(), 0
         for first in range(0, len(cases), settings.prepare_every):
             chunk = cases[first:first + settings.prepare_every]
             judge.prepare([test_cases[c.trace_id] for c in chunk])  # e.g. one embedding batch
@@ -386,6 +475,16 @@ def _judge_all(cases: Sequence[TraceCase], judge: Judge, metrics: Mapping[str, O
 
     asyncio.run(run_all())
     return done["rows"]
+
+
+def open_cases(settings: JudgingSettings, judge: Judge) -> int:
+    """Cases judged at once: `concurrency`, or the remote judge's bound on calls in flight
+    when that is more. A case's metrics run at once, but each is a chain of dependent calls
+    (Faithfulness: truths and claims, then verdicts, then the reason), so a case holds about
+    a third of its calls in flight at a time: with only `concurrency` cases open, a 16-case run
+    of a 64-call judge left most of the call bound idle. The judge's own semaphore keeps the
+    calls within its bound however many cases are open."""
+    return max(1, settings.concurrency, judge.calls_in_flight or 0)
 
 
 def _metrics_for(judge: Judge, wanted: Sequence[OnlineMetric]) -> dict[str, Any]:

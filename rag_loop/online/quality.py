@@ -29,6 +29,7 @@ from rag_loop.drift.checks import Verdict
 from rag_loop.engines.engine import DuckDBEngine, Engine
 from rag_loop.engines.estimates import SEPARATOR, DaySlices, app_cost_expression, population_expression
 from rag_loop.evaluation.trust import TrustSettings, judge_trust
+from rag_loop.online.judgments import kept_verdicts
 from rag_loop.selection.estimates import DEFAULT_SLICES, wilson_interval
 from rag_loop.selection.sampling import DIAGNOSTIC_STREAMS
 from rag_loop.selection.signals import SLICE_COLUMNS
@@ -56,17 +57,39 @@ class OnlineQualitySettings:
 
 def judged_traces(con: duckdb.DuckDBPyConnection, first: date, last: date, version: str) -> pd.DataFrame:
     """The judged rows of `version` for traces of days first..last that are still selected,
-    with the trace's slice columns."""
+    with the trace's slice columns; beside them the earlier versions' verdicts `version` kept
+    (days before its re-judging window: `rag_loop.online.judgments.kept_verdicts`), their
+    `judge_version` saying which judge they are from."""
     con.execute(ONLINE_DDL)
     # the random stream's own rate of the trace's day; NULL where the selection predates it
     p_random = "c.p_random" if "p_random" in con.table("failure_candidates").columns else "NULL::DOUBLE AS p_random"
-    return con.execute(f"""
-        SELECT j.day, j.trace_id, j.metric, j.score, j.passed, j.by_random, j.streams,
-               j.inclusion_probability, {p_random}, {", ".join(f"s.{c}" for c in SLICE_COLUMNS)}
-        FROM trace_judgments j JOIN failure_candidates c USING (trace_id)
-        JOIN trace_signals s USING (trace_id)
-        WHERE j.judge_version = ? AND j.status = 'judged' AND j.day BETWEEN ? AND ?""",
-                          [version, first, last]).df()
+    kept = kept_verdicts(con, version, first=first, last=last)
+    con.register("_kept", kept[["trace_id", "metric", "judge_version"]])
+    try:
+        return con.execute(f"""
+            SELECT j.day, j.trace_id, j.metric, j.score, j.passed, j.by_random, j.streams,
+                   j.inclusion_probability, {p_random}, {", ".join(f"s.{c}" for c in SLICE_COLUMNS)},
+                   j.judge_version
+            FROM trace_judgments j JOIN failure_candidates c USING (trace_id)
+            JOIN trace_signals s USING (trace_id)
+            WHERE j.status = 'judged' AND j.day BETWEEN ? AND ?
+              AND (j.judge_version = ? OR (j.trace_id, j.metric, j.judge_version) IN
+                   (SELECT (trace_id, metric, judge_version) FROM _kept))""",
+                              [first, last, version]).df()
+    finally:
+        con.unregister("_kept")
+
+
+def versions_used(judged: pd.DataFrame, version: str) -> str:
+    """What `online_quality.judge_version` says: the version, and the earlier versions whose
+    kept verdicts the figures use, with how many (never silently mixed)."""
+    if "judge_version" not in judged.columns:
+        return version
+    earlier = judged.loc[judged["judge_version"] != version, "judge_version"].value_counts()
+    if earlier.empty:
+        return version
+    kept = ", ".join(f"{v} ({n} of {len(judged)} verdicts)" for v, n in sorted(earlier.items()))
+    return f"{version}; kept from earlier: {kept}"
 
 
 def _slice_values(frame: pd.DataFrame, dims: tuple[str, ...]) -> pd.Series:
@@ -209,6 +232,7 @@ def slo_verdict(con: duckdb.DuckDBPyConnection, day: date, version: str,
     n = int(overall["n"].min()) if len(overall) else int(counted["n"].max()) if len(counted) else 0
     details = {"window": window, "estimator": settings.slo_estimator,
                "slices_checked": int(len(counted)), "below_min_sample": int(len(table) - len(counted)),
+               "judge_versions": versions_used(judged, version),
                "breaches": breaches[["slice", "slice_value", "metric", "n", "pass_rate", "ci_low",
                                      "ci_high", "target", "severity", *(["judge"] if trust else [])]
                                     ].round(4).to_dict("records"),
@@ -275,8 +299,9 @@ def online_quality_day(con: duckdb.DuckDBPyConnection, day: date, settings: Onli
                 Verdict("online_eval_budget", None, 0, note="nothing judged yet", evaluated=False)]
     traffic = engine.frame(con, ("trace_signals",), population_expression,
                            DaySlices(day, tuple(tuple(s) for s in settings.slices)))
-    table = quality_table(judged_traces(con, day, day, version), traffic, settings)
-    replace_day(con, "online_quality", day, table.assign(judge_version=version))
+    judged = judged_traces(con, day, day, version)
+    table = quality_table(judged, traffic, settings)
+    replace_day(con, "online_quality", day, table.assign(judge_version=versions_used(judged, version)))
     cost = cost_row(con, day, version, engine)
     replace_day(con, "online_cost", day, cost)
     return [slo_verdict(con, day, version, settings), budget_verdict(cost, settings.daily_budget_usd)]

@@ -246,6 +246,10 @@ CREATE TABLE IF NOT EXISTS judgment_runs (
 -- rows unjudgeable before: still missing the same input (not planned), judged now that it is there
 ALTER TABLE judgment_runs ADD COLUMN IF NOT EXISTS still_unjudgeable BIGINT;
 ALTER TABLE judgment_runs ADD COLUMN IF NOT EXISTS newly_judgeable BIGINT;
+-- a judge version's re-judging window (issue 45), fixed by its first run: an earlier version's
+-- verdicts on days before rejudge_from are kept, not re-judged (NULL: the whole selection)
+CREATE TABLE IF NOT EXISTS judge_windows (
+    judge_version VARCHAR PRIMARY KEY, rejudge_from DATE, rejudge_days INTEGER, set_at TIMESTAMPTZ);
 """
 
 

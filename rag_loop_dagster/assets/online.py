@@ -57,7 +57,12 @@ class JudgingConfig(Config):
     geval: list[OnlineGEvalConfig] = Field([], description="Referenceless GEval criteria (no "
                                                            "expected_output); offline, none has a stand-in.")
     salt: str = "rag-loop-online"
-    concurrency: int = Field(8, description="Judge calls in flight.")
+    concurrency: int = Field(8, description="Traces judged at once (a remote judge keeps as many open as "
+                                            "its max_in_flight calls, if more), each trace's metrics at once.")
+    rejudge_days: int | None = Field(7, description="A new judge version re-judges what earlier versions "
+                                                    "judged on the selection's last this many days only (the "
+                                                    "overlap and the SLO window); older traces keep their "
+                                                    "earlier verdicts, marked as such. Null: every day.")
     deadline_seconds: float | None = Field(3600.0, description="The run stops judging here; what is "
                                                                "left is judged by the next run.")
     max_error_rate: float = Field(0.05, description="Above this share of errored judgements the "
@@ -73,14 +78,16 @@ class JudgingConfig(Config):
             criterion = {k: v for k, v in spec.items() if k != "rate" and v not in ("", [])}
             metrics.append(OnlineMetric(f"{spec['name']} [GEval]", spec["threshold"], spec["rate"], criterion))
         return JudgingSettings(metrics, self.salt, self.concurrency, self.deadline_seconds,
-                               self.max_error_rate, alignment=alignment)
+                               self.max_error_rate, alignment=alignment, rejudge_days=self.rejudge_days)
 
 
 
 @stage_asset(group_name="online", deps=[failure_candidates, "documents"],
              parts={"judgment_runs": "One row per judging run: planned, judged, unjudgeable, "
                                      "errored, cost, over its error budget or not; newly "
-                                     "judgeable and still unjudgeable rows"},
+                                     "judgeable and still unjudgeable rows",
+                    "judge_windows": "Per judge version, the first day it re-judges what earlier versions "
+                                     "judged (fixed by its first run; older verdicts are kept)"},
              check_specs=[AssetCheckSpec("judge_error_budget", asset="trace_judgments",
                                          description="ERROR when the run's errored share is over "
                                                      "max_error_rate (errored cases are retried next run)."),
@@ -95,7 +102,7 @@ class JudgingConfig(Config):
                          "appears (a knowledge base that resolves id-only chunks, a late span).")
 def trace_judgments(context: AssetExecutionContext, config: JudgingConfig, duckdb: DuckDBResource,
                     judge: JudgeResource, embedder: EmbedderResource) -> MaterializeResult:
-    from rag_loop.online.judgments import judge_traces, judgment_summary  # imports DeepEval
+    from rag_loop.online.judgments import judge_traces, judgment_summary, rejudging  # imports DeepEval
     from rag_loop.online.overlap import changed_with_the_app, judge_shift
     with duckdb.get_connection() as con:
         try:
@@ -104,6 +111,7 @@ def trace_judgments(context: AssetExecutionContext, config: JudgingConfig, duckd
             raise Failure(description=str(error)) from error
         run = judge_traces(con, judge.judge(embedder), settings, log=context.log.info)
         summary, reasons, total = judgment_summary(con, run.judge_version)
+        bound = rejudging(con, run.judge_version)
         shift = judge_shift(con, run.judge_version)
         confounded = changed_with_the_app(con, run.judge_version)
     over = run.over_error_budget(settings.max_error_rate)
@@ -117,6 +125,12 @@ def trace_judgments(context: AssetExecutionContext, config: JudgingConfig, duckd
         "judgements_per_second": round((run.judged + run.errored) / run.seconds, 1) if run.seconds else 0.0,
         "per_metric": MetadataValue.md(summary.to_markdown(index=False) if len(summary) else "nothing judged"),
         "unjudgeable_reasons": MetadataValue.md(reasons.to_markdown(index=False) if len(reasons) else "none"),
+        "rejudge_from": bound["rejudge_from"] or "every day",
+        "rejudged": MetadataValue.md(bound["rejudged"].to_markdown(index=False) if len(bound["rejudged"])
+                                     else "nothing an earlier version judged"),
+        "kept_from_earlier_versions": MetadataValue.md(
+            bound["kept"].to_markdown(index=False) if len(bound["kept"]) else "none: every earlier verdict "
+            "in the selection was re-judged (or this is the first judge version)"),
         "judge_shift": MetadataValue.md(shift.round(4).to_markdown(index=False) if len(shift)
                                         else "one judge version: nothing to compare"),
     }, check_results=[

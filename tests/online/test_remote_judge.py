@@ -24,8 +24,10 @@ def test_refusals_and_stalls_are_retried_and_no_case_is_lost(tmp_path):
     assert {0, 429, 500, 503} <= set(server.refused)  # every kind of refusal was met
     assert report.errored == 0 and report.judged == 6 and report.unfinished == 0
     assert server.max_in_flight <= 4  # the bound holds over every case and metric
-    costs = con.execute("SELECT min(cost_usd), sum(cost_usd) FROM trace_judgments").fetchall()[0]
-    assert costs[0] > 0 and abs(costs[1] - report.cost_usd) < 1e-9  # each judgement's own cost
+    costs = con.execute("SELECT count(*) FILTER (cost_usd > 0), sum(cost_usd) FROM trace_judgments").fetchall()[0]
+    # each judgement's own cost: a prompt both traces ask (the same context's truths) is paid
+    # once, by the first to ask, so the other's may be 0
+    assert costs[0] >= 3 and abs(costs[1] - report.cost_usd) < 1e-9
 
 
 def test_a_judge_that_stays_down_errors_its_cases_marks_the_run_and_the_next_run_retries(tmp_path):

@@ -72,6 +72,12 @@ class Judge(ABC):
     def describe(self) -> dict[str, Any]:
         """What identifies the instrument: kind, model, criteria (its `model` keys calibrations)."""
 
+    @property
+    def calls_in_flight(self) -> int | None:
+        """The bound on the judge's calls at once, if it makes remote calls: a run keeps that
+        many cases open, so that the bound, not the cases' rounds of calls, sets the pace."""
+        return None
+
     def prepare(self, cases: Sequence[Any]) -> None:  # noqa: B027
         """Cases about to be scored (DeepEval test cases): a judge may batch work for them."""
 

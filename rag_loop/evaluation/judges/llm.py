@@ -4,6 +4,11 @@ Its model is a `DeepEvalBaseLLM` over any OpenAI-compatible chat endpoint (OpenA
 Azure, Ollama, vLLM, llama.cpp server). Every call is cached by (model, schema, prompt) in
 `judge_cache`, so a rerun costs nothing; tokens and cost are counted per run. A call that
 fails or times out raises, so DeepEval marks the metric errored, never passed.
+
+Paid replies are written to `judge_cache` in batches (every `CACHE_FLUSH_EVERY` replies or
+`CACHE_FLUSH_SECONDS`, and when the run closes): one INSERT per reply on the event loop
+(~8 ms each) held every call in flight back, and cost more than half of a 200 ms judge's
+run. A run killed between two batches pays again for at most those seconds of replies.
 """
 
 from __future__ import annotations
@@ -12,10 +17,13 @@ import asyncio
 import hashlib
 import json
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import cache
 from typing import Any
 
 import duckdb
+import pandas as pd
 from deepeval.metrics import (
     AnswerRelevancyMetric,
     BaseMetric,
@@ -28,6 +36,7 @@ from deepeval.metrics import (
 from deepeval.models.base_model import DeepEvalBaseLLM
 from deepeval.models.utils import EvaluationCost
 from deepeval.test_case import SingleTurnParams
+from openai.types.chat import ChatCompletion
 from pydantic import BaseModel
 
 from rag_loop.evaluation.judges.base import Judge, JudgeUsage, charge
@@ -42,7 +51,12 @@ class OpenAICompatibleModel(DeepEvalBaseLLM):
         self.settings = settings
         self.cache: dict[str, tuple[str, int, int]] = dict(cache or {})
         self.new_entries: dict[str, tuple[str, int, int]] = {}
-        self.on_reply: Callable[[str, tuple[str, int, int]], None] | None = None
+        # where paid replies are stored, a batch at a time (set by `LlmJudge.open`)
+        self.on_store: Callable[[dict[str, tuple[str, int, int]]], None] | None = None
+        self._stored_at = time.perf_counter()
+        # prompts being asked now: a case asking the same (the same context's truths, a shared
+        # reason) waits for that reply, a cache hit, instead of paying for it twice
+        self._asking: dict[str, asyncio.Event] = {}
         self.usage = JudgeUsage()
         self._gate: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
         super().__init__(settings.model)
@@ -66,8 +80,7 @@ class OpenAICompatibleModel(DeepEvalBaseLLM):
         request: dict[str, Any] = {"model": self.settings.model, "temperature": 0,
                                    "messages": [{"role": "user", "content": prompt}]}
         if schema is not None:
-            request["response_format"] = {"type": "json_schema", "json_schema": {
-                "name": schema.__name__, "schema": schema.model_json_schema()}}
+            request["response_format"] = _response_format(schema)
         return request
 
     def _finish(self, key: str, text: str, input_tokens: int, output_tokens: int,
@@ -86,8 +99,7 @@ class OpenAICompatibleModel(DeepEvalBaseLLM):
             charge(value)
             if not any(getattr(result, name, None) == [] for name in _NEVER_CACHED_EMPTY):
                 self.cache[key] = self.new_entries[key] = (text, input_tokens, output_tokens)
-                if self.on_reply is not None:  # persisted as it comes: a killed run keeps what it paid
-                    self.on_reply(key, self.new_entries.pop(key))
+                self.flush_replies()  # persisted in batches: a killed run keeps what it paid but seconds
             cost = EvaluationCost(value, input_tokens, output_tokens)
         return result, cost
 
@@ -103,18 +115,44 @@ class OpenAICompatibleModel(DeepEvalBaseLLM):
 
     async def a_generate(self, prompt: str, schema: type[BaseModel] | None = None):
         key = self._key(prompt, schema)
+        asked = self._asking.get(key)
+        if asked is not None:  # the same prompt asked by another case right now: its reply, once
+            await asked.wait()
         if key in self.cache:
             return self._finish(key, *self.cache[key], schema, cached=True)
+        asked = self._asking[key] = asyncio.Event()
+        try:
+            return await self._ask(key, prompt, schema)
+        finally:  # answered, failed (the waiters ask themselves) or cancelled
+            asked.set()
+            if self._asking.get(key) is asked:
+                del self._asking[key]
+
+    async def _ask(self, key: str, prompt: str, schema: type[BaseModel] | None):
         retries = self.settings.max_retries
         async with self._in_flight():
+            # the client's own POST with its retries and timeouts; the body goes as it is, plain
+            # JSON already: `chat.completions.create` first walks it against its typed
+            # parameters (~40 steps, ~1 ms of the event loop a call, as much as the rest)
             response = await asyncio.wait_for(
-                self.async_client.chat.completions.create(**self._request(prompt, schema)),
+                self.async_client.post("/chat/completions", body=self._request(prompt, schema),
+                                       cast_to=ChatCompletion),
                 timeout=self.settings.timeout_seconds * (1 + retries) + MAX_BACKOFF_SECONDS * retries + 1)
         usage = response.usage
         return self._finish(key, response.choices[0].message.content or "",
                             getattr(usage, "prompt_tokens", 0) or 0,
                             getattr(usage, "completion_tokens", 0) or 0, schema, cached=False)
 
+    def flush_replies(self, force: bool = False) -> None:
+        """Hand the paid replies not yet stored to `on_store`, in one batch, when there are
+        `CACHE_FLUSH_EVERY` of them, `CACHE_FLUSH_SECONDS` have passed, or `force`."""
+        if self.on_store is None or not self.new_entries:
+            return
+        if force or len(self.new_entries) >= CACHE_FLUSH_EVERY \
+                or time.perf_counter() - self._stored_at >= CACHE_FLUSH_SECONDS:
+            entries, self.new_entries = self.new_entries, {}
+            self.on_store(entries)
+            self._stored_at = time.perf_counter()
 
     def _in_flight(self) -> asyncio.Semaphore:
         """The bound on calls at once, one per event loop (each run has its own loop)."""
@@ -125,6 +163,16 @@ class OpenAICompatibleModel(DeepEvalBaseLLM):
 
 
 MAX_BACKOFF_SECONDS = 8.0  # the OpenAI client's longest wait between retries
+CACHE_FLUSH_EVERY = 256  # paid replies stored per batch at most ...
+CACHE_FLUSH_SECONDS = 2.0  # ... and at least this often
+
+
+@cache
+def _response_format(schema: type[BaseModel]) -> dict[str, Any]:
+    """The JSON-schema response format of a reply schema, built once per schema (pydantic's
+    `model_json_schema` cost ~1.5 ms a call)."""
+    return {"type": "json_schema", "json_schema": {"name": schema.__name__,
+                                                   "schema": schema.model_json_schema()}}
 
 
 class JudgeReplyError(ValueError):
@@ -164,21 +212,23 @@ def load_judge_cache(con: duckdb.DuckDBPyConnection, model: str) -> dict[str, tu
     return {k: (r, i, o) for k, r, i, o in rows}
 
 
-def store_judge_reply(con: duckdb.DuckDBPyConnection, model: str, key: str,
-                      entry: tuple[str, int, int]) -> None:
-    """One validated reply into `judge_cache`, at once."""
+def store_judge_replies(con: duckdb.DuckDBPyConnection, model: str,
+                        entries: Mapping[str, tuple[str, int, int]]) -> None:
+    """Validated replies into `judge_cache`, in one statement."""
     con.execute(JUDGE_CACHE_DDL)
-    con.execute("INSERT OR IGNORE INTO judge_cache (key, model, response, input_tokens, output_tokens) "
-                "VALUES (?, ?, ?, ?, ?)", [key, model, *entry])
+    if not entries:
+        return
+    frame = pd.DataFrame([(k, model, *v) for k, v in entries.items()],
+                         columns=["key", "model", "response", "input_tokens", "output_tokens"])
+    con.register("_judge_replies", frame)
+    try:
+        con.execute("INSERT OR IGNORE INTO judge_cache BY NAME SELECT * FROM _judge_replies")
+    finally:
+        con.unregister("_judge_replies")
 
 
 def save_judge_cache(con: duckdb.DuckDBPyConnection, judge: OpenAICompatibleModel) -> None:
-    con.execute(JUDGE_CACHE_DDL)
-    if not judge.new_entries:
-        return
-    con.executemany("INSERT OR IGNORE INTO judge_cache (key, model, response, input_tokens, "
-                    "output_tokens) VALUES (?, ?, ?, ?, ?)",
-                    [(k, judge.settings.model, *v) for k, v in judge.new_entries.items()])
+    store_judge_replies(con, judge.settings.model, judge.new_entries)
     judge.new_entries.clear()
 
 
@@ -203,11 +253,16 @@ class LlmJudge(Judge):
     def open(self, con: duckdb.DuckDBPyConnection) -> None:
         self.model.usage = JudgeUsage()
         self.model.cache.update(load_judge_cache(con, self.settings.model))
-        self.model.on_reply = lambda key, entry: store_judge_reply(con, self.settings.model, key, entry)
+        self.model.on_store = lambda entries: store_judge_replies(con, self.settings.model, entries)
 
     def close(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.model.flush_replies(force=True)
         save_judge_cache(con, self.model)
-        self.model.on_reply = None
+        self.model.on_store = None
+
+    @property
+    def calls_in_flight(self) -> int:
+        return max(1, self.settings.max_in_flight)
 
     def metrics(self, thresholds: Mapping[str, float | None],
                 geval: Sequence[Mapping[str, Any]] | None = None) -> list[BaseMetric]:
