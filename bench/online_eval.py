@@ -15,9 +15,12 @@
    same process, with the load average. `--scores FILE`: every verdict (trace, metric, status,
    score, passed, reason) written to a Parquet file, to compare two versions of the judge.
 3. Remote throughput: the LLM judge (DeepEval's metrics, reasons included) against a local
-   stand-in that answers in 200 ms, 16 traces in flight (goal >= 40 traces/s), Faithfulness
-   alone and the three metrics, then with 15 % of calls refused (429, 500, 503, stalls): no
-   case may be lost.
+   stand-in that answers in 200 ms, concurrency 16 and 64 calls in flight at most (goal >= 40
+   traces/s), Faithfulness alone and the three metrics, then with 15 % of calls refused (429,
+   500, 503, stalls): no case may be lost. Each figure as before issue 45 (its call path
+   re-enacted by `as_before`) and now, in turn in this process, beside the pace the calls
+   alone allow: as many bare calls of the same client through the same bound (`--only remote`
+   runs this part alone; `--remote-repeats` pairs).
 4. History (`--only history`, not run by default): `--due` demo traces due for judging, alone
    in a database and then beside `--history` traces of older days (a tenth of them selected and
    judged by the same judge version, as after months of daily runs): the run's seconds,
@@ -33,11 +36,14 @@ the other processes and the model's own next region; the vectors are the same bi
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import re
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -52,12 +58,13 @@ import pandas as pd  # noqa: E402
 import pyarrow as pa  # noqa: E402
 from sklearn.metrics import cohen_kappa_score  # noqa: E402
 
-from rag_loop.evaluation.judges import evidence, offline, support  # noqa: E402
+from rag_loop.evaluation.judges import evidence, llm, offline, support  # noqa: E402
 from rag_loop.evaluation.judges.llm import LlmJudge  # noqa: E402
 from rag_loop.evaluation.judges.offline import OfflineJudge  # noqa: E402
 from rag_loop.evaluation.settings import LlmJudgeSettings  # noqa: E402
 from rag_loop.ingest import ingest_directory  # noqa: E402
 from rag_loop.ingest.documents import load_knowledge_base  # noqa: E402
+from rag_loop.online import judgments  # noqa: E402
 from rag_loop.online.judgments import (  # noqa: E402
     ONLINE_DDL,
     JudgingSettings,
@@ -153,6 +160,50 @@ def estimator_check(con: duckdb.DuckDBPyConnection, verdicts: pd.DataFrame, seed
     return pd.DataFrame(rows)
 
 
+async def _a_generate_before(self: llm.OpenAICompatibleModel, prompt: str, schema=None):
+    """The LLM judge's call as it was before issue 45 (23d8a6b): `chat.completions.create`
+    with the schema's JSON schema built per call, no sharing of a prompt asked twice at once,
+    and each paid reply stored at once (one INSERT per reply, on the event loop)."""
+    key = self._key(prompt, schema)
+    if key in self.cache:
+        return self._finish(key, *self.cache[key], schema, cached=True)
+    request = {"model": self.settings.model, "temperature": 0, "messages": [{"role": "user", "content": prompt}]}
+    if schema is not None:
+        request["response_format"] = {"type": "json_schema", "json_schema": {
+            "name": schema.__name__, "schema": schema.model_json_schema()}}
+    retries = self.settings.max_retries
+    async with self._in_flight():
+        response = await asyncio.wait_for(
+            self.async_client.chat.completions.create(**request),
+            timeout=self.settings.timeout_seconds * (1 + retries) + llm.MAX_BACKOFF_SECONDS * retries + 1)
+    usage = response.usage
+    result = self._finish(key, response.choices[0].message.content or "", getattr(usage, "prompt_tokens", 0) or 0,
+                          getattr(usage, "completion_tokens", 0) or 0, schema, cached=False)
+    self.flush_replies(force=True)
+    return result
+
+
+def _store_each(con: duckdb.DuckDBPyConnection, model: str, entries: dict) -> None:
+    """Replies stored as before: one INSERT per reply."""
+    for key, entry in entries.items():
+        con.execute("INSERT OR IGNORE INTO judge_cache (key, model, response, input_tokens, output_tokens) "
+                    "VALUES (?, ?, ?, ?, ?)", [key, model, *entry])
+
+
+@contextmanager
+def as_before() -> Iterator[None]:
+    """The remote judging path of before issue 45, in this process: `concurrency` cases open
+    (not the judge's call bound) and the call above. The offline judge is not concerned."""
+    saved = (judgments.open_cases, llm.OpenAICompatibleModel.a_generate, llm.store_judge_replies)
+    judgments.open_cases = lambda settings, judge: settings.concurrency
+    llm.OpenAICompatibleModel.a_generate = _a_generate_before
+    llm.store_judge_replies = _store_each
+    try:
+        yield
+    finally:
+        judgments.open_cases, llm.OpenAICompatibleModel.a_generate, llm.store_judge_replies = saved
+
+
 def remote_throughput(con: duckdb.DuckDBPyConnection, traces: int, flaky: float, metrics: list[OnlineMetric],
                       in_flight: int = 16) -> tuple[float, int, int, int]:
     """(traces/s, judged, errored, refused calls) of the LLM judge on the stand-in (200 ms); a
@@ -163,6 +214,7 @@ def remote_throughput(con: duckdb.DuckDBPyConnection, traces: int, flaky: float,
     con.execute("CREATE OR REPLACE TABLE failure_candidates AS SELECT trace_id, day, ['random'] AS streams, "
                 "true AS by_random, 1.0 AS inclusion_probability FROM trace_signals WHERE trace_id IN "
                 "(SELECT trace_id FROM trace_chunks) ORDER BY hash(trace_id) LIMIT ?", [traces])
+    con.execute(ONLINE_DDL)
     con.execute("DELETE FROM trace_judgments")
     with StandIn() as server:
         server.delay, server.flaky, server.stall_seconds = 0.2, flaky, 3.0
@@ -172,9 +224,28 @@ def remote_throughput(con: duckdb.DuckDBPyConnection, traces: int, flaky: float,
         report = judge_traces(con, judge, JudgingSettings(metrics, concurrency=in_flight))
         seconds = time.perf_counter() - start
         refused = len(server.refused)
+        calls = judge.usage.calls
+        bare = asyncio.run(bare_calls(server.base_url, calls, 4 * in_flight)) if calls else 0.0
     judged_traces = con.execute("SELECT count(DISTINCT trace_id) FROM trace_judgments "
                                 "WHERE status = 'judged'").fetchall()[0][0]
-    return judged_traces / seconds, report.judged, report.errored, refused
+    return judged_traces / seconds, report.judged, report.errored, refused, calls, judged_traces / bare
+
+
+async def bare_calls(base_url: str, calls: int, in_flight: int) -> float:
+    """Seconds for `calls` bare chat calls of the judge's client, `in_flight` at once, same
+    retries and timeout: the pace the endpoint and this machine allow, without the judge."""
+    from openai import AsyncOpenAI
+    from openai.types.chat import ChatCompletion
+    client, gate = AsyncOpenAI(base_url=base_url, api_key="x", max_retries=6, timeout=2.0), asyncio.Semaphore(in_flight)
+
+    async def one(i: int) -> None:
+        async with gate:
+            await client.post("/chat/completions", cast_to=ChatCompletion, body={
+                "model": "bare", "messages": [{"role": "user", "content": f"bare call {i}"}]})
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one(i) for i in range(calls)))
+    return time.perf_counter() - start
 
 
 HISTORY_TABLES = ("raw_traces", "trace_chunks", "documents", "document_chunks", "failure_candidates")
@@ -280,9 +351,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=120)
     parser.add_argument("--remote-traces", type=int, default=160)
-    parser.add_argument("--only", choices=["throughput", "history"], default=None,
+    parser.add_argument("--remote-repeats", type=int, default=1, help="part 3's before / after pairs")
+    parser.add_argument("--only", choices=["throughput", "history", "remote"], default=None,
                         help="throughput: part 2 alone (every demo trace judged offline, the bare scorer); "
-                             "history: part 4 (not run otherwise)")
+                             "history: part 4 (not run otherwise); remote: part 3 alone")
     parser.add_argument("--scores", type=Path, help="write part 2's verdicts to this Parquet file")
     parser.add_argument("--history", type=int, default=1_000_000, help="older traces of part 4")
     parser.add_argument("--due", type=int, default=2_000, help="traces due in part 4")
@@ -299,6 +371,10 @@ def main() -> None:
                   f"(OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}):")
             select_candidates(con, SamplingPolicy(random_rate=1.0, daily_budget_usd=None, salt="everything"))
             history_check(con, Path(folder), args.history, args.due)
+            con.close()
+            return
+        if args.only == "remote":
+            remote_part(con, args.remote_traces, args.remote_repeats)
             con.close()
             return
         verdicts, seconds, traces = judge_everything(con)
@@ -329,13 +405,30 @@ def main() -> None:
         print(f"\nestimates over {args.seeds} seeds x {checks['day'].nunique()} days "
               "(95 % intervals; goal coverage 0.93-0.97):")
         print(summary.round(4).to_string())
-        print("\nremote judge on a 200 ms stand-in, 16 traces in flight (goal >= 40 traces/s, no case lost):")
-        for metrics in (METRICS[:1], METRICS):
-            for flaky in (0.0, 0.15):
-                rate, judged, errored, refused = remote_throughput(con, args.remote_traces, flaky, metrics)
-                print(f"  {' + '.join(m.name for m in metrics)}, {flaky:.0%} of calls refused: "
-                      f"{rate:.1f} traces/s; {judged} judgements, {errored} errored, {refused} refusals retried")
+        remote_part(con, args.remote_traces, args.remote_repeats)
         con.close()
+
+
+def remote_part(con: duckdb.DuckDBPyConnection, traces: int, repeats: int = 1) -> None:
+    """Part 3: the remote judge, Faithfulness alone and three metrics, with and without
+    refusals, as before issue 45 and now, one after the other in this process (same load)."""
+    print("\nremote judge on a 200 ms stand-in, concurrency 16, 64 calls in flight at most "
+          "(goal >= 40 traces/s, no case lost); before = the path of 23d8a6b, re-enacted:")
+    for metrics in (METRICS[:1], METRICS):
+        for flaky in (0.0, 0.15):
+            for repeat in range(repeats):
+                for label in ("before", "after"):
+                    with as_before() if label == "before" else _nothing():
+                        rate, judged, errored, refused, calls, bare = remote_throughput(con, traces, flaky, metrics)
+                    print(f"  {label:6} {' + '.join(m.name for m in metrics)}, {flaky:.0%} of calls refused "
+                          f"(#{repeat + 1}): {rate:.1f} traces/s (its {calls} calls alone: {bare:.1f}); "
+                          f"{judged} judgements, {errored} errored, {refused} refusals retried; load average "
+                          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
 
 
 if __name__ == "__main__":
