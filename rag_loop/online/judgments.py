@@ -185,6 +185,8 @@ def rejudge_window(con: duckdb.DuckDBPyConnection, settings: JudgingSettings, ve
     earlier = con.execute("SELECT count(*) FROM trace_judgments WHERE judge_version <> ? AND status = 'judged'",
                           [version]).fetchall()[0][0]
     newest = con.execute("SELECT max(day) FROM failure_candidates").fetchall()[0][0]
+    if earlier and newest is None:  # nothing selected yet: the window is fixed by a run with traffic
+        return None
     start = None if settings.rejudge_days is None or not earlier or newest is None \
         else newest - timedelta(days=settings.rejudge_days - 1)
     con.execute("INSERT OR IGNORE INTO judge_windows VALUES (?, ?, ?, now())",
