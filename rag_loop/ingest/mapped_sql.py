@@ -390,7 +390,8 @@ def _converted(spec: FieldSpec, raw: str, list_field: bool) -> tuple[str, str]:
         text = f"{raw}::VARCHAR"
         value = f"CASE WHEN {text} <> 'null' THEN {raw} END"
         number = f"coalesce(isfinite(TRY_CAST({text} AS DOUBLE)), false)"  # not nan, inf, 1e400
-        return value, f"coalesce({text} = 'null' OR left({text}, 1) IN ('\"', 't', 'f') OR {number}, true)"
+        return value, (f"CASE WHEN {text} IS NULL OR {text} = 'null' OR left({text}, 1) IN ('\"', 't', 'f') "
+                       f"THEN true ELSE {number} END")
     if state == start:
         value, ok = _final(raw, list_field)
         value = f"CASE WHEN json_type({raw}) <> 'NULL' THEN {value} END"
