@@ -172,3 +172,51 @@ def test_a_key_repeated_in_a_record_keeps_its_first_value_on_both_paths(tmp_path
     (tmp_path / "log.jsonl").write_text('{"id": "a", "id": "b", "ts": "2026-01-01T00:00:00Z", "q": "why"}\n')
     both = [stored(tmp_path, monkeypatch, python) for python in (False, True)]
     assert both[0] == both[1] and "'a'" in both[0]["raw_traces"][0]
+
+
+SHAPED = """
+fields:
+  trace_id: id
+  timestamp: {path: at, format: epoch_ms}
+  session_id: who.session
+  turn_id: who.turn
+  environment: {value: production}
+  original_query: question
+  answer: reply
+  latency_ms: latency
+  status: {path: outcome, values: {OK: ok}}
+  chunks: {path: docs, each: {doc_id: doc, score: s, rank: {position: true}}}
+  spans: {path: steps, each: {name: name, duration_ms: ms}}
+  feedback: {path: feedback, fields: {rating: rating}}
+"""
+
+
+def test_a_log_shape_with_faults_stores_alike_and_mostly_in_sql(tmp_path, monkeypatch):
+    rng = __import__("random").Random(7)
+    lines = []
+    for n in range(400):
+        record = {"id": f"t{rng.randrange(380)}", "at": 1764547200000 + n * 1000, "who": {"session": "s", "turn": n},
+                  "question": f"q{n}", "reply": "a", "latency": rng.random() * 100, "outcome": "OK",
+                  "docs": [{"doc": f"d{k}", "s": rng.random()} for k in range(rng.randrange(4))],
+                  "steps": [{"name": "retrieve", "ms": 3.5}], "feedback": {"rating": "negative"} if n % 9 else None}
+        fault = rng.randrange(20)
+        if fault == 0:
+            record["at"] = "yesterday"
+        elif fault == 1:
+            record["latency"] = "fast"
+        elif fault == 2:
+            record["docs"] = {"doc": "x"}
+        elif fault == 3:
+            record["who"]["turn"] = 2.5
+        elif fault == 4:
+            record.pop("id")
+        lines.append(json.dumps(record) if fault != 5 else json.dumps(record)[:-1] + ",}")
+    (tmp_path / "rag-loop-mapping.yaml").write_text(SHAPED)
+    (tmp_path / "log.jsonl").write_text("\n".join(lines) + "\n")
+    in_sql = []
+    store = mapped.store_verdicts
+    monkeypatch.setattr(mapped, "store_verdicts", lambda *a, **k: in_sql.append(store(*a, **k)) or in_sql[-1])
+    by_sql = stored(tmp_path, monkeypatch, python=False)
+    assert sum(c.ingested for c in in_sql) > 150  # the rest: duplicates, faults, mapped in Python
+    assert by_sql == stored(tmp_path, monkeypatch, python=True)
+    assert len(by_sql["quarantine"]) > 20 and by_sql["trace_duplicates"]
