@@ -141,7 +141,7 @@ INSTANTS = {"iso": ["2026-11-01T00:00:00Z", "2026-11-01T08:30:00.5+07:00", "2026
             "epoch_ns": [1764547200123456000, 1764547200123456789, "1764547200000000000"]}
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                     HealthCheck.too_slow])
 @given(case=cases())
 def test_the_sql_path_stores_what_the_python_path_stores(tmp_path_factory, monkeypatch, case):

@@ -57,7 +57,7 @@ def stored(records: list[dict], typed: bool) -> dict[str, list]:
     return rows
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records())
 @example([{"trace_id": "t", "original_query": "q", "timestamp": "2026-11-01T08:00:00Z",
            "turn_id": 2**63, "temperature": float("nan"), "chunks": [{}]}])
