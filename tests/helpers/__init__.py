@@ -39,6 +39,19 @@ def misplaced_child_rows(con: duckdb.DuckDBPyConnection) -> list[tuple]:
         f"WHERE t.trace_id IS NULL OR c.day IS DISTINCT FROM {day}" for table in CHILD_TABLES)).fetchall()
 
 
+def line_verdicts(con: duckdb.DuckDBPyConnection) -> dict[int, str]:
+    """What became of each line ingested: `stored <id>`, `duplicate <id>` or its quarantine
+    reason, by line; asserts that no line got two and that stored traces' rows carry their day."""
+    found: dict[int, list[str]] = {}
+    for line, what in con.execute("""
+            SELECT source_line, 'stored ' || trace_id FROM raw_traces UNION ALL
+            SELECT line_no, 'duplicate ' || trace_id FROM trace_duplicates UNION ALL
+            SELECT line_no, reason FROM quarantine""").fetchall():
+        found.setdefault(line, []).append(what)
+    assert all(len(v) == 1 for v in found.values()), found  # exactly one verdict per line
+    assert misplaced_child_rows(con) == []  # a stored trace's rows carry its day
+    return {k: v[0] for k, v in found.items()}
+
 def fake_embedder():
     """Asset tests embed with hashed word and character n-grams: deterministic and model-free;
     tests marked `slow` (and the end-to-end tests) use the bundled models."""

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from rag_loop.cli import main
 from rag_loop.ingest import ingest_directory, mapped
 from rag_loop.ingest.field_map import MappingError, load_mapping
+from tests.helpers import line_verdicts
 
 MAPPING = """
 records: data
@@ -88,16 +89,6 @@ def _write(folder: Path, fmt: str, records: list[dict]) -> None:
                                  "contexts": json.dumps(r.get("contexts", []), ensure_ascii=False)})
 
 
-def verdicts(con) -> dict[int, str]:
-    found: dict[int, list[str]] = {}
-    for line, what in con.execute("""
-            SELECT source_line, 'stored ' || trace_id FROM raw_traces UNION ALL
-            SELECT line_no, 'duplicate ' || trace_id FROM trace_duplicates UNION ALL
-            SELECT line_no, reason FROM quarantine""").fetchall():
-        found.setdefault(line, []).append(what)
-    assert all(len(v) == 1 for v in found.values()), found  # one verdict per record
-    return {k: v[0] for k, v in found.items()}
-
 
 @pytest.mark.parametrize("fmt", ["jsonl", "json", "parquet", "csv"])
 def test_each_format_gives_the_same_traces_and_verdicts(tmp_path, fmt):
@@ -105,7 +96,7 @@ def test_each_format_gives_the_same_traces_and_verdicts(tmp_path, fmt):
     con = duckdb.connect()
     report = ingest_directory(con, tmp_path / "traces")
     assert [(f.format, f.reader) for f in report.files] == [("mapped", "mapping")]
-    found = verdicts(con)
+    found = line_verdicts(con)
     first = 2 if fmt == "csv" else 1  # a CSV's records start below its header line
     cut = {line - first + 1: why.split(": not a")[0] for line, why in found.items()}
     assert cut == EXPECTED_VERDICTS, found
@@ -121,7 +112,7 @@ def test_each_format_gives_the_same_traces_and_verdicts(tmp_path, fmt):
     assert coverage["trace_id"] == 5 and coverage["timestamp"] == 4 and coverage["tenant"] == 5
     again = ingest_directory(con, tmp_path / "traces")  # a rerun stores nothing twice
     assert [f.skipped for f in again.files] == [True]
-    assert verdicts(con) == found
+    assert line_verdicts(con) == found
 
 
 def test_a_changed_mapping_is_visible_by_its_hash(tmp_path):

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from rag_loop.ingest import ingest_directory
 from rag_loop.ingest.field_map import load_mapping
-from tests.ingest.test_mapped import verdicts
+from tests.helpers import line_verdicts
 
 KEYS = ["id", "ts", "q", "a", "n", "ctx", "meta"]
 scalars = (st.none() | st.booleans() | st.integers(min_value=-2**70, max_value=2**70) | st.floats()
@@ -62,7 +62,7 @@ def test_random_records_through_random_mappings_end_once_each(tmp_path_factory, 
     (folder / "log.jsonl").write_text("\n".join(lines) + "\n")
     with duckdb.connect() as con:
         report = ingest_directory(con, folder)
-        found = verdicts(con)
+        found = line_verdicts(con)
     paths_of = load_mapping(folder / "rag-loop-mapping.yaml").paths()
     assert [f.reader for f in report.files] == ["mapping"]
     assert set(found) == {n for n, line in enumerate(lines, start=1) if line.strip()}

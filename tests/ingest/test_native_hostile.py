@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import rag_loop.ingest.pipeline as pipeline
 from rag_loop.ingest import ingest_directory
-from tests.helpers import misplaced_child_rows, trace_line
+from tests.helpers import line_verdicts, trace_line
 
 CHAINS = {"read_json": ("read_json", "lines"), "read_csv": ("read_csv", "lines"),
           "batches": ("batches", "lines"), "lines": ("lines",)}
@@ -44,17 +44,6 @@ def hostile_line(draw) -> bytes:
     return draw(st.binary(max_size=20)).replace(b"\n", b"")
 
 
-def verdicts(con) -> dict[int, str]:
-    found: dict[int, list[str]] = {}
-    for line, what in con.execute("""
-            SELECT source_line, 'stored ' || trace_id FROM raw_traces UNION ALL
-            SELECT line_no, 'duplicate ' || trace_id FROM trace_duplicates UNION ALL
-            SELECT line_no, reason FROM quarantine""").fetchall():
-        found.setdefault(line, []).append(what)
-    assert all(len(v) == 1 for v in found.values()), found  # exactly one verdict per line
-    assert misplaced_child_rows(con) == []  # a stored trace's rows carry its day
-    return {k: v[0] for k, v in found.items()}
-
 
 @settings(max_examples=30, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -69,7 +58,7 @@ def test_every_reader_gives_every_line_the_same_single_verdict(tmp_path_factory,
         monkeypatch.setitem(pipeline.READERS, "native", chain)
         with duckdb.connect() as con:
             ingest_directory(con, directory)
-            outcomes[name] = verdicts(con)
+            outcomes[name] = line_verdicts(con)
     first = outcomes["lines"]
     for name, found in outcomes.items():
         assert found == first, name
