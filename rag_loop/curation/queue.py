@@ -19,11 +19,11 @@ from rag_loop.curation.queue_files import (
     export_queue,
 )
 from rag_loop.curation.representatives import QueueSettings, covered_by_goldens, select_representatives
-from rag_loop.incidents.record import open_incident_ids
 from rag_loop.intents.members import candidate_members, load_vectors
 from rag_loop.logs import Log, quiet
 from rag_loop.schema import Origin, Priority
 from rag_loop.selection.suggestions import suggest_origin
+from rag_loop.store.incidents import open_incident_ids
 from rag_loop.store.releases import read_goldens, release_versions
 from rag_loop.store.tables import replace_table
 from rag_loop.store.traces import retrieval_contexts, trace_details

@@ -27,8 +27,8 @@ import duckdb
 
 from rag_loop.goldens.manifest import Diff, changes_markdown, diff_goldens, manifest_of
 from rag_loop.goldens.redaction import DEFAULT_PHONE_REGIONS, KINDS, Redactor, false_positives, planted_recall
-from rag_loop.incidents.record import trace_incidents
 from rag_loop.store.files import fsync_directory, write_atomically
+from rag_loop.store.incidents import trace_incidents
 from rag_loop.store.releases import read_goldens, read_manifest, release_versions, serialize
 from rag_loop.store.tables import has_table
 from rag_loop.store.traces import retrieval_contexts

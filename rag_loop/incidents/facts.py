@@ -341,7 +341,7 @@ def golden_origin(con: duckdb.DuckDBPyConnection, goldens_dir: Path, name: str) 
     """From a golden back: per release holding it, its trace and the traces it stood for, the
     incidents it came from (recorded in its metadata, or its traces are an incident's failing
     traces), and the eval runs that tested it."""
-    from rag_loop.incidents.record import trace_incidents
+    from rag_loop.store.incidents import trace_incidents
     by_trace = trace_incidents(con)
     releases = []
     for version in release_versions(goldens_dir):

@@ -9,13 +9,12 @@ import pytest
 from rag_loop.incidents.record import (
     IncidentError,
     IncidentRequest,
-    open_incident_ids,
     parse_instant,
     parse_slices,
-    trace_incidents,
     window_traces,
 )
 from rag_loop.incidents.runbook import close_incident, open_incident, show_incident
+from rag_loop.store.incidents import open_incident_ids, trace_incidents
 from tests.incidents.world import release, tiny_world
 
 OPENED = datetime(2026, 11, 14, 8, tzinfo=UTC)
