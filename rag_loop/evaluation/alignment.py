@@ -11,7 +11,7 @@ there are enough grades and the held-out kappa improves beyond chance (the paire
 lower bound of the gain is above 0); elsewhere the current one stays.
 
 Published thresholds form an `Alignment` (an id over what it sets); a judge with an alignment is
-a new judge version (`rag_loop.online.judgments.judge_version`), so the judge change protocol
+a new judge version (`judge_version` below), so the judge change protocol
 applies: the new version judges the selection again beside the old one (`online.overlap`).
 """
 
@@ -21,6 +21,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import duckdb
 import numpy as np
@@ -28,6 +29,9 @@ import pandas as pd
 
 from rag_loop.evaluation.agreement import ALL_LANGUAGES, BOOTSTRAP_SAMPLES, _kappas, binary_kappa, judge_grades
 from rag_loop.store.tables import has_table
+
+if TYPE_CHECKING:
+    from rag_loop.evaluation.judges.base import Judge
 
 ALIGNMENT_COLUMNS = ("alignment_id VARCHAR, metric VARCHAR, language VARCHAR, source_version VARCHAR, n BIGINT, "
                      "folds BIGINT, current_threshold DOUBLE, fitted_threshold DOUBLE, kappa_before DOUBLE, "
@@ -254,3 +258,14 @@ def load_alignment(con: duckdb.DuckDBPyConnection, wanted: str) -> Alignment | N
             by_language.setdefault(metric, {})[language] = threshold
     source = ",".join(sorted({v for _, _, v, _ in rows}))
     return Alignment(wanted, source, thresholds, by_language)
+
+
+def judge_version(judge: Judge, alignment: Alignment | None = None) -> tuple[str, str]:
+    """(judge id, version): the judge's model, and a hash of everything it says it is and, when
+    its thresholds were aligned to curators, of the alignment (a new version: the judge change
+    protocol applies). Without an alignment the version is what it always was."""
+    description = judge.describe()
+    if alignment is not None:
+        description = {**description, "alignment": alignment.describe()}
+    text = json.dumps(description, sort_keys=True, default=str)
+    return str(description.get("model")), hashlib.sha256(text.encode()).hexdigest()[:12]

@@ -68,7 +68,7 @@ def run_regression(con: duckdb.DuckDBPyConnection, goldens_dir: Path, judge: Jud
     description["calibration"] = latest_calibration(con, description["model"])  # vs humans, if known
     trust: dict[str, JudgeTrust] = {}
     if settings.trust is not None:  # vs curators' grades of this judge version's online verdicts
-        from rag_loop.online.judgments import judge_version
+        from rag_loop.evaluation.alignment import judge_version
         trust = judge_trust(con, [g.metric for g in settings.gates], judge_version(judge)[1], settings.trust)
         description["trust"] = {metric: t.words() for metric, t in trust.items()}
     run_id = store_run(con, run, cases, {

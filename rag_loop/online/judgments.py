@@ -28,7 +28,6 @@ request path with referenceless metrics, one row per trace × metric × judge ve
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import math
 import time
@@ -42,7 +41,7 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from rag_loop.evaluation.alignment import Alignment
+from rag_loop.evaluation.alignment import Alignment, judge_version
 from rag_loop.evaluation.judges.base import Judge, metered
 from rag_loop.logs import Log, quiet
 from rag_loop.store.ddl import ONLINE_DDL
@@ -134,17 +133,6 @@ class JudgingReport:
 
     def over_error_budget(self, budget: float) -> bool:
         return self.error_rate > budget
-
-
-def judge_version(judge: Judge, alignment: Alignment | None = None) -> tuple[str, str]:
-    """(judge id, version): the judge's model, and a hash of everything it says it is and, when
-    its thresholds were aligned to curators, of the alignment (a new version: the judge change
-    protocol applies). Without an alignment the version is what it always was."""
-    description = judge.describe()
-    if alignment is not None:
-        description = {**description, "alignment": alignment.describe()}
-    text = json.dumps(description, sort_keys=True, default=str)
-    return str(description.get("model")), hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def _draw(salt: str, metric: str) -> str:

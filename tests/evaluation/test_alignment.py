@@ -14,11 +14,12 @@ from rag_loop.evaluation.alignment import (
     align,
     cross_validate,
     fit_threshold,
+    judge_version,
     kappa_at,
     load_alignment,
     store_alignment,
 )
-from rag_loop.online.judgments import JudgingSettings, OnlineMetric, judge_traces, judge_version
+from rag_loop.online.judgments import JudgingSettings, OnlineMetric, judge_traces
 from rag_loop.online.overlap import judge_shift
 from tests.helpers import GOOD, write_labels
 from tests.online.world import CHUNK, ScriptedJudge, build_world
