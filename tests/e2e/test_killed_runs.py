@@ -78,14 +78,15 @@ def test_a_killed_run_is_ended_and_the_run_queued_behind_it_goes_through(tmp_pat
     env = {**os.environ, "RAG_LOOP_HOME": str(home), "RAG_LOOP_TRACES_DIR": str(traces), "RAG_LOOP_KB_DIR": "",
            "DAGSTER_HOME": str(dagster_home), "DAGSTER_DISABLE_TELEMETRY": "1", "PYTHONPATH": str(PROJECT)}
     lock = duckdb.connect(str(home / "rag_loop.duckdb"))  # DuckDB's one writer: the victim waits for it
-    code = victim = daemon = instance = None
+    code = victim = daemon = None
+    # the instance's storage made here, before any process opens it: the code server and the
+    # victim each create it on first use, and two at once race ("alembic_version already exists")
+    instance = DagsterInstance.from_config(str(dagster_home))
     try:
         code = _start([BIN / "dagster", "api", "grpc", "-m", "rag_loop_dagster.definitions", "-d", PROJECT,
                        "-s", code_socket, "--location-name", "rag-loop"], tmp_path / "code.log", env=env, cwd=PROJECT)
         victim = _start([BIN / "rag-loop", "run", "ingest_job"], tmp_path / "victim.log", env=env, cwd=tmp_path)
-        # the victim makes the instance's storage (the first to open it does; two at once would race)
         _wait_for("the victim's run", lambda: "RUN_START" in (tmp_path / "victim.log").read_text(), 60)
-        instance = DagsterInstance.from_config(str(dagster_home))
         daemon = _start([BIN / "dagster-daemon", "run", "-w", workspace], tmp_path / "daemon.log", env=env,
                         cwd=tmp_path)
         killed = _wait_for("the victim's run STARTED", lambda: _started_run(instance), 60)
