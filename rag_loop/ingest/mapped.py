@@ -48,8 +48,7 @@ from rag_loop.ingest.lines import (
     preview,
 )
 from rag_loop.ingest.mapped_sql import SqlMapping, sql_mapping
-from rag_loop.ingest.native import _type_ok as sql_type_ok  # the fast reader's typing of JSON leaves
-from rag_loop.ingest.native import _typed as sql_typed
+from rag_loop.ingest.native import leaves_type_ok_sql, typed_leaves_sql  # the fast reader's typing
 from rag_loop.ingest.records import (
     BatchCounts,
     duckdb_type,
@@ -341,8 +340,8 @@ def _typed_sql(max_record_bytes: int, factor: int, extra: int, targets: int) -> 
         CREATE OR REPLACE TEMP TABLE _mapped_typed AS
         SELECT line_no, t, t.trace_id AS trace_id{resolved},
                exact AND type_ok AND {record_problem_sql('t')} IS NULL AND {small} AS clean
-        FROM (SELECT line_no, bytes, j, exact{resolved}, {sql_typed('j', expected)} AS t,
-                     {sql_type_ok('j', expected)} AS type_ok FROM _mapped)"""
+        FROM (SELECT line_no, bytes, j, exact{resolved}, {typed_leaves_sql('j', expected)} AS t,
+                     {leaves_type_ok_sql('j', expected)} AS type_ok FROM _mapped)"""
 
 
 def _store_sql_batch(con: duckdb.DuckDBPyConnection, lines: pa.Table, plan: SqlMapping, relative: str,

@@ -8,7 +8,7 @@ conversion on `each`/`fields`, JMESPath functions, filters, projections, `group_
 gives None: the mapping keeps the Python path (`field_map.map_record`).
 
 The SELECT gives each line the native trace as a struct of JSON leaves (`j`, the shape
-`native._typed` types) and `exact`: true only when that is certainly what `map_record` makes
+`native.typed_leaves_sql` types) and `exact`: true only when that is certainly what `map_record` makes
 of the line, with no mapping failure. A line that is not exact is mapped again by `map_record`,
 which says why it fails: the SQL must be exact where it says so, never complete. It is
 conservative: a value kind, text shape or conversion it does not reproduce to the bit (a float

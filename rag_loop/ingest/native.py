@@ -74,16 +74,16 @@ def _field(expr: str, name: str) -> str:
     return f'{expr}."{name}"' if expr else f'"{name}"'
 
 
-def _typed(expr: str, expected: Any, depth: int = 0) -> str:
+def typed_leaves_sql(expr: str, expected: Any, depth: int = 0) -> str:
     """SQL that turns the JSON-text leaves under `expr` into the model's types."""
     if isinstance(expected, dict):
-        fields = ", ".join(f'"{k}" := {_typed(_field(expr, k), v, depth)}'
+        fields = ", ".join(f'"{k}" := {typed_leaves_sql(_field(expr, k), v, depth)}'
                            for k, v in expected.items())
         packed = f"struct_pack({fields})"
         return f"CASE WHEN {expr} IS NOT NULL THEN {packed} END" if expr else packed
     if isinstance(expected, list):
         item = f"x{depth}"
-        return f"list_transform({expr}, lambda {item}: {_typed(item, expected[0], depth + 1)})"
+        return f"list_transform({expr}, lambda {item}: {typed_leaves_sql(item, expected[0], depth + 1)})"
     return {
         "VARCHAR": f"json_extract_string({expr}, '$')",
         "BIGINT": f"TRY_CAST({expr}::VARCHAR AS BIGINT)",
@@ -93,13 +93,13 @@ def _typed(expr: str, expected: Any, depth: int = 0) -> str:
     }[expected]
 
 
-def _type_ok(expr: str, expected: Any, depth: int = 0) -> str:
+def leaves_type_ok_sql(expr: str, expected: Any, depth: int = 0) -> str:
     """SQL true when every JSON value under `expr` has a type `structure_problem` accepts."""
     if isinstance(expected, dict):
-        return " AND ".join(_type_ok(_field(expr, k), v, depth) for k, v in expected.items())
+        return " AND ".join(leaves_type_ok_sql(_field(expr, k), v, depth) for k, v in expected.items())
     if isinstance(expected, list):
         item = f"x{depth}"
-        inner = _type_ok(item, expected[0], depth + 1)
+        inner = leaves_type_ok_sql(item, expected[0], depth + 1)
         return f"coalesce(list_bool_and(list_transform({expr}, lambda {item}: {inner})), true)"
     text = f"{expr}::VARCHAR"
     check = {
@@ -146,7 +146,7 @@ def _read_json_sql() -> str:
     return f"""
         CREATE OR REPLACE TEMP TABLE _read AS
         SELECT t, type_ok AND {record_problem_sql('t')} IS NULL AS clean
-        FROM (SELECT {_typed('', expected)} AS t, {_type_ok('', expected)} AS type_ok
+        FROM (SELECT {typed_leaves_sql('', expected)} AS t, {leaves_type_ok_sql('', expected)} AS type_ok
               FROM read_json($path, format = 'newline_delimited', records = true,
                              compression = $compression, maximum_object_size = $max_bytes,
                              columns = {{{columns}}}))"""
@@ -170,8 +170,8 @@ def _parse_lines_sql() -> str:
     return f"""
         CREATE OR REPLACE TEMP TABLE _read AS
         SELECT line_no, t, valid AND type_ok AND {record_problem_sql('t')} IS NULL AS clean
-        FROM (SELECT line_no, valid, {_typed('j', expected)} AS t,
-                     {_type_ok('j', expected)} AND {kinds_ok} AS type_ok
+        FROM (SELECT line_no, valid, {typed_leaves_sql('j', expected)} AS t,
+                     {leaves_type_ok_sql('j', expected)} AND {kinds_ok} AS type_ok
               FROM (SELECT line_no, valid,
                            CASE WHEN valid THEN json_transform(raw, '{structure}') END AS j,
                            CASE WHEN valid THEN {kinds} END AS kinds
