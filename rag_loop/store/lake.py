@@ -1,0 +1,276 @@
+"""The trace lake: trace-sized tables as Delta Lake tables (delta-rs), partitioned by UTC day
+(`<lake>/<table>/day=YYYY-MM-DD/*.parquet` under the table's `_delta_log`), plus the small
+tables the stages join (`documents`, unpartitioned).
+
+Every write is one Delta commit: readers see the table's previous version or the new one,
+never part of a write, and a write killed half way leaves files no version lists (`vacuum`
+removes them). Rows of whole days are replaced by predicate (`write`), files Spark's executors
+wrote are committed by the driver (`commit_files`), columns added later come with the format's
+schema evolution (older files read NULL there), and readers take a version's file list, never a
+folder glob. The lake is a local folder or an object store URI (`s3://bucket/prefix`, with
+delta-rs's `storage_options`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+from deltalake import DeltaTable, Schema, write_deltalake
+from deltalake.exceptions import TableNotFoundError
+from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
+
+DAY = "day"
+LAKE_VIEW = "rag-loop lake: "  # the comment on a database view of a lake table's files
+
+
+@dataclass(frozen=True)
+class Lake:
+    """Where the lake's tables live: a local folder or an object store URI, and delta-rs's
+    storage options for it (credentials, endpoint, region)."""
+
+    root: str
+    storage_options: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, lake: Lake | Path | str) -> Lake:
+        """`lake` as a Lake (a local path made absolute)."""
+        if isinstance(lake, Lake):
+            return lake
+        text = str(lake)
+        return cls(text if "://" in text else str(Path(text).absolute()))
+
+    @property
+    def local(self) -> bool:
+        return "://" not in self.root
+
+    def uri(self, table: str) -> str:
+        return f"{self.root.rstrip('/')}/{table}"
+
+    def path(self, table: str = "") -> Path:
+        """A local lake's folder (of `table`): where Spark's executors write."""
+        if not self.local:
+            raise ValueError(f"the lake {self.root} is not a local folder")
+        return Path(self.root) / table
+
+    def options(self) -> dict[str, str] | None:
+        return dict(self.storage_options) or None
+
+    def delta(self, table: str) -> DeltaTable | None:
+        """The table's current version, None while it does not exist."""
+        try:
+            return DeltaTable(self.uri(table), storage_options=self.options())
+        except TableNotFoundError:
+            return None
+
+    def days(self, table: str) -> list[date]:
+        """The days the table's current version has rows of, in order."""
+        return sorted({d for d in _added(self.delta(table)).get(f"partition.{DAY}", []) if d is not None})
+
+    def files(self, table: str, days: Iterable[date] | None = None) -> list[str]:
+        """The files of the table's current version (of `days` only), as URIs (local: paths)."""
+        delta = self.delta(table)
+        if delta is None:
+            return []
+        if days is None:
+            return sorted(delta.file_uris())
+        wanted = sorted(d.isoformat() for d in days)
+        return sorted(delta.file_uris([(DAY, "in", wanted)])) if wanted else []
+
+    def day_fingerprints(self, table: str) -> dict[date, str]:
+        """Per day, the names and sizes of its files in the current version: a write that changes
+        a day's rows adds a file of a new name, so the fingerprint changes with them; read from
+        the log, no data file opened."""
+        added = _added(self.delta(table))
+        per_day: dict[date, list[str]] = {}
+        for path, size, day in zip(added.get("path", []), added.get("size_bytes", []),
+                                   added.get(f"partition.{DAY}", []), strict=True):
+            per_day.setdefault(day, []).append(f"{path}:{size}")
+        return {day: " ".join(sorted(files)) for day, files in per_day.items() if day is not None}
+
+    def schema(self, table: str) -> pa.Schema | None:
+        delta = self.delta(table)
+        return None if delta is None else pa.schema(delta.schema().to_arrow())
+
+    def dataset(self, table: str) -> ds.Dataset:
+        """The table's current version as an Arrow dataset (what DuckDB scans)."""
+        delta = self.delta(table)
+        if delta is None:
+            raise FileNotFoundError(f"no table {table} in the lake {self.root}")
+        return delta.to_pyarrow_dataset()
+
+    def write(self, table: str, data: Any, days: Collection[date] | None = None,
+              partitioned: bool = True) -> None:
+        """`data` (Arrow: a table or a stream of batches) as the table's rows of `days` (every
+        row must be of one of them), or as its whole content (`days` None), in one commit;
+        columns `data` adds join the table's schema. The table is made on its first write."""
+        if days is not None and not days:
+            return
+        predicate = None if days is None else \
+            f"{DAY} IN ({', '.join(repr(d.isoformat()) for d in sorted(days))})"
+        if predicate and self.delta(table) is None:
+            predicate = None  # nothing to replace yet: delta-rs makes the table
+        write_deltalake(self.uri(table), data, mode="overwrite", predicate=predicate,
+                        partition_by=[DAY] if partitioned else None, schema_mode="merge",
+                        storage_options=self.options())
+
+    def commit_files(self, table: str, added: Sequence[Path], removed: Sequence[str], schema: pa.Schema) -> None:
+        """Parquet files written in the (local) table's folder, under `day=` folders, added to
+        it and the files `removed` (their paths as the table lists them) taken out of it, in
+        one commit; `schema` (with `day`) is the table's after it, so a column the files add
+        joins it first (older files read NULL there)."""
+        folder = self.path(table)
+        actions: list[AddAction | RemoveAction] = [_add_action(folder, path) for path in added]
+        now = int(time.time() * 1000)
+        sizes = dict(zip(*(_added(self.delta(table)).get(c, []) for c in ("path", "size_bytes")), strict=True))
+        actions += [RemoveAction(path, True, now, sizes.get(path), {DAY: _day_of(path)}) for path in removed]
+        delta = self.delta(table)
+        if delta is None:
+            create_table_with_add_actions(self.uri(table), Schema.from_arrow(_day_last(schema)),
+                                          [a for a in actions if isinstance(a, AddAction)],
+                                          mode="error", partition_by=[DAY], storage_options=self.options())
+            return
+        _evolve(delta, schema)
+        if actions:
+            delta.create_write_transaction(actions, mode="append", schema=delta.schema(), partition_by=[DAY])
+
+    def delete(self, table: str, predicate: str) -> None:
+        """The rows `predicate` (delta-rs SQL) matches removed, in one commit."""
+        delta = self.delta(table)
+        if delta is not None:
+            delta.delete(predicate)
+
+    def optimize(self, table: str, target_size: int | None = None) -> dict[str, Any]:
+        """Small files of each day compacted into fewer (one commit); returns delta-rs's metrics."""
+        delta = self.delta(table)
+        return {} if delta is None else delta.optimize.compact(target_size=target_size)
+
+    def vacuum(self, table: str, retention_hours: int = 168) -> list[str]:
+        """Files no version within `retention_hours` lists deleted (a killed write's too);
+        returns them. Readers of a version older than that lose its files."""
+        delta = self.delta(table)
+        if delta is None:
+            return []
+        return delta.vacuum(retention_hours=retention_hours, dry_run=False,
+                            enforce_retention_duration=False)
+
+    def staging(self) -> Path:
+        """A fresh folder for one run's intermediate files (a local lake's `.staging`)."""
+        return self.path(f".staging/{uuid.uuid4().hex}")
+
+
+def _added(delta: DeltaTable | None) -> dict[str, list]:
+    """The current version's add actions, column by column."""
+    return {} if delta is None else pa.table(delta.get_add_actions(flatten=True)).to_pydict()
+
+
+def _add_action(folder: Path, path: Path) -> AddAction:
+    relative = path.relative_to(folder).as_posix()
+    rows = pq.ParquetFile(path).metadata.num_rows
+    return AddAction(relative, path.stat().st_size, {DAY: _day_of(relative)}, int(path.stat().st_mtime * 1000),
+                     True, json.dumps({"numRecords": rows}))
+
+
+def _day_of(relative: str) -> str | None:
+    folder = relative.split("/")[0]
+    return folder.removeprefix(f"{DAY}=") if folder.startswith(f"{DAY}=") else None
+
+
+def _day_last(schema: pa.Schema) -> pa.Schema:
+    """The schema with `day` (a date) last, as Delta keeps a partition column."""
+    fields = [f for f in schema if f.name != DAY]
+    return pa.schema([*fields, pa.field(DAY, pa.date32())])
+
+
+def _evolve(delta: DeltaTable, schema: pa.Schema) -> None:
+    """Columns of `schema` the table lacks added to it (nullable), in one commit."""
+    from deltalake import Field
+    present = {f.name for f in pa.schema(delta.schema().to_arrow())}
+    missing = [f for f in schema if f.name not in present]
+    if missing:
+        delta.alter.add_columns([Field.from_arrow(f.with_nullable(True)) for f in missing])
+
+
+def quoted(text: str | Path) -> str:
+    """A path or URI as a SQL string literal."""
+    return "'" + str(text).replace("'", "''") + "'"
+
+
+def files_query(files: Sequence[str], schema: pa.Schema, columns: Sequence[str] | None = None) -> str:
+    """DuckDB SQL reading these files of a day-partitioned lake table (`day` from the folder
+    names) with `columns` (default the schema's), each NULL where a file lacks it; no file: the
+    columns and no rows."""
+    listed = columns or schema.names
+    types = {f.name: f.type for f in schema}
+    if not files:
+        return "SELECT " + ", ".join(f'NULL::{_duckdb_type(types[c])} AS "{c}"' for c in listed) + " LIMIT 0"
+    body = (f"read_parquet([{', '.join(quoted(f) for f in files)}], hive_partitioning = true, "
+            f"hive_types = {{'{DAY}': DATE}}, union_by_name = true)")
+    con = duckdb.connect()
+    try:
+        present = {c for c, *_ in con.execute(f"DESCRIBE SELECT * FROM {body}").fetchall()}
+    finally:
+        con.close()
+    return "SELECT " + ", ".join(f'"{c}"' if c in present else f'NULL::{_duckdb_type(types[c])} AS "{c}"'
+                                 for c in listed) + f" FROM {body}"
+
+
+def _duckdb_type(arrow_type: pa.DataType) -> str:
+    """The DuckDB type of an Arrow type."""
+    con = duckdb.connect()
+    try:
+        con.register("empty", pa.table({"c": pa.array([], arrow_type)}))
+        return con.execute("DESCRIBE SELECT c FROM empty").fetchall()[0][1]
+    finally:
+        con.close()
+
+
+def create_lake_views(con: duckdb.DuckDBPyConnection, lake: Lake, columns: Mapping[str, Sequence[str]],
+                      catalog: str | None = None) -> None:
+    """(Re)create the marked view of each lake table (name: its columns, in that order) over
+    its current version's files, in the database's schema or in `catalog`'s (a name a temp
+    table of the connection shadows); inside the caller's transaction. A writer of the table
+    makes its view again after each commit: the view lists that version's files."""
+    for name, listed in columns.items():
+        view = f'"{catalog}".main."{name}"' if catalog else f'"{name}"'
+        schema = lake.schema(name)
+        if schema is None:
+            raise FileNotFoundError(f"no table {name} in the lake {lake.root}")
+        con.execute(f"CREATE OR REPLACE VIEW {view} AS {files_query(lake.files(name), schema, listed)}")
+        comment = (LAKE_VIEW + lake.uri(name)).replace("'", "''")
+        con.execute(f"COMMENT ON VIEW {view} IS '{comment}'")
+
+
+def expose_lake_tables(con: duckdb.DuckDBPyConnection, lake: Lake, columns: Mapping[str, Sequence[str]]) -> None:
+    """The database's table of each name (if any) replaced by the marked view of the lake's
+    table of that name (name: its columns), all in one transaction."""
+    from rag_loop.store.tables import relation_kind, transaction
+    with transaction(con):
+        for name in columns:
+            if relation_kind(con, name) == "table":
+                con.execute(f'DROP TABLE "{name}"')
+        create_lake_views(con, lake, columns)
+
+
+def lake_view_uri(con: duckdb.DuckDBPyConnection, name: str) -> str | None:
+    """The lake table whose files the database's view `name` reads, as its marker says; None
+    for a table, or a view not marked."""
+    comments = con.execute("SELECT comment FROM duckdb_views() WHERE view_name = ? AND NOT internal "
+                           "AND schema_name = current_schema()", [name]).fetchall()
+    comment = comments[0][0] if comments else None
+    return comment.removeprefix(LAKE_VIEW) if comment and comment.startswith(LAKE_VIEW) else None
+
+
+def in_lake(con: duckdb.DuckDBPyConnection, lake: Lake, name: str) -> bool:
+    """Whether the database's `name` is a view of this lake's table `name`."""
+    return lake_view_uri(con, name) == lake.uri(name)
