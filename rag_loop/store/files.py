@@ -5,9 +5,11 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -66,3 +68,20 @@ def write_parquet_atomically(table: pa.Table, path: Path) -> None:
     temporary = path.with_name(f".{path.name}.tmp")
     pq.write_table(table, temporary)
     temporary.replace(path)
+
+
+def write_parquet(con: duckdb.DuckDBPyConnection, query: str, target: Path, parameters: list | None = None) -> None:
+    """`query`'s rows as the Parquet file `target` (a run's staging file), which readers see
+    whole or not at all: DuckDB writes it hidden beside `target`, then it is renamed."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staged = target.with_name(f".{uuid.uuid4().hex}.tmp")
+    try:
+        con.execute(f"COPY ({query}) TO {quoted(staged)} (FORMAT parquet)", parameters or [])
+        os.replace(staged, target)
+    finally:
+        staged.unlink(missing_ok=True)
+
+
+def quoted(path: Path | str) -> str:
+    """A path or URI as a SQL string literal."""
+    return "'" + str(path).replace("'", "''") + "'"

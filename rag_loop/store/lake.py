@@ -30,6 +30,8 @@ from deltalake import DeltaTable, Schema, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
+from rag_loop.store.files import quoted
+
 DAY = "day"
 LAKE_VIEW = "rag-loop lake: "  # the comment on a database view of a lake table's files
 
@@ -199,11 +201,6 @@ def _evolve(delta: DeltaTable, schema: pa.Schema) -> None:
     missing = [f for f in schema if f.name not in present]
     if missing:
         delta.alter.add_columns([Field.from_arrow(f.with_nullable(True)) for f in missing])
-
-
-def quoted(text: str | Path) -> str:
-    """A path or URI as a SQL string literal."""
-    return "'" + str(text).replace("'", "''") + "'"
 
 
 def files_query(files: Sequence[str], schema: pa.Schema, columns: Sequence[str] | None = None) -> str:
