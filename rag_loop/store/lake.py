@@ -163,8 +163,10 @@ class Lake:
         delta = self.delta(table)
         if delta is None:
             return []
+        # full: files no version ever listed (a killed write's) too, by their age; without it
+        # delta-rs removes only the files a version removed
         return delta.vacuum(retention_hours=retention_hours, dry_run=False,
-                            enforce_retention_duration=False)
+                            enforce_retention_duration=False, full=True)
 
     def staging(self) -> Path:
         """A fresh folder for one run's intermediate files (a local lake's `.staging`)."""
