@@ -22,23 +22,14 @@ import duckdb
 import ibis
 import ibis.expr.types as ir
 import pandas as pd
+import pyarrow as pa
 
 from rag_loop.engines.functions import DUCKDB, SPARK, Functions
-from rag_loop.engines.lake import (
-    LAKE_TABLES,
-    PART,
-    SCHEMA,
-    day_file,
-    export_table,
-    expose_lake_table,
-    in_lake,
-    lake_days,
-    spark_columns,
-    write_parquet,
-)
 from rag_loop.engines.literals import from_sentinel_era, same_sql, to_sentinel_era
 from rag_loop.ingest.pipeline import IngestReport, ingest_directory
 from rag_loop.store.ddl import CHILD_TABLES
+from rag_loop.store.lake import DAY, Lake, expose_lake_tables, in_lake
+from rag_loop.store.lake_export import LAKE_TABLES, export_table
 from rag_loop.store.tables import add_child_days, has_table, relation_kind, transaction
 
 # Spark settings every session needs: instants in UTC (the day of a trace), Parquet timestamps
@@ -106,8 +97,8 @@ class DuckDBEngine(Engine):
     _compiled: dict[Hashable, str] = {}  # SQL per stage shape (`_sql`): Ibis compiles in 50-250 ms
     _movable: dict[Build, bool] = {}  # per stage: its dates can be moved (`_moves_back`)
 
-    def __init__(self, lake: Path | None = None):
-        self.lake = lake
+    def __init__(self, lake: Lake | Path | None = None):
+        self.lake = None if lake is None else Lake.of(lake)
 
     def run(self, con: duckdb.DuckDBPyConnection, name: str, inputs: Sequence[str], build: Build,
             settings: Any, days: Collection[date] | None = None) -> int:
@@ -181,8 +172,8 @@ class DuckDBEngine(Engine):
         con.execute("SET lambda_syntax = 'ENABLE_SINGLE_ARROW'")  # Ibis 12 writes x -> f(x)
 
     def _forget_lake_copy(self, name: str) -> None:
-        if self.lake is not None and name not in LAKE_TABLES and (self.lake / name).is_dir():
-            shutil.rmtree(self.lake / name)
+        if self.lake is not None and self.lake.local and name not in LAKE_TABLES and self.lake.path(name).is_dir():
+            shutil.rmtree(self.lake.path(name))
 
     def _create(self, con: duckdb.DuckDBPyConnection, name: str, sql: str) -> int:
         self._lambdas(con)
@@ -202,11 +193,12 @@ class SparkEngine(Engine):
     a trace-sized result is never copied into the control database."""
 
     session: Any  # pyspark.sql.SparkSession
-    lake: Path
+    lake: Lake
     functions: Functions = field(default=SPARK, init=False)
     _cached: list[tuple[str, Any]] = field(default_factory=list, init=False, repr=False)  # `reuse`'s
 
     def __post_init__(self) -> None:
+        self.lake = Lake.of(self.lake)
         self.backend = ibis.pyspark.connect(self.session)
         self.functions = replace(SPARK, reuse=self.reuse)
 
@@ -265,92 +257,90 @@ class SparkEngine(Engine):
         return result
 
     def _frame(self, con: duckdb.DuckDBPyConnection, name: str):
+        """The lake's table `name` (its current version's files, `day` from their folders), else
+        the control database's (a small table, shipped to the executors)."""
         from pyspark.sql import functions
         from pyspark.sql.pandas.types import from_arrow_schema
-        if (self.lake / name / PART).exists():
-            return self.session.read.parquet(str(self.lake / name / PART))
-        if lake_days(self.lake, name):
-            reader = self.session.read
-            if relation_kind(con, name):
-                reader = reader.schema(spark_columns(con, f'"{name}"'))
-            return reader.parquet(str(self.lake / name))
-        if (self.lake / name / SCHEMA).exists():  # no day yet: the columns, no rows (Spark reads no `_` file)
-            import pyarrow.parquet as pq
-            columns = from_arrow_schema(pq.read_schema(self.lake / name / SCHEMA))
-            return self.session.createDataFrame([], schema=columns).withColumn("day", functions.lit(None).cast("date"))
-        table = con.table(name).arrow().read_all()  # with its schema: Spark Connect infers none from no rows
-        return self.session.createDataFrame(table, schema=from_arrow_schema(table.schema))
+        schema = self.lake.schema(name)
+        if schema is None:
+            table = con.table(name).arrow().read_all()  # with its schema: Spark Connect infers none from no rows
+            return self.session.createDataFrame(table, schema=from_arrow_schema(table.schema))
+        files = self.lake.files(name)
+        partitioned = DAY in self.lake.delta(name).metadata().partition_columns
+        if not files:  # the columns, no rows
+            columns = from_arrow_schema(pa.schema([f for f in schema if f.name != DAY]))
+            frame = self.session.createDataFrame([], schema=columns)
+            return frame.withColumn(DAY, functions.lit(None).cast("date")) if partitioned else frame
+        reader = self.session.read
+        if partitioned:  # every column, NULL where a file from before it lacks one; `day` from the folders
+            reader = reader.schema(from_arrow_schema(pa.schema([f for f in schema if f.name != DAY])))
+            reader = reader.option("basePath", str(self.lake.path(name)))
+        return reader.parquet(*files)
 
     def materialize(self, con: duckdb.DuckDBPyConnection, name: str, expression: ir.Table) -> int:
-        written = self._write_days(name, expression)
-        for day in lake_days(self.lake, name):  # days the input no longer has
-            if day not in written:
-                day_file(self.lake, name, day).unlink()
+        self._write_days(name, expression, self.lake.files(name))
         return self._expose(con, name, expression)
 
     def replace_days(self, con: duckdb.DuckDBPyConnection, name: str, expression: ir.Table,
                      days: Collection[date]) -> int:
         """As `Engine.replace_days`. The lake's copy is the table's only while the database's
         `name` is a view of it: a table there (stored on DuckDB since), or a view of another
-        lake, first writes its other days over the lake's, and a lake day it does not have
-        (another database's) goes."""
+        lake, first writes its other days over the lake's (a lake day it does not have, another
+        database's, goes)."""
+        replaced = days
         if not self._reads_lake(con, name):
             kept = export_table(con, self.lake, name, skip=days) if has_table(con, name) else []
-            for day in set(lake_days(self.lake, name)) - set(kept) - set(days):  # another database's
-                day_file(self.lake, name, day).unlink()
-        written = self._write_days(name, expression)
-        for day in set(days) - written:  # a day without rows any more
-            day_file(self.lake, name, day).unlink(missing_ok=True)
+            replaced = set(self.lake.days(name)) - set(kept)
+        self._write_days(name, expression, self.lake.files(name, replaced))
         self._expose(con, name, expression)
         return _rows_of_days(con, name, days)
 
     def _reads_lake(self, con: duckdb.DuckDBPyConnection, name: str) -> bool:
-        """Whether the database's `name` is a view of this lake's files of `name`."""
+        """Whether the database's `name` is a view of this lake's table `name`."""
         return in_lake(con, self.lake, name)
 
     def _expose(self, con: duckdb.DuckDBPyConnection, name: str, expression: ir.Table) -> int:
-        """The database's `name` becomes a view of the lake's day files (the rows stay there:
-        a trace-sized table is never copied into the control database); returns its rows."""
-        with _empty(con, expression) as empty:  # no day yet: the view still has the columns
-            write_parquet(con, f"SELECT * EXCLUDE (day) FROM {empty}", self.lake / name / SCHEMA)
-        expose_lake_table(con, self.lake, name, expression.columns)
+        """The database's `name` becomes a view of the lake's table (the rows stay there: a
+        trace-sized table is never copied into the control database); returns its rows."""
+        expose_lake_tables(con, self.lake, {name: expression.columns})
         return con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]
 
-    def _write_days(self, name: str, expression: ir.Table) -> set[date]:
-        """The expression's rows as the lake's day files of `name`, written by the executors to a
-        hidden staging folder, one file per day, each moved in place whole; returns the days."""
-        frame = _as_declared(self.session.sql(str(self.backend.compile(expression))), expression.schema())
-        staging = self.lake / f".staging-{uuid.uuid4().hex}"
-        written = set()
+    def _write_days(self, name: str, expression: ir.Table, replaced: Sequence[str]) -> None:
+        """The expression's rows written by the executors, one file per day, then committed by
+        the driver in place of the files `replaced` (the lake table's, as `Lake.files` lists
+        them), in one Delta commit: readers see all of the old days or all of the new."""
+        staging, folder = self.lake.staging(), self.lake.path(name)
+        added = []
         try:
-            frame.repartition("day").write.partitionBy("day").parquet(str(staging))
-            for folder in staging.glob("day=*"):
-                day = date.fromisoformat(folder.name.removeprefix("day="))
-                files = sorted(folder.glob("*.parquet"))
-                if len(files) != 1:
-                    raise RuntimeError(f"Spark wrote {len(files)} files for {name} day {day}, expected 1")
-                target = day_file(self.lake, name, day)
+            for written in self._write_files(expression, staging):
+                target = folder / written.parent.name / f"part-{uuid.uuid4().hex}.parquet"
                 target.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(files[0], target)
-                written.add(day)
+                os.replace(written, target)  # not read until committed
+                added.append(target)
+            removed = [Path(path).relative_to(folder).as_posix() for path in replaced]
+            self.lake.commit_files(name, added, removed, _instants_in_utc(expression.schema().to_pyarrow()))
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        return written
 
-
-@contextmanager
-def _empty(con: duckdb.DuckDBPyConnection, expression: ir.Table) -> Iterator[str]:
-    """The name of an empty table with the expression's columns (instants in UTC), for this block."""
-    con.register("rag_loop_empty", _instants_in_utc(expression.schema().to_pyarrow()).empty_table())
-    try:
-        yield "rag_loop_empty"
-    finally:
-        con.unregister("rag_loop_empty")
+    def _write_files(self, expression: ir.Table, staging: Path) -> list[Path]:
+        """The expression's rows as Parquet files in `staging`'s `day=` folders, one per day,
+        written by the executors (nothing passes through the driver)."""
+        frame = _as_declared(self.session.sql(str(self.backend.compile(expression))), expression.schema())
+        frame.repartition(DAY).write.partitionBy(DAY).parquet(str(staging))
+        return sorted(staging.glob(f"{DAY}=*/*.parquet"))
 
 
 def _rows_of_days(con: duckdb.DuckDBPyConnection, name: str, days: Collection[date]) -> int:
     return con.execute(f'SELECT count(*) FROM "{name}" WHERE day IN (SELECT unnest($days::DATE[]))',
                        {"days": sorted(days)}).fetchall()[0][0]
+
+
+def spark_columns(con: duckdb.DuckDBPyConnection, relation: str) -> Any:
+    """The Spark schema of the database relation `relation` (SQL: a quoted, maybe qualified,
+    name) but `day`, which Spark takes from the day folders. pyspark is imported here only."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+    listed = ", ".join(f'"{c}"' for c, *_ in con.execute(f"DESCRIBE {relation}").fetchall() if c != DAY)
+    return from_arrow_schema(con.sql(f"SELECT {listed} FROM {relation} LIMIT 0").arrow().read_all().schema)
 
 
 def _as_declared(frame, schema):
@@ -364,7 +354,6 @@ def _as_declared(frame, schema):
 
 def _instants_in_utc(schema):
     """Spark's timestamps are instants: give the zone-less ones UTC."""
-    import pyarrow as pa
     return pa.schema([f.with_type(pa.timestamp("us", "UTC")) if pa.types.is_timestamp(f.type) and f.type.tz is None
                       else f for f in schema])
 

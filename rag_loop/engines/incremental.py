@@ -7,7 +7,7 @@ inputs differs (new or late traffic, traffic gone, other settings or documents) 
 of its rows does (the table was rebuilt, restored or edited since); with no recorded state, or
 one of another database, the whole table. Fingerprints are DuckDB hashes over the control
 database's tables: a scan of a few columns, far cheaper than the stage itself; a Spark stage's
-rows, which stay in the trace lake, are fingerprinted by their day files instead.
+rows, which stay in the trace lake, are fingerprinted by their files in the Delta log instead.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any
 
 import duckdb
 
-from rag_loop.engines.lake import day_file_fingerprints, lake_view_folder
 from rag_loop.store.ddl import utc_day
+from rag_loop.store.lake import Lake, lake_view_uri
 from rag_loop.store.tables import has_table
 
 Fingerprints = dict[date, str]
@@ -85,13 +85,13 @@ def table_fingerprints(con: duckdb.DuckDBPyConnection, table: str, columns: str 
                        day: str = "day") -> Fingerprints:
     """Per day of `table` (`day`: a SQL expression of a date or an instant), its row count and
     the xor of its rows' hashes (of `columns`, default every column); empty when the table does
-    not exist. A Spark stage's rows (a view of the lake's day files) are fingerprinted by their
-    files (`day_file_fingerprints`): no scan of the history on the run's machine."""
+    not exist. A Spark stage's rows (a view of the lake table) are fingerprinted by its
+    files (`Lake.day_fingerprints`): no scan of the history on the run's machine."""
     if not has_table(con, table):
         return {}
-    folder = lake_view_folder(con, table) if columns is None and day == "day" else None
-    if folder is not None:
-        return day_file_fingerprints(folder)
+    uri = lake_view_uri(con, table) if columns is None and day == "day" else None
+    if uri is not None:
+        return _lake_fingerprints(uri)
     hashed = f"hash({columns})" if columns else "hash(t)"
     rows = con.execute(f"SELECT CAST({day} AS DATE) AS day, count(*), bit_xor({hashed}) FROM {table} t "
                        "GROUP BY 1").fetchall()
@@ -103,12 +103,18 @@ def traffic_fingerprints(con: duckdb.DuckDBPyConnection) -> Fingerprints:
     e.g. an OTLP trace assembled again after a late span, has a new ingestion time; its chunks,
     spans and feedback are stored with it) and its language (decided after storing: a database
     from before gets its traces' languages later). Traces kept in the trace lake (a Spark ingestion's)
-    are fingerprinted by their day files: every change of a day's traces writes one."""
-    folder = lake_view_folder(con, "raw_traces")
-    if folder is not None:
-        return day_file_fingerprints(folder)
+    are fingerprinted by their files: every change of a day's traces commits a new one."""
+    uri = lake_view_uri(con, "raw_traces")
+    if uri is not None:
+        return _lake_fingerprints(uri)
     return table_fingerprints(con, "raw_traces", 'trace_id, "timestamp", ingested_at, language',
                               day=utc_day())
+
+
+def _lake_fingerprints(uri: str) -> Fingerprints:
+    """Per day of the lake table at `uri`, its files in the current version (from the log)."""
+    root, name = uri.rsplit("/", 1)
+    return Lake.of(root).day_fingerprints(name)
 
 
 def whole_fingerprint(con: duckdb.DuckDBPyConnection, table: str) -> str | None:

@@ -24,7 +24,6 @@ from dagster import (
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
-from rag_loop.engines.lake import export_lake, lake_days
 from rag_loop.ingest.documents import load_knowledge_base
 from rag_loop.ingest.language import LanguageSettings, settings_from
 from rag_loop.ingest.otlp.assembly import DEFAULT_GRACE
@@ -38,6 +37,8 @@ from rag_loop.ingest.pipeline import (
     trace_table_summary,
 )
 from rag_loop.store.files import directory_fingerprint
+from rag_loop.store.lake import Lake
+from rag_loop.store.lake_export import export_lake
 from rag_loop.store.tables import create_tables
 from rag_loop_dagster.assets.resources import DUCKDB_WRITER, EngineResource, RagLoopPaths
 from rag_loop_dagster.assets.sensors import request_for_input
@@ -149,15 +150,15 @@ def raw_traces(context: AssetExecutionContext, config: IngestConfig, duckdb: Duc
 
 
 @asset(group_name="ingestion", deps=["raw_traces", "trace_chunks", "trace_spans", "trace_feedback", "documents"],
-       description="The trace lake: raw_traces, trace_chunks, trace_spans and trace_feedback as Parquet, one file "
-                   "per table and UTC day (each day replaced whole), and documents; what the Spark "
+       description="The trace lake: raw_traces, trace_chunks, trace_spans and trace_feedback as Delta Lake tables "
+                   "partitioned by UTC day (a changed day replaced in one commit), and documents; what the Spark "
                    "engine reads, and what notebooks read instead of the database. After Spark "
                    "ingestion the traces are in the lake already (the database has views of "
                    "their files): only the documents are written.")
 def trace_lake(duckdb: DuckDBResource, paths: RagLoopPaths) -> MaterializeResult:
     with duckdb.get_connection() as con:
-        report = export_lake(con, paths.lake)
-    days = lake_days(paths.lake, "raw_traces")
+        report = export_lake(con, Lake.of(paths.lake))
+    days = Lake.of(paths.lake).days("raw_traces")
     return MaterializeResult(metadata={
         **report, "days": len(days), "first_day": str(days[0]) if days else "none",
         "last_day": str(days[-1]) if days else "none", "lake": MetadataValue.path(paths.lake_dir)})

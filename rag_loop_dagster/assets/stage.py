@@ -25,7 +25,7 @@ from dagster import (
 )
 
 from rag_loop.engines.incremental import DayState, Fingerprints, compute_changed
-from rag_loop.engines.lake import lake_view_folder
+from rag_loop.store.lake import lake_view_uri
 from rag_loop.store.tables import has_table
 
 DAY_STATE = "day_state"  # the metadata entry a day-by-day asset records its DayState in
@@ -99,7 +99,7 @@ def _recorded_state(context: AssetExecutionContext) -> DayState | None:
 
 def stored_in(con: duckdb.DuckDBPyConnection, name: str) -> str:
     """Where the table's rows are, for the asset's metadata: in the trace lake (a Spark run's;
-    the database has a view of its day files), or in the control database."""
-    folder = lake_view_folder(con, name)
-    return f"trace lake: {folder} (the control database holds a view of its day files)" if folder \
+    the database has a view of its files), or in the control database."""
+    uri = lake_view_uri(con, name)
+    return f"trace lake: {uri} (a Delta table; the control database holds a view of its files)" if uri \
         else "control database"

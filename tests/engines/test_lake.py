@@ -1,7 +1,7 @@
-"""The trace lake: every row of the trace tables lands in its UTC day's file, an unchanged day
-is not rewritten, a failed export leaves each day whole (old or new) and is redone, a stage
-stored on DuckDB retires its Spark copy, a Spark stage's view is fingerprinted by its files,
-and a day of several files (Spark ingestion's) is read and fingerprinted whole."""
+"""The trace lake's export from the database: every row of the trace tables lands in its UTC
+day of the Delta table, an unchanged day is not rewritten, a failed export leaves each table at
+a whole version and is redone, a stage stored on DuckDB retires its Spark copy, a Spark stage's
+view is fingerprinted by its files in the Delta log, and a column added reaches every day."""
 
 from datetime import UTC, date, datetime, timedelta
 
@@ -10,25 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rag_loop.engines import lake as lake_module
 from rag_loop.engines.engine import DuckDBEngine
 from rag_loop.engines.incremental import table_fingerprints
-from rag_loop.engines.lake import (
-    DAY_OF,
-    day_file,
-    day_file_fingerprints,
-    day_files,
-    export_lake,
-    export_table,
-    lake_days,
-    lake_query,
-    lake_view_folder,
-    mark_lake_view,
-    read_lake,
-    write_parquet,
-)
 from rag_loop.selection.signals import SignalSettings, compute_signals
+from rag_loop.store import lake_export
 from rag_loop.store.ddl import utc_day
+from rag_loop.store.lake import Lake, create_lake_views, files_query, lake_view_uri
+from rag_loop.store.lake_export import DAY_OF, export_lake, export_table
 from rag_loop.store.tables import create_tables
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
@@ -51,8 +39,12 @@ def _world(path, rows) -> duckdb.DuckDBPyConnection:
     return con
 
 
+def _read(lake: Lake, table: str) -> str:
+    return files_query(lake.files(table), lake.schema(table))
+
+
 def _same_rows(con, lake, table) -> bool:
-    read_lake(con, lake, table).create_view("from_lake", replace=True)
+    con.execute(f"CREATE OR REPLACE TEMP VIEW from_lake AS {_read(lake, table)}")
     columns = ", ".join(f'"{c}"' for c, *_ in con.execute(f"DESCRIBE {table}").fetchall())
     one_way = con.execute(f"SELECT count(*) FROM (SELECT {columns} FROM {table} EXCEPT ALL "
                           f"SELECT {columns} FROM from_lake)").fetchall()[0][0]
@@ -63,134 +55,119 @@ def _same_rows(con, lake, table) -> bool:
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=traces)
-def test_every_row_is_in_its_days_file_and_a_second_export_writes_nothing(tmp_path_factory, rows):
+def test_every_row_is_in_its_day_and_a_second_export_writes_nothing(tmp_path_factory, rows):
     root = tmp_path_factory.mktemp("lake")
     con = _world(root / "db.duckdb", rows)
-    lake = root / "lake"
+    lake = Lake.of(root / "lake")
     first = export_lake(con, lake)
     days = {(START + timedelta(microseconds=r[0])).date() for r in rows}
     assert first == {"days_written": len(days), "days_unchanged": 0}
     for table in (*DAY_OF, "documents"):
         assert _same_rows(con, lake, table), table
-    assert set(lake_days(lake, "raw_traces")) == days
-    read_lake(con, lake, "raw_traces").create_view("lake_traces", replace=True)
-    assert con.execute("SELECT count(*) FROM lake_traces WHERE day <> CAST(timezone('UTC', \"timestamp\") AS DATE)"
-                       ).fetchall() == [(0,)]
+    assert set(lake.days("raw_traces")) == days
+    assert con.execute(f"SELECT count(*) FROM ({_read(lake, 'raw_traces')}) "
+                       "WHERE day <> CAST(timezone('UTC', \"timestamp\") AS DATE)").fetchall() == [(0,)]
+    versions = {table: lake.delta(table).version() for table in DAY_OF}
     assert export_lake(con, lake) == {"days_written": 0, "days_unchanged": len(days)}
-    assert not list(lake.rglob(".*.tmp"))  # nothing staged is left behind
+    assert {table: lake.delta(table).version() for table in DAY_OF} == versions  # no commit at all
 
 
 def test_a_changed_day_alone_is_rewritten(tmp_path):
     con = _world(tmp_path / "db.duckdb", [(0, 1, True, "a"), (86_400_000_000, 2, False, "b")])
-    lake = tmp_path / "lake"
+    lake = Lake.of(tmp_path / "lake")
     export_lake(con, lake)
-    untouched = day_file(lake, "raw_traces", date(2026, 11, 1)).stat().st_mtime_ns
+    untouched = lake.files("raw_traces", [date(2026, 11, 1)])
     con.execute("INSERT INTO raw_traces (trace_id, \"timestamp\", original_query, ingested_at) "
                 "VALUES ('late', '2026-11-02 10:00:00+00', 'c', '2026-11-03 00:00:00+00')")
     assert export_lake(con, lake) == {"days_written": 1, "days_unchanged": 1}
-    assert day_file(lake, "raw_traces", date(2026, 11, 1)).stat().st_mtime_ns == untouched
+    assert lake.files("raw_traces", [date(2026, 11, 1)]) == untouched
     assert _same_rows(con, lake, "raw_traces")
 
 
-def test_an_export_that_fails_half_way_leaves_whole_days_and_is_redone(tmp_path, monkeypatch):
+def test_an_export_that_fails_half_way_leaves_whole_versions_and_is_redone(tmp_path, monkeypatch):
     con = _world(tmp_path / "db.duckdb", [(0, 1, True, "a"), (86_400_000_000, 1, True, "b")])
-    lake = tmp_path / "lake"
+    lake = Lake.of(tmp_path / "lake")
     export_lake(con, lake)
     con.execute("UPDATE raw_traces SET original_query = original_query || '!', ingested_at = now()")
-    real_replace, calls = lake_module.os.replace, []
+    real_write, calls = Lake.write, []
 
-    def failing(source, target):
-        calls.append(target)
-        if len(calls) == 2:
+    def failing(self, table, *args, **kwargs):
+        calls.append(table)
+        if table == "raw_traces":
             raise OSError("disk full")
-        real_replace(source, target)
-    monkeypatch.setattr(lake_module.os, "replace", failing)
+        real_write(self, table, *args, **kwargs)
+    monkeypatch.setattr(Lake, "write", failing)
     with pytest.raises(OSError):
         export_lake(con, lake)
-    monkeypatch.setattr(lake_module.os, "replace", real_replace)
-    queries = sorted(q for (q,) in read_lake(con, lake, "raw_traces").select("original_query").fetchall())
-    assert queries in (["a!", "b"], ["a", "b!"])  # one day new, the other still old: each whole
-    assert not list(lake.rglob(".*.tmp"))
-    assert export_lake(con, lake)["days_written"] == 2  # the fingerprints were not saved: all redone
-    assert _same_rows(con, lake, "raw_traces")
+    monkeypatch.setattr(Lake, "write", real_write)
+    assert calls[-1] == "raw_traces"  # written last: its days say the other tables are written
+    queries = sorted(q for (q,) in con.execute(f"SELECT original_query FROM ({_read(lake, 'raw_traces')})").fetchall())
+    assert queries == ["a", "b"]  # the table's previous version, whole
+    assert export_lake(con, lake)["days_written"] == 2  # its days still differ: all redone
+    assert all(_same_rows(con, lake, table) for table in DAY_OF)
 
 
-def test_an_unreadable_fingerprint_file_rewrites_every_day_and_a_quote_in_the_path_is_no_sql(tmp_path):
+def test_a_quote_in_the_path_is_no_sql(tmp_path):
     con = _world(tmp_path / "db.duckdb", [(0, 1, True, "a"), (86_400_000_000, 1, False, "b")])
-    lake = tmp_path / "o'brien" / "lake"
+    lake = Lake.of(tmp_path / "o'brien" / "lake")
     assert export_lake(con, lake)["days_written"] == 2
-    (lake / "_days.json").write_text("{not json")
-    assert export_lake(con, lake) == {"days_written": 2, "days_unchanged": 0}
     assert _same_rows(con, lake, "raw_traces") and _same_rows(con, lake, "trace_chunks")
 
 
 def test_a_stage_stored_on_duckdb_removes_its_older_spark_copy_from_the_lake(tmp_path):
     """Else a later Spark run would read the lake's older rows instead of the database's."""
     with _world(tmp_path / "w.duckdb", [(0, 2, True, "leave days")]) as con:
-        lake = tmp_path / "lake"
+        lake = Lake.of(tmp_path / "lake")
         export_lake(con, lake)
-        older = day_file(lake, "trace_signals", date(2026, 11, 1))  # as the Spark engine writes it
-        older.parent.mkdir(parents=True)
-        older.write_bytes(b"an earlier run's rows")
+        con.execute("CREATE TABLE older AS SELECT 'an earlier run' AS trace_id, DATE '2026-11-01' AS day")
+        export_table(con, lake, "older")
+        lake.path("older").rename(lake.path("trace_signals"))  # as the Spark engine leaves a stage
         compute_signals(con, SignalSettings(), DuckDBEngine(lake))
-        assert not (lake / "trace_signals").exists()
-        assert lake_days(lake, "raw_traces") == [date(2026, 11, 1)]  # the lake's own tables stay
+        assert not lake.path("trace_signals").exists()
+        assert lake.days("raw_traces") == [date(2026, 11, 1)]  # the lake's own tables stay
         assert con.execute("SELECT count(*) FROM trace_signals").fetchall() == [(1,)]
 
 
-def test_a_spark_stages_view_is_fingerprinted_by_its_day_files_without_reading_them(tmp_path):
-    """A view of the lake's day files (as the Spark engine leaves a stage) gets per-day
-    fingerprints from the files themselves: a rewritten day alone changes, and a file that
-    could not even be read is not opened. An unmarked view is hashed as a table is."""
+def test_a_spark_stages_view_is_fingerprinted_by_its_files_without_reading_them(tmp_path):
+    """A marked view of a lake table (as the Spark engine leaves a stage) gets per-day
+    fingerprints from the Delta log: a rewritten day alone changes, and no data file is opened.
+    An unmarked view is hashed as a table is."""
     with _world(tmp_path / "w.duckdb", [(0, 1, False, "a"), (86_400_000_000, 1, False, "b")]) as con:
-        lake = tmp_path / "o'brien" / "lake"
+        lake = Lake.of(tmp_path / "o'brien" / "lake")
         con.execute(f"CREATE TABLE stage AS SELECT trace_id, {utc_day()} AS day FROM raw_traces")
         export_table(con, lake, "stage")
         hashed = table_fingerprints(con, "stage")
         con.execute("DROP TABLE stage")
-        con.execute(f"CREATE VIEW stage AS {lake_query(lake, 'stage')}")
+        con.execute(f"CREATE VIEW stage AS {_read(lake, 'stage')}")
         assert table_fingerprints(con, "stage") == hashed  # not marked: read and hashed
-        mark_lake_view(con, '"stage"', lake / "stage")
-        assert lake_view_folder(con, "stage") == lake / "stage"
+        con.execute("DROP VIEW stage")
+        create_lake_views(con, lake, {"stage": ["trace_id", "day"]})
+        assert lake_view_uri(con, "stage") == lake.uri("stage")
         before = table_fingerprints(con, "stage")
         assert set(before) == {date(2026, 11, 1), date(2026, 11, 2)} and before != hashed
-        write_parquet(con, "SELECT 'c' AS trace_id", day_file(lake, "stage", date(2026, 11, 2)))
+        lake.write("stage", con.sql("SELECT 'c' AS trace_id, DATE '2026-11-02' AS day").to_arrow_table(),
+                   days=[date(2026, 11, 2)])
         after = table_fingerprints(con, "stage")
         assert after[date(2026, 11, 1)] == before[date(2026, 11, 1)]
         assert after[date(2026, 11, 2)] != before[date(2026, 11, 2)]
-        day_file(lake, "stage", date(2026, 11, 1)).write_bytes(b"not a parquet file")
+        for path in lake.files("stage"):
+            with open(path, "wb") as garbage:
+                garbage.write(b"not a parquet file")
         assert set(table_fingerprints(con, "stage")) == set(before)
-
-
-def test_a_day_of_several_files_is_read_whole_fingerprinted_by_each_and_exported_as_one(tmp_path):
-    con = _world(tmp_path / "db.duckdb", [(0, 1, True, "a"), (3_600_000_000, 1, False, "b")])
-    lake = tmp_path / "lake"
-    export_lake(con, lake)
-    day, folder = date(2026, 11, 1), lake.resolve() / "raw_traces"
-    before = day_file_fingerprints(folder)
-    first = day_file(lake, "raw_traces", day)  # split in two, as Spark ingestion leaves a day
-    rows = f"SELECT * FROM read_parquet('{first}', hive_partitioning = false)"
-    write_parquet(con, f"{rows} WHERE trace_id = 't1'", first.with_name("part-1234.parquet"))
-    write_parquet(con, f"{rows} WHERE trace_id = 't0'", first)
-    assert len(day_files(lake, "raw_traces", day)) == 2 and _same_rows(con, lake, "raw_traces")
-    assert day_file_fingerprints(folder)[day] != before[day]
-    assert export_lake(con, lake)["days_written"] == 1  # its rows did not change: its files did
-    assert day_files(lake, "raw_traces", day) == [first] and _same_rows(con, lake, "raw_traces")
 
 
 def test_a_column_added_to_a_table_rewrites_every_day_and_older_files_read_as_null(tmp_path):
     """A newer rag-loop adds a column: the next export writes every day again with it (the days'
-    rows did not change, their columns did). A day file from before it, as Spark ingestion
-    leaves them beside newer ones, reads as NULL in that column, not as a missing column."""
+    rows did not change, their columns did). A file from before it reads NULL in that column."""
     con = _world(tmp_path / "db.duckdb", [(0, 1, True, "a"), (86_400_000_000, 2, False, "b")])
-    lake = tmp_path / "lake"
+    lake = Lake.of(tmp_path / "lake")
     export_lake(con, lake)
+    older = lake.files("raw_traces", [date(2026, 11, 1)])
     con.execute("ALTER TABLE raw_traces ADD COLUMN added_later VARCHAR DEFAULT 'new'")
     assert export_lake(con, lake) == {"days_written": 2, "days_unchanged": 0}
     assert export_lake(con, lake) == {"days_written": 0, "days_unchanged": 2}
     assert _same_rows(con, lake, "raw_traces")
-    older = day_file(lake, "raw_traces", date(2026, 11, 1))  # one day's file without the column
-    write_parquet(con, f"SELECT * EXCLUDE (added_later) FROM read_parquet('{older}', hive_partitioning = false)",
-                  older)
-    assert con.execute(f"SELECT day, added_later FROM ({lake_query(lake, 'raw_traces')}) ORDER BY day").fetchall() \
-        == [(date(2026, 11, 1), None), (date(2026, 11, 2), "new")]
+    newer = lake.files("raw_traces", [date(2026, 11, 2)])
+    assert con.execute(f"SELECT day, added_later FROM ({files_query([*older, *newer], lake.schema('raw_traces'))}) "
+                       "ORDER BY day").fetchall() == [(date(2026, 11, 1), None), (date(2026, 11, 2), "new")]
+    assert lake_export.LAKE_TABLES[-1] == "documents"

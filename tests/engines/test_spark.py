@@ -17,19 +17,21 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from rag_loop.drift.days import FreshnessSettings, RetrievalSettings, freshness_day, retrieval_day
 from rag_loop.drift.figures import mix_counts, retrieval_figures
 from rag_loop.engines.engine import DuckDBEngine, SparkEngine
 from rag_loop.engines.functions import SPARK
-from rag_loop.engines.lake import day_file, export_lake, export_table, lake_days, lake_query
 from rag_loop.engines.sampling import SampleDays, novelty_sample_expression, novelty_traffic_expression
 from rag_loop.ingest import ingest_directory
 from rag_loop.online.quality import OnlineQualitySettings, online_quality_day
 from rag_loop.selection.estimates import estimate_rates, parse_slices
 from rag_loop.selection.sampling import SamplingPolicy, select_candidates
 from rag_loop.selection.signals import SignalSettings, compute_signals
+from rag_loop.store.lake import Lake, files_query
+from rag_loop.store.lake_export import export_lake, export_table
 from rag_loop.store.tables import relation_kind
 from tests.engines.conftest import needs_spark
 from tests.engines.test_functions import _expression, _frame, _on_duckdb
@@ -69,7 +71,7 @@ def _on_both(spark, con: duckdb.DuckDBPyConnection, tmp_path, policy: SamplingPo
     """Each ported stage's rows as the DuckDB engine left them in `con`, and as Spark computes
     them on the lake: {stage: (on Spark, on DuckDB)}."""
     expected = {stage: con.execute(f"SELECT * FROM {stage}").df() for stage in PORTED}
-    export_lake(con, tmp_path / "lake")
+    export_lake(con, Lake.of(tmp_path / "lake"))
     engine = SparkEngine(spark, tmp_path / "lake")
     compute_signals(con, SignalSettings(), engine)
     select_candidates(con, policy, engine)
@@ -140,23 +142,26 @@ def test_a_days_run_on_spark_opens_no_other_days_chunk_or_feedback_file(spark, d
     of another lake, keeps its other days, in this lake now, and a day file this lake kept from
     another database is gone."""
     con = demo_copy(demo_run, tmp_path)
-    lake, days = tmp_path / "lake", [date(2026, 11, 9), date(2026, 11, 10)]
+    lake, days = Lake.of(tmp_path / "lake"), [date(2026, 11, 9), date(2026, 11, 10)]
     export_lake(con, lake)
     for table in ("trace_chunks", "trace_feedback"):
-        for day in lake_days(lake, table)[1:]:
+        for day in lake.days(table):
             if day not in (*days, date(2026, 11, 11)):
-                day_file(lake, table, day).write_bytes(b"not a parquet file")
-    stale = day_file(lake, "trace_signals", date(2026, 10, 1))  # another database's: the view is the truth
-    stale.parent.mkdir(parents=True)
-    stale.write_bytes(day_file(lake, "trace_chunks", lake_days(lake, "trace_chunks")[0]).read_bytes())
+                for path in lake.files(table, [day]):
+                    Path(path).write_bytes(b"not a parquet file")
+    stale = con.sql("SELECT * FROM trace_signals LIMIT 1").to_arrow_table()  # another database's day
+    lake.write("trace_signals", stale.set_column(stale.schema.get_field_index("day"), "day",
+                                                 pa.array([date(2026, 10, 1)])))
     expected = con.execute("SELECT * FROM trace_signals").df()
-    export_table(con, tmp_path / "moved", "trace_signals")  # the table is a view of another lake now
+    moved = Lake.of(tmp_path / "moved")
+    export_table(con, moved, "trace_signals")  # the table is a view of another lake now
     con.execute("DROP TABLE trace_signals")
-    con.execute(f"CREATE VIEW trace_signals AS {lake_query(tmp_path / 'moved', 'trace_signals')}")
+    read_moved = files_query(moved.files("trace_signals"), moved.schema("trace_signals"))
+    con.execute(f"CREATE VIEW trace_signals AS {read_moved}")
     assert compute_signals(con, SignalSettings(), SparkEngine(spark, lake), days=days) == \
         expected.day.dt.date.isin(days).sum() > 500
     assert_same_rows(con.execute("SELECT * FROM trace_signals").df(), expected, "trace_id")
-    assert lake_days(lake, "trace_signals") == sorted(set(expected.day.dt.date))
+    assert lake.days("trace_signals") == sorted(set(expected.day.dt.date))
 
 
 def _day_by_day_on_spark(spark, con: duckdb.DuckDBPyConnection, lake, signals: pd.DataFrame) -> None:
@@ -165,22 +170,25 @@ def _day_by_day_on_spark(spark, con: duckdb.DuckDBPyConnection, lake, signals: p
     lake copy is retired), a day on Spark (the table's other days go to the lake: its copy is
     whole again), and the whole table on DuckDB over that view: the same rows every time."""
     engine, days = SparkEngine(spark, lake), [date(2026, 11, 9), date(2026, 11, 10)]
-    files = {d: day_file(lake, "trace_signals", d).stat().st_mtime_ns for d in days}
+    lake = engine.lake
+    files = {d: lake.files("trace_signals", [d]) for d in days}
+    others = lake.files("trace_signals", set(lake.days("trace_signals")) - set(days))
     assert compute_signals(con, SignalSettings(), engine, days=days) == (signals.day.dt.date.isin(days)).sum()
-    assert all(day_file(lake, "trace_signals", d).stat().st_mtime_ns > files[d] for d in days)
+    assert all(set(lake.files("trace_signals", [d])).isdisjoint(files[d]) for d in days)  # new files
+    assert lake.files("trace_signals", set(lake.days("trace_signals")) - set(days)) == others
     assert relation_kind(con, "trace_signals") == "view"  # the rows stay in the lake
     assert_same_rows(con.execute("SELECT * FROM trace_signals").df(), signals, "trace_id")
     compute_signals(con, SignalSettings(), DuckDBEngine(lake), days=days[1:])  # the view's other days kept
-    assert relation_kind(con, "trace_signals") == "table" and not (lake / "trace_signals").exists()
+    assert relation_kind(con, "trace_signals") == "table" and not lake.path("trace_signals").exists()
     assert_same_rows(con.execute("SELECT * FROM trace_signals").df(), signals, "trace_id")
     compute_signals(con, SignalSettings(), engine, days=days[:1])
     assert relation_kind(con, "trace_signals") == "view"
-    assert lake_days(lake, "trace_signals") == sorted(set(signals.day.dt.date))
+    assert lake.days("trace_signals") == sorted(set(signals.day.dt.date))
     from_lake = engine.frame(con, ("trace_signals",), lambda t, columns, _: t["trace_signals"].select(*columns),
                              list(signals.columns))
     assert_same_rows(from_lake, signals, "trace_id")
     compute_signals(con, SignalSettings(), DuckDBEngine(lake))
-    assert relation_kind(con, "trace_signals") == "table" and not (lake / "trace_signals").exists()
+    assert relation_kind(con, "trace_signals") == "table" and not lake.path("trace_signals").exists()
     assert_same_rows(con.execute("SELECT * FROM trace_signals").df(), signals, "trace_id")
 
 
@@ -253,11 +261,11 @@ def test_the_spark_resource_on_a_spark_connect_url_stores_what_duckdb_does_and_a
     outcome = json.loads(done.stdout.strip().splitlines()[-1])
     assert outcome["success"] == [True, True, True, True] and outcome["connect"]
     assert outcome["raw_traces_rows"] == [132, 134]  # the traces added later are stored once
-    assert outcome["days_computed_daily"] == 0  # the lake's day files unchanged: their fingerprints too
+    assert outcome["days_computed_daily"] == 0  # the lake's files unchanged: their fingerprints too
     assert outcome["files_again"] == outcome["files"]
     lake = (tmp_path / "lake").resolve()
-    assert outcome["stored_in"] == {name: f"trace lake: {lake / name} (the control database holds a view of its "
-                                          "day files)" for name in ("raw_traces", *PORTED)}
+    assert outcome["stored_in"] == {name: f"trace lake: {lake / name} (a Delta table; the control database holds a "
+                                          "view of its files)" for name in ("raw_traces", *PORTED)}
     assert {Path(f).parts[0] for f in outcome["files"] if not Path(f).name.startswith("_")} == {
         "documents", "failure_candidates", "otlp_spans", "otlp_traces", "raw_traces", "trace_chunks", "trace_spans",
         "trace_signals"}  # no feedback in the OTLP fixtures: trace_feedback has no day file

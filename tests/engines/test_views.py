@@ -1,5 +1,5 @@
 """A stage switched between engines in any order keeps a whole run's rows: Spark leaves it as a
-marked view of its lake day files, DuckDB as a table. The Spark engine's own lake and view code
+marked view of its lake table's files, DuckDB as a table. The Spark engine's own lake and view code
 runs here with DuckDB in place of Spark's executors (`LakeOnDuckDB`), so this needs no Java;
 tests/engines/test_spark.py runs the same switches on real Spark."""
 
@@ -14,8 +14,10 @@ from hypothesis import strategies as st
 from rag_loop.engines.engine import DuckDBEngine, SparkEngine
 from rag_loop.engines.functions import DUCKDB, Functions
 from rag_loop.engines.incremental import table_fingerprints
-from rag_loop.engines.lake import day_file, export_lake, lake_days, write_parquet
 from rag_loop.selection.signals import SignalSettings, compute_signals
+from rag_loop.store.files import write_parquet
+from rag_loop.store.lake import Lake
+from rag_loop.store.lake_export import export_lake
 from rag_loop.store.tables import relation_kind
 from tests.engines.test_lake import _world
 
@@ -32,20 +34,21 @@ class LakeOnDuckDB(SparkEngine):
     functions: Functions = field(default=DUCKDB, init=False)
 
     def __post_init__(self) -> None:
+        self.lake = Lake.of(self.lake)
         self.con: duckdb.DuckDBPyConnection | None = None
 
     def inputs(self, con, names):
         self.con = con
         return DuckDBEngine().inputs(con, names)
 
-    def _write_days(self, name, expression) -> set[date]:
+    def _write_files(self, expression, staging) -> list:
         self.con.execute("SET lambda_syntax = 'ENABLE_SINGLE_ARROW'")
         self.con.execute(f"CREATE OR REPLACE TEMP TABLE _rows AS {ibis.to_sql(expression, dialect='duckdb')}")
-        written = {d for (d,) in self.con.execute("SELECT DISTINCT day FROM _rows").fetchall()}
+        written = [d for (d,) in self.con.execute("SELECT DISTINCT day FROM _rows ORDER BY 1").fetchall()]
         for day in written:
             write_parquet(self.con, "SELECT * EXCLUDE (day) FROM _rows WHERE day = ?",
-                          day_file(self.lake, name, day), [day])
-        return written
+                          staging / f"day={day.isoformat()}" / "part-0.parquet", [day])
+        return sorted(staging.glob("day=*/*.parquet"))
 
 
 def _rows(con) -> list[tuple]:
@@ -61,7 +64,7 @@ runs = st.lists(st.tuples(st.booleans(), st.none() | st.sets(st.sampled_from(DAY
 def test_any_order_of_engines_whole_or_daily_keeps_a_whole_runs_rows(tmp_path_factory, runs):
     root = tmp_path_factory.mktemp("views")
     with _world(root / "w.duckdb", ROWS) as con:
-        lake = root / "lake"
+        lake = Lake.of(root / "lake")
         export_lake(con, lake)
         compute_signals(con, SignalSettings())
         expected = _rows(con)
@@ -71,7 +74,7 @@ def test_any_order_of_engines_whole_or_daily_keeps_a_whole_runs_rows(tmp_path_fa
             assert _rows(con) == expected
             assert relation_kind(con, "trace_signals") == ("view" if on_spark else "table")
             if on_spark:  # the lake's copy is whole, and the rows are only there
-                assert lake_days(lake, "trace_signals") == DAYS
-                assert all(f.startswith("file:") for f in table_fingerprints(con, "trace_signals").values())
+                assert lake.days("trace_signals") == DAYS
+                assert table_fingerprints(con, "trace_signals") == lake.day_fingerprints("trace_signals")
             else:
-                assert not (lake / "trace_signals").exists()
+                assert not lake.path("trace_signals").exists()
