@@ -10,15 +10,17 @@ into a fresh DuckDB file with `ingest_directory`, and (2) on Spark `local[2]`
 one file of `--new` traces, of which a tenth repeat stored ids, and ingests again on both
 (the incremental run: Spark finds the stored copies of the new file's trace ids in the lake).
 Prints each run's seconds, Spark's as a multiple of DuckDB's, both database files' sizes and
-the lake's, and checks that both give the same rows. `--otlp`: Collector-style OTLP files of
-that many traces (four spans each, bench/ingest.py's) instead, the new file's traces new (the
-spans and trace states go to the lake too; the incremental run assembles only the new ones).
+the lake's (its Delta tables' current versions' files), and checks that both give the same
+rows. `--otlp`: Collector-style OTLP files of that many traces (four spans each,
+bench/ingest.py's) instead, the new file's traces new (the spans and trace states go to the
+lake too; the incremental run assembles only the new ones).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -29,6 +31,8 @@ from ingest import write_otlp, write_traces
 from rag_loop.engines.engine import spark_session
 from rag_loop.engines.ingest import ingest_directory_on_spark
 from rag_loop.ingest import ingest_directory
+from rag_loop.store.ddl import KEPT_IN_LAKE
+from rag_loop.store.lake import Lake
 
 CHECKED = {"raw_traces": "trace_id, source_file, source_line", "trace_chunks": "trace_id, chunk_id, rank",
            "trace_duplicates": "trace_id, source_file, line_no"}
@@ -82,7 +86,7 @@ def main() -> None:
     for con in (duck, spark):
         con.execute("CHECKPOINT")
     sizes = {name: (args.workdir / f"{name}.duckdb").stat().st_size / 1e6 for name in ("duckdb", "spark")}
-    sizes["lake"] = sum(p.stat().st_size for p in lake.rglob("*.parquet") if ".ingest" not in p.parts) / 1e6
+    sizes["lake"] = sum(os.stat(f).st_size for t in KEPT_IN_LAKE for f in Lake.of(lake).files(t)) / 1e6
     print(f"database files: DuckDB's {sizes['duckdb']:.1f} MB, Spark's {sizes['spark']:.1f} MB "
           f"(the traces are in the lake: {sizes['lake']:.1f} MB of Parquet)")
     print(json.dumps({**{k: round(v, 2) for k, v in figures.items()},

@@ -12,7 +12,8 @@ control database gets exactly the rows, and the caller exactly the report, that
 3. A Spark window over the staged copies and those already stored picks each trace id's (each
    span's) first copy: rag_loop.engines.resolve. Losers' chunks, spans and feedback are dropped.
 4. The traces that stay are added to the trace lake, where raw_traces and its child tables
-   live (rag_loop.engines.raw_lake: the database has views of their files), and the rest
+   live as Delta tables (rag_loop.engines.raw_lake: the database has views of their current
+   versions' files; one commit per table), and the rest
    (ingested_files, quarantine, duplicates, spans) is stored in the control database, in one
    transaction for all files: a failure leaves the database unchanged, and the run is redone
    whole. The run's staging folder is removed.
@@ -42,7 +43,6 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rag_loop.engines.lake import write_parquet
 from rag_loop.engines.raw_lake import LakeTraces, move_raw_tables_to_lake
 from rag_loop.engines.resolve import resolve, staged, staged_file, store_set_aside, verdict
 from rag_loop.engines.spans import SPAN_TABLES, spark_assembler, store_staged_spans
@@ -66,6 +66,8 @@ from rag_loop.ingest.pipeline import (
 from rag_loop.ingest.records import BatchCounts, quarantine_rejected
 from rag_loop.logs import Log, quiet
 from rag_loop.store.ddl import CHILD_TABLES
+from rag_loop.store.files import write_parquet
+from rag_loop.store.lake import Lake
 from rag_loop.store.tables import create_tables
 
 # what a task stages of its file (table: folder), each row with the file's `file_order` added
@@ -88,7 +90,7 @@ class TaskSettings:
 
 
 def ingest_directory_on_spark(session: Any, con: duckdb.DuckDBPyConnection, directory: Path,
-                              lake: Path, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+                              lake: Lake | Path, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
                               log: Log = quiet, batch_bytes: int = DEFAULT_BATCH_BYTES,
                               grace: timedelta = DEFAULT_GRACE, now: datetime | None = None,
                               memory_limit: str | None = DEFAULT_MEMORY_LIMIT,
@@ -96,8 +98,9 @@ def ingest_directory_on_spark(session: Any, con: duckdb.DuckDBPyConnection, dire
                               languages: LanguageSettings = EVERY_LANGUAGE) -> IngestReport:
     """`ingest_directory(con, directory, ...)` with the files parsed, and the OTLP traces
     assembled, by Spark tasks (`session`), staged under `<lake>/.ingest/<run id>/`, with
-    raw_traces and its child tables kept in the trace lake `lake` (moved there on the first
-    run: the database's tables become views of the lake's files); `memory_limit` is each
+    raw_traces and its child tables kept in the trace lake `lake` (a local one: a Lake, or
+    its folder), as Delta tables (moved there on the first run: the database's tables become
+    views of the lake's files); `memory_limit` is each
     task's DuckDB's. `workers` is accepted for `ingest_directory`'s signature: the
     parallelism is Spark's.
 
@@ -110,7 +113,8 @@ def ingest_directory_on_spark(session: Any, con: duckdb.DuckDBPyConnection, dire
     other format reads or writes, and OTLP traces are assembled after every file was read, on
     either path.
     """
-    staging = lake / ".ingest"
+    lake = Lake.of(lake)
+    staging = lake.path(".ingest")  # a plain local folder, not a lake table
     move_raw_tables_to_lake(con, lake)
     traces = LakeTraces(session, lake, staging / f"lake-{uuid.uuid4().hex}")
 

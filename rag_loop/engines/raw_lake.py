@@ -1,34 +1,39 @@
 """raw_traces, its child tables, otlp_spans and otlp_traces in the trace lake: where Spark
 ingestion keeps them, so that a day's hundreds of millions of traces, chunks and trace states
-and billions of OTLP spans never pass into the control database. The database has marked
-views of their day files under the tables' names (every reader reads them as before); a run
-of Spark ingestion adds one file to each day it stores rows of. A span's day is its start's
+and billions of OTLP spans never pass into the control database. They are Delta Lake tables
+partitioned by day (rag_loop.store.lake); the database has marked views of their current
+versions' files under the tables' names (every reader reads them as before); a run of Spark
+ingestion adds one file to each day it stores rows of. A span's day is its start's
 (`span_day`), not its trace's: the trace is not known until it is assembled; a trace state's
 is the day it was assembled on.
 
 Ingestion itself is the DuckDB path's (rag_loop.ingest): it reads and writes these tables by
 name. During a Spark ingestion run those names are temp tables of the connection, which
 shadow the views. First copy wins for a file's traces (spans) reads the stored copies' keys
-from the lake with Spark (`LakeTraces.stored`): the ones kept are new, and go into the temp
-tables. OTLP assembly reads and removes stored rows by SQL: the lake's spans and states of the
-pending traces (`LakeTraces.load_pending`), and its rows of the traces ready for assembly
-(`LakeTraces.load`), are loaded into the temp tables first, found by Spark, so that every
-verdict sees every stored copy it needs; the run's own new spans, which its first flush
-keeps loaded, are not read back. Before the run's transaction commits,
-`LakeTraces.flush` writes what changed: a trace id some of whose stored rows changed or went
-(an OTLP trace assembled again) is removed from the files that held it, and the new rows (and
-a trace's rows added beside its unchanged ones: a late span) are added as one new file per
-day. All files are written hidden first and renamed into place together, so a failure while
-writing them leaves the lake as it was; a failure after the renames (the commit) leaves rows
-in the lake whose files are not marked ingested, which the next run reads again and drops as
-read before (the first-copy-wins rule for a record read again from the same line).
+from the lake with Spark (`LakeTraces.stored`: the files of the table's current version): the
+ones kept are new, and go into the temp tables. OTLP assembly reads and removes stored rows by
+SQL: the lake's spans and states of the pending traces (`LakeTraces.load_pending`), and its
+rows of the traces ready for assembly (`LakeTraces.load`), are loaded into the temp tables
+first, found by Spark, so that every verdict sees every stored copy it needs; the run's own
+new spans, which its first flush keeps loaded, are not read back. Before the run's
+transaction commits, `LakeTraces.flush` writes what changed: a trace id some of whose stored
+rows changed or went (an OTLP trace assembled again) is removed from the files that held it
+(each such file is replaced by a new one without its rows), and the new rows (and a trace's
+rows added beside its unchanged ones: a late span) are added as one new file per day. The new
+files are written under new names in the tables' day folders, which no version lists (no
+reader sees them), then committed by one Delta commit per table that adds them and removes the
+files they replace; the views are made again over the new versions' files. A failure before a
+table's commit leaves it at its previous version (the files written for it are deleted; any
+left behind are listed by no version, and `vacuum` removes them); a failure between the
+tables' commits or after them, before the control database's commit, leaves rows in the lake
+whose files are not marked ingested, which the next run reads again and drops as read before
+(the first-copy-wins rule for a record read again from the same line).
 """
 
 from __future__ import annotations
 
-import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date
@@ -36,25 +41,14 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
-from rag_loop.engines.lake import (
-    DAY_OF,
-    PART,
-    SCHEMA,
-    create_lake_views,
-    day_file,
-    expose_lake_tables,
-    hidden_parquet,
-    in_lake,
-    lake_days,
-    quoted,
-    replace_day,
-    spark_columns,
-    write_parquet,
-)
 from rag_loop.store.ddl import ADDED_COLUMNS, CHILD_TABLES, KEPT_IN_LAKE, span_day, utc_day
+from rag_loop.store.files import quoted, write_parquet
+from rag_loop.store.lake import DAY, Lake, create_lake_views, expose_lake_tables, in_lake
 from rag_loop.store.tables import create_tables
 
+PART = "part-0.parquet"  # a staging folder's one file
 # the day of a row of a kept table without a `day` column (a child row carries its trace's)
 ROW_DAY = {"raw_traces": utc_day(), "otlp_spans": span_day(), "otlp_traces": utc_day("assembled_at")}
 # the temp tables of the trace ids whose rows are loaded (a child table's: `_lake_loaded WHERE children`);
@@ -63,29 +57,41 @@ LOADED_BY_TABLE = {"raw_traces": "_lake_loaded", "otlp_spans": "_lake_loaded_spa
                    "otlp_traces": "_lake_loaded_pending"}
 LOADED = ("_lake_loaded", "_lake_loaded_pending", "_lake_loaded_spans")
 PENDING_BEFORE = "_lake_pending_before"  # the trace ids pending when the run began
-KEPT_DAY_OF = DAY_OF | {table: f"SELECT *, {ROW_DAY[table]} AS day FROM {table}"
-                        for table in ("otlp_spans", "otlp_traces")}
+# each kept table's rows with their day
+KEPT_DAY_OF = {table: f"SELECT *, {ROW_DAY[table]} AS day FROM {table}" if table in ROW_DAY
+               else f"SELECT * FROM {table}" for table in KEPT_IN_LAKE}
 
 
-def move_raw_tables_to_lake(con: duckdb.DuckDBPyConnection, lake: Path) -> None:
+def move_raw_tables_to_lake(con: duckdb.DuckDBPyConnection, lake: Lake | Path) -> None:
     """Each kept table (KEPT_IN_LAKE) that is not yet a view of this lake (a table of the
-    database, or a view of another lake) is written to the lake, one file per day, and becomes
-    a view of it; the views replace the tables in one transaction."""
+    database, or a view of another lake) is written to the lake as the whole content of its
+    Delta table (one commit each; the days another database left there go), and becomes a
+    view of it; the views replace the tables in one transaction."""
+    lake = Lake.of(lake)
     create_tables(con)
-    moving = [table for table in KEPT_IN_LAKE if not in_lake(con, lake, table)]
     columns = {}
-    for table in moving:
-        rows = KEPT_DAY_OF[table]
-        days = [d for (d,) in con.execute(f"SELECT DISTINCT day FROM ({rows}) WHERE day IS NOT NULL").fetchall()]
-        for day in days:
-            replace_day(con, f"SELECT * EXCLUDE (day) FROM ({rows}) WHERE day = $1", lake, table, day, [day])
-        for day in set(lake_days(lake, table)) - set(days):  # another database's
-            for path in day_file(lake, table, day).parent.glob("*.parquet"):
-                path.unlink()
-        write_parquet(con, f"SELECT * EXCLUDE (day) FROM ({rows}) LIMIT 0", lake / table / SCHEMA)
+    for table in [table for table in KEPT_IN_LAKE if not in_lake(con, lake, table)]:
+        rows = con.sql(f"SELECT * FROM ({KEPT_DAY_OF[table]}) WHERE day IS NOT NULL")
+        lake.write(table, rows.to_arrow_reader(), days=None)
         columns[table] = [name for (name, *_) in con.execute(f'DESCRIBE "{table}"').fetchall()]
     if columns:
         expose_lake_tables(con, lake, columns)
+
+
+def relative_file(path: str | Path) -> str:
+    """A file of a day-partitioned lake table (a path or URI, as `Lake.files` lists it) as the
+    table lists it: `day=YYYY-MM-DD/<name>`."""
+    return "/".join(str(path).rstrip("/").split("/")[-2:])
+
+
+def spark_columns(con: duckdb.DuckDBPyConnection, relation: str) -> Any:
+    """The Spark schema of the database relation `relation` (SQL: a quoted, maybe qualified,
+    name) but `day`, which Spark takes from the day folders: what to read a lake table's files
+    with, so that a file from before a column gives NULL there (Spark would otherwise take one
+    file's columns for all). pyspark is imported here only."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+    listed = ", ".join(f'"{c}"' for c, *_ in con.execute(f"DESCRIBE {relation}").fetchall() if c != DAY)
+    return from_arrow_schema(con.sql(f"SELECT {listed} FROM {relation} LIMIT 0").to_arrow_table().schema)
 
 
 @dataclass
@@ -95,20 +101,21 @@ class LakeTraces:
     shadowing temp tables, `flush` what the run changed."""
 
     session: Any  # pyspark.sql.SparkSession
-    lake: Path
+    lake: Lake
     run: Path  # the run's staging folder
     loads: int = field(default=0, init=False)
-    kept_files: dict[str, set[str]] = field(default_factory=dict, init=False)  # flush(keep_spans=True)'s
+    # the files whose rows flush(keep_spans=True) kept loaded, as the table lists them
+    kept_files: dict[str, set[str]] = field(default_factory=dict, init=False)
+    schemas: dict[str, pa.Schema] = field(default_factory=dict, init=False)  # the run's columns, with day
+
+    def __post_init__(self) -> None:
+        self.lake = Lake.of(self.lake)
 
     @contextmanager
     def shadowing(self, con: duckdb.DuckDBPyConnection) -> Iterator[LakeTraces]:
         """The kept tables' names as empty temp tables for the block (the database's views stay
-        as they are). Hidden files a crashed run left in their day folders go first: ingestion
-        is the only writer of those folders, one run at a time (the control database's one
-        writer)."""
-        for table in KEPT_IN_LAKE:
-            for leftover in (self.lake / table).glob("day=*/.*.tmp"):
-                leftover.unlink(missing_ok=True)
+        as they are). Each kept table of the lake exists, with every column the run writes (a
+        lake from before a column gets it: its older files read NULL there)."""
         for table in KEPT_IN_LAKE:
             con.execute(f'CREATE OR REPLACE TEMP TABLE "{table}" AS SELECT * FROM "{table}" LIMIT 0')
             con.execute(f'CREATE OR REPLACE TEMP TABLE "{_before(table)}" AS '
@@ -116,8 +123,9 @@ class LakeTraces:
             for column in ADDED_COLUMNS.get(table, ()):  # a lake from before a column: its files lack it
                 for name in (table, _before(table)):
                     con.execute(f'ALTER TABLE temp.main."{name}" ADD COLUMN IF NOT EXISTS {column}')
-            write_parquet(con, f'SELECT * {"EXCLUDE (day)" if table in CHILD_TABLES else ""} '
-                               f'FROM temp.main."{table}"', self.lake / table / SCHEMA)
+            schema = con.sql(f'SELECT * FROM temp.main."{table}" LIMIT 0').to_arrow_table().schema
+            self.schemas[table] = schema if DAY in schema.names else schema.append(pa.field(DAY, pa.date32()))
+            self.lake.commit_files(table, [], [], self.schemas[table])  # no commit if nothing is missing
         con.execute("CREATE OR REPLACE TEMP TABLE _lake_loaded (trace_id VARCHAR, children BOOLEAN)")
         con.execute("CREATE OR REPLACE TEMP TABLE _lake_loaded_pending (trace_id VARCHAR)")
         con.execute("CREATE OR REPLACE TEMP TABLE _lake_loaded_spans (trace_id VARCHAR)")
@@ -129,18 +137,25 @@ class LakeTraces:
                 con.execute(f'DROP TABLE IF EXISTS temp.main."{table}"')
 
     def stored(self, table: str = "raw_traces") -> Any | None:
-        """The lake's `table` (raw_traces, otlp_spans, ...) as a Spark frame (None while it has no
-        day): the stored copies that first copy wins reads, found by Spark without loading them."""
-        if not lake_days(self.lake, table):
+        """The lake's `table` (raw_traces, otlp_spans, ...) as a Spark frame of its current
+        version's files (None while it has none), with `day`: the stored copies that first copy
+        wins reads, found by Spark without loading them."""
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        files = self.lake.files(table)
+        if not files:
             return None
-        return self.session.read.parquet(str(self.lake / table))
+        schema = self.lake.schema(table)
+        return (self.session.read.schema(from_arrow_schema(schema.remove(schema.get_field_index(DAY))))
+                .option("basePath", str(self.lake.path(table))).parquet(*files))
 
     def load(self, con: duckdb.DuckDBPyConnection, trace_ids: str, children_of: str | None = None) -> None:
         """The lake's raw_traces rows of the trace ids `trace_ids` (SQL) selects, and the child
         tables' rows of those of them `children_of` selects (the only ones whose children the
         run may change: a trace assembled again; it must be a subset), into the temp tables;
         each loaded once until the next flush; inside the caller's transaction."""
-        if not lake_days(self.lake, "raw_traces"):
+        days = self.lake.days("raw_traces")
+        if not days:
             return
         self.loads += 1
         folder = self.run / f"loaded-{self.loads}"
@@ -157,8 +172,7 @@ class LakeTraces:
         if counts["ids"]:
             con.execute(f"INSERT INTO _lake_loaded SELECT trace_id, false FROM "
                         f"read_parquet({quoted(folder / 'ids' / '*.parquet')})")
-            self._load_rows(con, "raw_traces", self.session.read.parquet(str(folder / "ids")),
-                            lake_days(self.lake, "raw_traces"), folder)
+            self._load_rows(con, "raw_traces", self.session.read.parquet(str(folder / "ids")), days, folder)
         if counts["children"]:
             chosen = f"read_parquet({quoted(folder / 'children' / '*.parquet')})"
             con.execute(f"UPDATE _lake_loaded SET children = true WHERE trace_id IN (SELECT trace_id FROM {chosen})")
@@ -166,7 +180,7 @@ class LakeTraces:
                                               f"SEMI JOIN {chosen} USING (trace_id)").fetchall()}
             ids = self.session.read.parquet(str(folder / "children"))
             for table in CHILD_TABLES:  # a child row is in its trace's day
-                self._load_rows(con, table, ids, sorted(days & set(lake_days(self.lake, table))), folder)
+                self._load_rows(con, table, ids, sorted(days & set(self.lake.days(table))), folder)
 
     def load_pending(self, con: duckdb.DuckDBPyConnection) -> None:
         """The lake's otlp_traces and otlp_spans rows of the pending trace ids (otlp_pending)
@@ -179,7 +193,7 @@ class LakeTraces:
         day too: the days read, not the whole history, unless a trace needs it. A trace first
         seen in this run (not pending when it began, never assembled) whose spans the run's
         first flush kept loaded (`flush(keep_spans=True)`) has no other span: none is read."""
-        days = lake_days(self.lake, "otlp_spans")
+        days = self.lake.days("otlp_spans")
         if not days:
             return
         self.loads += 1
@@ -226,22 +240,26 @@ class LakeTraces:
 
     def _load_rows(self, con: duckdb.DuckDBPyConnection, table: str, ids: Any, days: list[date],
                    folder: Path) -> None:
-        """The lake's rows of `table` on `days` with these ids, found by Spark, into the temp
-        table and its copy as loaded (with each row's day and file); not those of the files
-        whose rows the temp tables kept (`flush(keep_spans=True)`)."""
+        """The lake's rows of `table` on `days` with these ids, found by Spark in the files of
+        its current version, into the temp table and its copy as loaded (with each row's day
+        and file, as the table lists it); not those of the files whose rows the temp tables
+        kept (`flush(keep_spans=True)`)."""
         from pyspark.sql import functions
 
-        if not days:
+        kept = self.kept_files.get(table, set())
+        files = [path for path in self.lake.files(table, days) if relative_file(path) not in kept]
+        if not files:
             return
         rows = (self.session.read.schema(spark_columns(con, f'temp.main."{table}"'))  # the run's columns
-                .option("basePath", str(self.lake / table))
-                .parquet(*(str(day_file(self.lake, table, day).parent) for day in days))
-                .withColumn("_file", functions.col("_metadata.file_name"))  # before a join hides it
-                .withColumn("_day", functions.col("day"))
-                .filter(~functions.col("_file").isin(sorted(self.kept_files.get(table, ()))))
+                .option("basePath", str(self.lake.path(table)))
+                .parquet(*files)
+                .withColumn("_file", functions.concat(  # before a join hides it
+                    functions.lit(f"{DAY}="), functions.date_format(DAY, "yyyy-MM-dd"), functions.lit("/"),
+                    functions.col("_metadata.file_name")))
+                .withColumn("_day", functions.col(DAY))
                 .join(ids, "trace_id", "left_semi"))
         if table in ROW_DAY:  # its day is computed from its columns, not one of them
-            rows = rows.drop("day")
+            rows = rows.drop(DAY)
         target = folder / table
         rows.write.parquet(str(target))
         if any(target.glob("*.parquet")):
@@ -250,31 +268,33 @@ class LakeTraces:
             con.execute(f'INSERT INTO "{table}" BY NAME SELECT * EXCLUDE (_day, _file) FROM {loaded}')
 
     def flush(self, con: duckdb.DuckDBPyConnection, keep_spans: bool = False) -> None:
-        """Write what the run changed in the temp tables to the lake (see the module), then
-        empty them; inside the caller's transaction, before it commits. With `keep_spans`,
-        otlp_spans keeps its rows, now loaded as stored in the files just written: the
-        assembly after need not read the run's new spans back."""
-        writes: list[tuple[Path, Path | None]] = []  # (target, its new content hidden, or None: remove)
-        without_days = [table for table in KEPT_IN_LAKE if not lake_days(self.lake, table)]
+        """Write what the run changed in the temp tables to the lake (see the module): new
+        files, then one commit per table that changed; then make the views of those tables
+        again and empty the temp tables; inside the caller's transaction, before it commits.
+        With `keep_spans`, otlp_spans keeps its rows, now loaded as stored in the files just
+        committed: the assembly after need not read the run's new spans back."""
+        added: dict[str, list[Path]] = {table: [] for table in KEPT_IN_LAKE}  # new files, in the table's folder
+        removed: dict[str, list[str]] = {table: [] for table in KEPT_IN_LAKE}  # files replaced, as listed
         try:
             for table in KEPT_IN_LAKE:
-                self._changes(con, table, writes, keep=keep_spans and table == "otlp_spans")
-            for target, hidden in writes:
-                if hidden is None:
-                    target.unlink()
-                else:
-                    os.replace(hidden, target)
-        finally:
-            for _, hidden in writes:
-                if hidden is not None:
-                    hidden.unlink(missing_ok=True)
+                self._changes(con, table, added[table], removed[table], keep=keep_spans and table == "otlp_spans")
+        except BaseException:
+            _delete(path for paths in added.values() for path in paths)  # no version lists them
+            raise
+        changed = [table for table in KEPT_IN_LAKE if added[table] or removed[table]]
+        for n, table in enumerate(changed):
+            try:
+                self.lake.commit_files(table, added[table], removed[table], self.schemas[table])
+            except BaseException:
+                _delete(path for later in changed[n + 1:] for path in added[later])
+                raise
         catalog = con.execute("SELECT current_database()").fetchall()[0][0]
         views = {table: [name for (name, *_) in con.execute(f'DESCRIBE "{catalog}".main."{table}"').fetchall()]
                  for table in KEPT_IN_LAKE}
         wanted = {table: [name for (name, *_) in con.execute(f'DESCRIBE temp.main."{table}"').fetchall()]
                   for table in KEPT_IN_LAKE}
-        stale = [table for table in KEPT_IN_LAKE if table in without_days and lake_days(self.lake, table)
-                 or wanted[table] != views[table]]  # reading the schema file, or from before a column
+        stale = [table for table in KEPT_IN_LAKE if table in changed  # a new version: other files
+                 or wanted[table] != views[table]]  # from before a column
         if stale:
             create_lake_views(con, self.lake, {table: wanted[table] for table in stale}, catalog)
         kept = ("otlp_spans", _before("otlp_spans"), LOADED_BY_TABLE["otlp_spans"]) if keep_spans else ()
@@ -284,47 +304,78 @@ class LakeTraces:
         if not keep_spans:
             self.kept_files.clear()
 
-    def _changes(self, con: duckdb.DuckDBPyConnection, table: str, writes: list[tuple[Path, Path | None]],
+    def _changes(self, con: duckdb.DuckDBPyConnection, table: str, added: list[Path], removed: list[str],
                  keep: bool) -> None:
-        """Add to `writes` the files to write for `table`, each written hidden: the files that
-        held a trace id some of whose loaded rows are gone or changed, without that id's rows,
-        and one new file per day with the rows of the ids not loaded (new), all rows of those
-        changed, and the rows added to a loaded id whose loaded rows all stay (a late span).
-        With `keep`, the table's rows become loaded as in those files (flush's `keep_spans`)."""
+        """Write the new files of `table` (adding each to `added`) and list the files they
+        replace in `removed`: for each file that held a trace id some of whose loaded rows are
+        gone or changed, a new file without that id's rows (none if no row remains); and one
+        new file per day with the rows of the ids not loaded (new), all rows of those changed,
+        and the rows added to a loaded id whose loaded rows all stay (a late span). With
+        `keep`, the table's rows become loaded as in those files (flush's `keep_spans`)."""
         before = _before(table)
+        folder = self.lake.path(table)
         columns = ", ".join(f'"{name}"' for (name, *_) in con.execute(f'DESCRIBE "{table}"').fetchall())
         loaded = f"SELECT trace_id FROM {LOADED_BY_TABLE.get(table, '_lake_loaded WHERE children')}"
         now = f'SELECT {columns} FROM "{table}" SEMI JOIN ({loaded}) USING (trace_id)'
         then = f'SELECT {columns} FROM "{before}"'
         con.execute(f"CREATE OR REPLACE TEMP TABLE _lake_changed AS "
                     f"SELECT DISTINCT trace_id FROM ({then} EXCEPT ALL {now})")
+        replaced = {}  # a file rewritten: its name as listed -> its replacement's
         for day, name in con.execute(f'SELECT DISTINCT _day, _file FROM "{before}" '
                                      "SEMI JOIN _lake_changed USING (trace_id) ORDER BY ALL").fetchall():
-            target = day_file(self.lake, table, day).with_name(name)
-            kept = (f"SELECT * FROM read_parquet({quoted(target)}, hive_partitioning = false) "
-                    "ANTI JOIN _lake_changed USING (trace_id)")
-            remains = con.execute(f"SELECT count(*) FROM ({kept})").fetchall()[0][0]
-            writes.append((target, hidden_parquet(con, kept, target) if remains else None))
+            remaining = (f"SELECT * FROM read_parquet({quoted(folder / name)}, hive_partitioning = false) "
+                         "ANTI JOIN _lake_changed USING (trace_id)")
+            if con.execute(f"SELECT count(*) FROM ({remaining})").fetchall()[0][0]:
+                target = folder / f"{DAY}={day.isoformat()}" / _new_name()
+                write_lake_file(con, remaining, target, added)
+                replaced[name] = relative_file(target)
+            removed.append(name)
         con.execute(f"""CREATE OR REPLACE TEMP TABLE _lake_added AS
                         SELECT {columns} FROM "{table}" ANTI JOIN ({loaded}) USING (trace_id)
                         UNION ALL
                         SELECT {columns} FROM "{table}" SEMI JOIN _lake_changed USING (trace_id)
                         UNION ALL
                         SELECT * FROM ({now} EXCEPT ALL {then}) ANTI JOIN _lake_changed USING (trace_id)""")
-        day = ROW_DAY.get(table, "day")
-        listed = columns if table in ROW_DAY else "* EXCLUDE (day)"
-        part = f"part-{uuid.uuid4().hex}.parquet"
+        day = ROW_DAY.get(table, DAY)
+        listed = columns if table in ROW_DAY else f"* EXCLUDE ({DAY})"
+        part = _new_name()
         for (added_day,) in con.execute(f"SELECT DISTINCT {day} FROM _lake_added ORDER BY 1").fetchall():
-            target = day_file(self.lake, table, added_day).with_name(part)
-            writes.append((target, hidden_parquet(con, f"SELECT {listed} FROM _lake_added WHERE {day} = $1",
-                                                  target, [added_day])))
+            write_lake_file(con, f"SELECT {listed} FROM _lake_added WHERE {day} = $1",
+                            folder / f"{DAY}={added_day.isoformat()}" / part, added, [added_day])
         if keep:
+            kept = self.kept_files.setdefault(table, set())
+            for name, replacement in replaced.items():  # the rows left in a rewritten file are there now
+                con.execute(f'UPDATE "{before}" SET _file = $1 WHERE _file = $2', [replacement, name])
+                if name in kept:
+                    kept.discard(name)
+                    kept.add(replacement)
             con.execute(f'DELETE FROM "{before}" WHERE trace_id IN (SELECT trace_id FROM _lake_changed)')
-            con.execute(f'INSERT INTO "{before}" BY NAME SELECT *, {day} AS _day, $1 AS _file FROM _lake_added', [part])
+            con.execute(f"""INSERT INTO "{before}" BY NAME SELECT *, {day} AS _day,
+                            '{DAY}=' || strftime({day}, '%Y-%m-%d') || '/' || $1 AS _file
+                            FROM _lake_added""", [part])
             con.execute(f"""INSERT INTO {LOADED_BY_TABLE[table]} SELECT DISTINCT trace_id FROM _lake_added
                             EXCEPT SELECT trace_id FROM {LOADED_BY_TABLE[table]}""")
-            self.kept_files.setdefault(table, set()).add(part)
+            kept.update(relative_file(path) for path in added if path.name == part)
         con.execute("DROP TABLE _lake_added; DROP TABLE _lake_changed")
+
+
+def write_lake_file(con: duckdb.DuckDBPyConnection, query: str, target: Path, written: list[Path],
+                    parameters: list | None = None) -> None:
+    """`query`'s rows as the new file `target` in a lake table's day folder, listed in `written`
+    first (to be committed, or deleted if the flush fails): no version lists it, so no reader
+    sees it until the table's commit."""
+    written.append(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    con.execute(f"COPY ({query}) TO {quoted(target)} (FORMAT parquet)", parameters or [])
+
+
+def _new_name() -> str:
+    return f"part-{uuid.uuid4().hex}.parquet"
+
+
+def _delete(paths: Iterable[Path]) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
 
 
 def _before(table: str) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 import duckdb
 
-from rag_loop.engines.lake import quoted, write_parquet
+from rag_loop.store.files import quoted, write_parquet
 
 RESOLVE_SQL = """
     SELECT tier, file_order, line_no, {key}, verdict

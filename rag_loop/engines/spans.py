@@ -19,9 +19,9 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rag_loop.engines.lake import quoted, write_parquet
 from rag_loop.engines.resolve import resolve, staged, store_set_aside, verdict
 from rag_loop.ingest.otlp.assembly import READY_SPANS_SQL, Assembled, Assembler, assemble_spans, mark_pending
+from rag_loop.store.files import quoted, write_parquet
 
 # what a task stages of an OTLP file (table: folder)
 SPAN_TABLES = {"otlp_spans": "otlp_spans", "quarantine": "otlp_quarantine",

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 import rag_loop.engines.ingest as spark_ingest
 import rag_loop.ingest.pipeline as pipeline
 from rag_loop.engines.ingest import ingest_directory_on_spark
-from rag_loop.engines.lake import lake_view_folder
 from rag_loop.ingest import IngestReport, ingest_directory
 from rag_loop.store.ddl import KEPT_IN_LAKE
+from rag_loop.store.lake import Lake, lake_view_uri
 from tests.engines.conftest import needs_spark
 from tests.helpers import DEMO, trace_line
 from tests.helpers.otlp import AFTER, hostile_span, request_spans
@@ -54,7 +54,7 @@ def on_both(session, cons, directory, lake, now=NOW) -> tuple[IngestReport, Inge
     assert (on_spark.ignored, on_spark.assembly, on_spark.languages) == \
         (sequential.ignored, sequential.assembly, sequential.languages)
     assert not (lake / ".ingest").exists() or not any((lake / ".ingest").iterdir())
-    assert all(lake_view_folder(cons[1], table) == lake.resolve() / table for table in KEPT_IN_LAKE)
+    assert all(lake_view_uri(cons[1], table) == Lake.of(lake).uri(table) for table in KEPT_IN_LAKE)
     return sequential, on_spark
 
 
