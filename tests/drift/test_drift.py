@@ -103,7 +103,7 @@ def test_drift_assets_materialize_a_partition_with_their_checks(drift_days, tmp_
     _, _, database = drift_days
     result = materialize(DRIFT_ASSETS, partition_key="2026-11-11", resources={
         "duckdb": DuckDBResource(database=str(database)), "embedder": fake_embedder(),
-        "engine": DuckDBEngineResource(), "paths": RagLoopPaths(lake_dir=str(tmp_path / "lake"))})
+        "engine": DuckDBEngineResource(), "paths": RagLoopPaths()})
     assert result.success  # drift checks warn and alert; they do not block
     failed = {c.check_name: c.severity.value for c in result.get_asset_check_evaluations() if not c.passed}
     assert failed["freshness_within_slo"] == "ERROR" and failed["stale_retrieval_rate"] == "ERROR"
@@ -129,7 +129,7 @@ def test_a_partition_without_traffic_says_its_checks_were_not_evaluated(drift_da
     _, _, database = drift_days
     result = materialize(DRIFT_ASSETS, partition_key="2026-10-01", resources={
         "duckdb": DuckDBResource(database=str(database)), "embedder": fake_embedder(),
-        "engine": DuckDBEngineResource(), "paths": RagLoopPaths(lake_dir=str(tmp_path / "lake"))})
+        "engine": DuckDBEngineResource(), "paths": RagLoopPaths()})
     assert result.success
     checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
     for name in ("query_mix_divergence", "retrieval_empty_rate", "retrieval_score_shift", "quality_slo"):

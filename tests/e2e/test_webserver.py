@@ -84,20 +84,19 @@ class Dagster:
 
 @pytest.fixture(scope="module")
 def dagster_dev(tmp_path_factory, demo_run):
-    """`dagster dev` on a deployment that has run the loop once (the demo run's database, lake
-    and queue): the loop launched here is its next run, as in a deployment's daily life, and
+    """`dagster dev` on a deployment that has run the loop once (the demo run's database and
+    queue): the loop launched here is its next run, as in a deployment's daily life, and
     quick enough to leave the machine to the other tests (the first run's work has its own)."""
     root = tmp_path_factory.mktemp("webserver")
     _, database, paths = demo_run
     shutil.copy(database, root / "rag.duckdb")
-    shutil.copytree(paths.lake_dir, root / "lake")
     shutil.copytree(Path(paths.curation_dir) / "queue", root / "curation" / "queue")
     home = root / "dagster_home"
     home.mkdir()
     (home / "dagster.yaml").write_text((PROJECT / "deploy" / "dagster.yaml").read_text())
     port = _free_port()
     env = {**os.environ, "DAGSTER_HOME": str(home), "RAG_LOOP_HOME": str(root),
-           "RAG_LOOP_LAKE_DIR": str(root / "lake"), "RAG_LOOP_DB": str(root / "rag.duckdb"),
+           "RAG_LOOP_DB": str(root / "rag.duckdb"),
            "RAG_LOOP_TRACES_DIR": str(PROJECT / "data" / "demo" / "traces"),
            "RAG_LOOP_KB_DIR": str(PROJECT / "data" / "demo" / "kb"),
            "RAG_LOOP_CURATION_DIR": str(root / "curation"), "RAG_LOOP_GOLDENS_DIR": str(root / "goldens"),

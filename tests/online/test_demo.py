@@ -91,7 +91,7 @@ def test_online_quality_materializes_a_partition_with_its_checks(demo_run, tmp_p
     (tmp_path / "copy.duckdb").rename(copy)
     result = materialize([online_quality], partition_key="2026-11-12", resources={
         "duckdb": DuckDBResource(database=str(copy)), "embedder": fake_embedder(),
-        "engine": DuckDBEngineResource(), "paths": RagLoopPaths(lake_dir=str(tmp_path / "lake"))})
+        "engine": DuckDBEngineResource(), "paths": RagLoopPaths()})
     assert result.success
     checks = {c.check_name for c in result.get_asset_check_evaluations()}
     assert checks == {"online_slo", "online_eval_budget"}

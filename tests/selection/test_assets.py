@@ -37,7 +37,7 @@ def test_rerun_selects_the_same_candidates(demo_run, tmp_path):
     shutil.copy(database, copy)
     before = query(copy, "SELECT trace_id, inclusion_probability FROM failure_candidates ORDER BY 1")
     resources = {"duckdb": DuckDBResource(database=str(copy)), "engine": DuckDBEngineResource(),
-                 "paths": RagLoopPaths(lake_dir=str(tmp_path / "lake"))}
+                 "paths": RagLoopPaths()}
     assert materialize([trace_signals, failure_candidates], resources=resources,
                        run_config=demo_config("loop")).success
     assert query(copy, "SELECT trace_id, inclusion_probability FROM failure_candidates "
@@ -56,7 +56,7 @@ def test_a_rerun_computes_only_the_days_that_changed(tmp_path):
 
     def run(database="a.duckdb", similarity=None) -> tuple[dict, dict]:
         resources = {"duckdb": DuckDBResource(database=str(tmp_path / database)), "engine": DuckDBEngineResource(),
-                     "paths": RagLoopPaths(lake_dir=str(tmp_path / "lake"), traces_dir=str(traces))}
+                     "paths": RagLoopPaths(traces_dir=str(traces))}
         config = {"ops": {"trace_signals": {"config": {"rephrase_similarity": similarity}}}} if similarity else {}
         result = materialize([raw_traces, trace_signals, failure_candidates, quality_estimates],
                              resources=resources, instance=instance, run_config=config)

@@ -18,14 +18,15 @@ from dagster_duckdb import DuckDBResource
 
 from rag_loop.drift.figures import retrieval_figures
 from rag_loop_dagster.assets.ingestion import raw_traces, trace_lake
-from rag_loop_dagster.assets.resources import RagLoopPaths, SparkEngineResource
+from rag_loop_dagster.assets.resources import DeltaLakeStorageResource, RagLoopPaths, SparkEngineResource
 from rag_loop_dagster.assets.selection import failure_candidates, quality_estimates, trace_signals
 from tests.helpers import trace_line
 from tests.helpers.otlp import line, request_spans, write
 
 url, traces, lake, database = sys.argv[1:5]
-resources = {"duckdb": DuckDBResource(database=database), "engine": SparkEngineResource(master=url),
-             "paths": RagLoopPaths(lake_dir=lake, traces_dir=traces, knowledge_dir="")}
+storage = DeltaLakeStorageResource(uri=lake)
+resources = {"duckdb": DuckDBResource(database=database), "engine": SparkEngineResource(storage=storage, master=url),
+             "storage": storage, "paths": RagLoopPaths(traces_dir=traces, knowledge_dir="")}
 
 
 def lake_files() -> list[str]:
@@ -42,7 +43,7 @@ stored_in = {name: run.asset_materializations_for_node(name)[0].metadata["stored
 files = lake_files()
 with duckdb.connect(database) as con:  # the retrieval figures (parts of them cached by the executors)
     day = con.execute("SELECT max(day) FROM trace_signals").fetchall()[0][0]
-    retrieval_figures(con, day, 7, resources["engine"].engine(Path(lake))).to_parquet(f"{database}.retrieval.parquet")
+    retrieval_figures(con, day, 7, resources["engine"].engine()).to_parquet(f"{database}.retrieval.parquet")
 daily = materialize([trace_signals], resources=resources, instance=instance)  # nothing changed since
 days_computed = daily.asset_materializations_for_node("trace_signals")[0].metadata["days_computed"].value
 again = materialize([trace_signals], resources=resources).success  # no recorded state: computed again
