@@ -357,9 +357,9 @@ def _goldens_option(command: Callable) -> Callable:
                         show_default="goldens/ in $RAG_LOOP_HOME", help="The golden releases (vNNNN/).")(command)
 
 
-def _incident_db(db: str):
-    """The database, for writing (`incidents`, `incident_traces`: written here, outside Dagster,
-    as `rag-loop calibrate` writes judge_calibrations); a run holding it is said plainly."""
+def _writable_db(db: str):
+    """The database, for writing outside Dagster (`incidents`, `incident_traces`; a lake
+    migration; as `rag-loop calibrate` writes judge_calibrations); a run holding it is said plainly."""
     if not Path(db).is_file():  # connecting would make an empty database there
         raise click.ClickException(f"no database at {db}: run the loop first, or pass --db")
     try:
@@ -402,7 +402,7 @@ def incident_open(start: str, end: str, slices: tuple[str, ...], query_contains:
         request = IncidentRequest(parse_instant(start), parse_instant(end, end=True), parse_slices(slices),
                                   title, query_contains.strip() if query_contains else None, opened_by,
                                   gating_release)
-        with _incident_db(db) as con:
+        with _writable_db(db) as con:
             report = open_incident(con, request, reports_dir, goldens_dir)
     except IncidentError as error:
         raise click.UsageError(str(error)) from error
@@ -428,7 +428,7 @@ def incident_close(incident_id: str, actions: str, release: str | None, db: str,
     from rag_loop.incidents.record import IncidentError
     from rag_loop.incidents.runbook import close_incident
     try:
-        with _incident_db(db) as con:
+        with _writable_db(db) as con:
             report = close_incident(con, incident_id, actions, reports_dir, goldens_dir, release)
     except IncidentError as error:
         raise click.UsageError(str(error)) from error
@@ -449,7 +449,7 @@ def incident_show(incident_id: str, db: str, reports_dir: Path, goldens_dir: Pat
     from rag_loop.incidents.record import IncidentError
     from rag_loop.incidents.runbook import show_incident
     try:
-        with _incident_db(db) as con:
+        with _writable_db(db) as con:
             report = show_incident(con, incident_id, reports_dir, goldens_dir)
     except IncidentError as error:
         raise click.UsageError(str(error)) from error
@@ -480,3 +480,28 @@ def incident_golden(name: str, db: str, goldens_dir: Path) -> None:
     for run in runs.itertuples():
         click.echo(f"  {run.run_id} ({run.release_version}, {run.started_at}): {run.passed} passed, "
                    f"{run.failed} failed, {run.errored} errored")
+
+
+@main.group()
+def lake() -> None:
+    """The trace lake of a lake-backed deployment (RAG_LOOP_LAKE): Delta Lake tables that hold
+    the trace-sized tables (rag_loop.store.deployment)."""
+
+
+@lake.command("migrate")
+@click.option("--to", "to", type=click.Choice(["lake", "embedded"]), required=True,
+              help="lake: the trace-sized tables from the DuckDB file into the lake; embedded: back.")
+@click.option("--lake", "uri", envvar="RAG_LOOP_LAKE", show_envvar=True, required=True,
+              help="The lake: a folder or an s3:// URI (delta-rs reads AWS_* for its credentials).")
+@_db_option("The rag-loop database.")
+def migrate_lake(to: str, uri: str, db: str) -> None:
+    """Move the trace-sized tables between the DuckDB file and the lake. Idempotent: what is in
+    its home already stays; each table is written in one lake commit, then swapped in one
+    database transaction. Runs never move tables: they refuse, and point here."""
+    from rag_loop.store.deployment import migrate
+    from rag_loop.store.lake import Lake
+    with _writable_db(db) as con:
+        moved = migrate(con, Lake.of(uri), to)
+    for table, rows in moved.items():
+        click.echo(f"{table}: {rows} rows moved to the {'lake' if to == 'lake' else 'DuckDB file'}")
+    click.echo(f"{len(moved)} tables moved" if moved else "nothing to move: every table is in its home")

@@ -1,8 +1,11 @@
 """Where a portable stage runs: DuckDB on the control database (the default), or Spark on the
 trace lake. A stage builds its Ibis expression from `engine.inputs(...)` with
-`engine.functions`, and `engine.materialize` stores the result: on DuckDB as the control
-database's table; on Spark as the lake's day files, written by the executors (nothing passes
-through the driver), which the control database reads through a view of the same name."""
+`engine.functions`, and `engine.run` stores the result where the deployment keeps the table
+(rag_loop.store.deployment): in an embedded deployment as the control database's table; in a
+lake-backed one as the lake's Delta table, which the control database reads through a view of
+the same name. On Spark the executors write its files (nothing passes through the driver) and
+the driver commits them; Spark runs only over a lake. Neither engine moves a table between
+homes: `rag-loop lake migrate` does."""
 
 from __future__ import annotations
 
@@ -28,9 +31,9 @@ from rag_loop.engines.functions import DUCKDB, SPARK, Functions
 from rag_loop.engines.literals import from_sentinel_era, same_sql, to_sentinel_era
 from rag_loop.ingest.pipeline import IngestReport, ingest_directory
 from rag_loop.store.ddl import CHILD_TABLES
+from rag_loop.store.deployment import WrongHome, require_home
 from rag_loop.store.lake import DAY, Lake, expose_lake_tables, in_lake
-from rag_loop.store.lake_export import LAKE_TABLES, export_table
-from rag_loop.store.tables import add_child_days, has_table, relation_kind, transaction
+from rag_loop.store.tables import add_child_days, transaction
 
 # Spark settings every session needs: instants in UTC (the day of a trace), Parquet timestamps
 # that DuckDB reads as instants, no UI; ANSI mode stays on (a bad cast fails instead of
@@ -88,10 +91,9 @@ class Engine(ABC):
 
 
 class DuckDBEngine(Engine):
-    """The stages on the control database itself, in the run's process. A stage stored where a
-    Spark run left a view of the lake becomes a table again (a run of some days keeps the view's
-    other days), and, given the trace lake, its lake copy is removed: the Spark engine would
-    otherwise read it instead of the database's newer table."""
+    """The stages on the control database itself, in the run's process. A stage's table lives
+    where the deployment keeps it: in the database (embedded, no lake), or in the trace lake
+    (lake-backed: written there in one commit, the database holding a view of it)."""
 
     functions = DUCKDB
     _compiled: dict[Hashable, str] = {}  # SQL per stage shape (`_sql`): Ibis compiles in 50-250 ms
@@ -103,28 +105,47 @@ class DuckDBEngine(Engine):
     def run(self, con: duckdb.DuckDBPyConnection, name: str, inputs: Sequence[str], build: Build,
             settings: Any, days: Collection[date] | None = None) -> int:
         sql = self._sql(con, name, inputs, build, settings)
-        return self._create(con, name, sql) if days is None else self._replace_days(con, name, sql, days)
+        return self._store(con, name, sql, days)
 
     def replace_days(self, con: duckdb.DuckDBPyConnection, name: str, expression: ir.Table,
                      days: Collection[date]) -> int:
-        return self._replace_days(con, name, ibis.to_sql(expression, dialect="duckdb"), days)
+        return self._store(con, name, ibis.to_sql(expression, dialect="duckdb"), days)
 
     def ingest(self, con: duckdb.DuckDBPyConnection, directory: Path, **options: Any) -> IngestReport:
+        """The DuckDB path stores traces in the database: in a lake-backed deployment, Spark
+        ingestion keeps them in the lake (an ingestion of its own on DuckDB is not built yet)."""
+        if self.lake is not None:
+            raise WrongHome(f"this deployment keeps its traces in the trace lake {self.lake.root}, and "
+                            "DuckDB ingestion stores them in the DuckDB file: ingest on Spark "
+                            "(RAG_LOOP_ENGINE=spark), or run an embedded deployment")
         return ingest_directory(con, directory, **options)
 
-    def _replace_days(self, con: duckdb.DuckDBPyConnection, name: str, sql: str, days: Collection[date]) -> int:
+    def _store(self, con: duckdb.DuckDBPyConnection, name: str, sql: str, days: Collection[date] | None) -> int:
+        """The stage's rows (of `days`, replacing theirs; all when None) stored in its home."""
         self._lambdas(con)
+        require_home(con, self.lake, name)
+        if self.lake is not None:
+            return self._store_in_lake(con, name, sql, days)
+        if days is None:
+            con.execute(f'CREATE OR REPLACE TABLE "{name}" AS {sql}')
+            return con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]
         wanted = f"SELECT * FROM ({sql}) WHERE day IN (SELECT unnest($days::DATE[]))"
         with transaction(con):
-            if relation_kind(con, name) == "view":  # a Spark run's: its other days become the table's
-                con.execute(f'CREATE TABLE "{name}__kept" AS SELECT * FROM "{name}"')
-                con.execute(f'DROP VIEW "{name}"')
-                con.execute(f'ALTER TABLE "{name}__kept" RENAME TO "{name}"')
             con.execute(f'CREATE TABLE IF NOT EXISTS "{name}" AS SELECT * FROM ({sql}) WHERE false')
             con.execute(f'DELETE FROM "{name}" WHERE day IN (SELECT unnest($days::DATE[]))', {"days": sorted(days)})
             con.execute(f'INSERT INTO "{name}" BY NAME {wanted}', {"days": sorted(days)})
-        self._forget_lake_copy(name)
         return _rows_of_days(con, name, days)
+
+    def _store_in_lake(self, con: duckdb.DuckDBPyConnection, name: str, sql: str,
+                       days: Collection[date] | None) -> int:
+        wanted = sql if days is None else f"SELECT * FROM ({sql}) WHERE day IN (SELECT unnest($days::DATE[]))"
+        shown = in_lake(con, self.lake, name)  # a lake table the database does not show (another database's) goes whole
+        rows = con.sql(wanted, params=None if days is None else {"days": sorted(days)})
+        columns = rows.columns
+        self.lake.write(name, rows.to_arrow_reader(), days=days if shown else None)
+        expose_lake_tables(con, self.lake, {name: columns})
+        return con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0] if days is None \
+            else _rows_of_days(con, name, days)
 
     def frame(self, con: duckdb.DuckDBPyConnection, inputs: Sequence[str], build: Build, settings: Any) -> pd.DataFrame:
         self._lambdas(con)
@@ -170,19 +191,6 @@ class DuckDBEngine(Engine):
     @staticmethod
     def _lambdas(con: duckdb.DuckDBPyConnection) -> None:
         con.execute("SET lambda_syntax = 'ENABLE_SINGLE_ARROW'")  # Ibis 12 writes x -> f(x)
-
-    def _forget_lake_copy(self, name: str) -> None:
-        if self.lake is not None and self.lake.local and name not in LAKE_TABLES and self.lake.path(name).is_dir():
-            shutil.rmtree(self.lake.path(name))
-
-    def _create(self, con: duckdb.DuckDBPyConnection, name: str, sql: str) -> int:
-        self._lambdas(con)
-        with transaction(con):
-            if relation_kind(con, name) == "view":
-                con.execute(f'DROP VIEW "{name}"')
-            con.execute(f'CREATE OR REPLACE TABLE "{name}" AS {sql}')
-        self._forget_lake_copy(name)
-        return con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]
 
 
 @dataclass
@@ -278,26 +286,19 @@ class SparkEngine(Engine):
         return reader.parquet(*files)
 
     def materialize(self, con: duckdb.DuckDBPyConnection, name: str, expression: ir.Table) -> int:
+        require_home(con, self.lake, name)
         self._write_days(name, expression, self.lake.files(name))
         return self._expose(con, name, expression)
 
     def replace_days(self, con: duckdb.DuckDBPyConnection, name: str, expression: ir.Table,
                      days: Collection[date]) -> int:
-        """As `Engine.replace_days`. The lake's copy is the table's only while the database's
-        `name` is a view of it: a table there (stored on DuckDB since), or a view of another
-        lake, first writes its other days over the lake's (a lake day it does not have, another
-        database's, goes)."""
-        replaced = days
-        if not self._reads_lake(con, name):
-            kept = export_table(con, self.lake, name, skip=days) if has_table(con, name) else []
-            replaced = set(self.lake.days(name)) - set(kept)
+        """As `Engine.replace_days`. A lake table the database does not show (another
+        database's) is replaced whole."""
+        require_home(con, self.lake, name)
+        replaced = days if in_lake(con, self.lake, name) else self.lake.days(name)
         self._write_days(name, expression, self.lake.files(name, replaced))
         self._expose(con, name, expression)
         return _rows_of_days(con, name, days)
-
-    def _reads_lake(self, con: duckdb.DuckDBPyConnection, name: str) -> bool:
-        """Whether the database's `name` is a view of this lake's table `name`."""
-        return in_lake(con, self.lake, name)
 
     def _expose(self, con: duckdb.DuckDBPyConnection, name: str, expression: ir.Table) -> int:
         """The database's `name` becomes a view of the lake's table (the rows stay there: a

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import duckdb
 import pyarrow as pa
@@ -84,10 +85,11 @@ class Lake:
         delta = self.delta(table)
         if delta is None:
             return []
-        if days is None:
-            return sorted(delta.file_uris())
-        wanted = sorted(d.isoformat() for d in days)
-        return sorted(delta.file_uris([(DAY, "in", wanted)])) if wanted else []
+        wanted = None if days is None else sorted(d.isoformat() for d in days)
+        if wanted == []:
+            return []
+        uris = delta.file_uris(None if wanted is None else [(DAY, "in", wanted)])
+        return sorted(unquote(uri) if self.local else uri for uri in uris)  # delta-rs escapes a local path
 
     def day_fingerprints(self, table: str) -> dict[date, str]:
         """Per day, the names and sizes of its files in the current version: a write that changes

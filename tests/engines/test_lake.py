@@ -1,7 +1,8 @@
 """The trace lake's export from the database: every row of the trace tables lands in its UTC
 day of the Delta table, an unchanged day is not rewritten, a failed export leaves each table at
-a whole version and is redone, a stage stored on DuckDB retires its Spark copy, a Spark stage's
-view is fingerprinted by its files in the Delta log, and a column added reaches every day."""
+a whole version and is redone; a stage on DuckDB is stored where the deployment keeps it (and
+`migrate` alone moves it); a Spark stage's view is fingerprinted by its files in the Delta log,
+and a column added reaches every day."""
 
 from datetime import UTC, date, datetime, timedelta
 
@@ -15,9 +16,10 @@ from rag_loop.engines.incremental import table_fingerprints
 from rag_loop.selection.signals import SignalSettings, compute_signals
 from rag_loop.store import lake_export
 from rag_loop.store.ddl import utc_day
+from rag_loop.store.deployment import WrongHome, migrate
 from rag_loop.store.lake import Lake, create_lake_views, files_query, lake_view_uri
 from rag_loop.store.lake_export import DAY_OF, export_lake, export_table
-from rag_loop.store.tables import create_tables
+from rag_loop.store.tables import create_tables, relation_kind
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
 traces = st.lists(st.tuples(st.integers(0, 5 * 86_400_000_000 - 1),  # µs into five days
@@ -114,18 +116,36 @@ def test_a_quote_in_the_path_is_no_sql(tmp_path):
     assert _same_rows(con, lake, "raw_traces") and _same_rows(con, lake, "trace_chunks")
 
 
-def test_a_stage_stored_on_duckdb_removes_its_older_spark_copy_from_the_lake(tmp_path):
-    """Else a later Spark run would read the lake's older rows instead of the database's."""
-    with _world(tmp_path / "w.duckdb", [(0, 2, True, "leave days")]) as con:
+def test_a_stage_on_duckdb_is_stored_where_the_deployment_keeps_it_and_never_moved(tmp_path):
+    """Embedded: the database's table. Lake-backed: the lake's Delta table, the database holding
+    a view of it; a whole run and a day's run alike. A table in the other home is refused, not
+    moved: `migrate` moves it, both ways, and a second migrate moves nothing."""
+    with _world(tmp_path / "w.duckdb", [(0, 2, True, "a"), (86_400_000_000, 1, False, "b")]) as con:
+        compute_signals(con, SignalSettings(), DuckDBEngine())
+        embedded = con.execute("SELECT * FROM trace_signals ORDER BY trace_id").fetchall()
         lake = Lake.of(tmp_path / "lake")
-        export_lake(con, lake)
-        con.execute("CREATE TABLE older AS SELECT 'an earlier run' AS trace_id, DATE '2026-11-01' AS day")
-        export_table(con, lake, "older")
-        lake.path("older").rename(lake.path("trace_signals"))  # as the Spark engine leaves a stage
+        with pytest.raises(WrongHome, match="migrate --to lake"):
+            compute_signals(con, SignalSettings(), DuckDBEngine(lake))
+        assert migrate(con, lake, "lake")["trace_signals"] == 2
+        assert migrate(con, lake, "lake") == {}  # all there already
+        assert relation_kind(con, "trace_signals") == "view" and lake.days("trace_signals") == \
+            [date(2026, 11, 1), date(2026, 11, 2)]
         compute_signals(con, SignalSettings(), DuckDBEngine(lake))
-        assert not lake.path("trace_signals").exists()
-        assert lake.days("raw_traces") == [date(2026, 11, 1)]  # the lake's own tables stay
-        assert con.execute("SELECT count(*) FROM trace_signals").fetchall() == [(1,)]
+        compute_signals(con, SignalSettings(), DuckDBEngine(lake), days=[date(2026, 11, 2)])
+        assert relation_kind(con, "trace_signals") == "view"
+        assert con.execute("SELECT * FROM trace_signals ORDER BY trace_id").fetchall() == embedded
+        with pytest.raises(WrongHome, match="migrate --to embedded"):
+            compute_signals(con, SignalSettings(), DuckDBEngine())
+        with pytest.raises(WrongHome, match="ingest on Spark"):
+            DuckDBEngine(lake).ingest(con, tmp_path)
+        assert migrate(con, lake, "embedded") == {"raw_traces": 2, "trace_chunks": 3, "trace_spans": 0,
+                                                  "trace_feedback": 1, "otlp_spans": 0, "otlp_traces": 0,
+                                                  "trace_signals": 2}
+        assert migrate(con, lake, "embedded") == {}
+        assert relation_kind(con, "raw_traces") == relation_kind(con, "trace_signals") == "table"
+        assert con.execute("SELECT * FROM trace_signals ORDER BY trace_id").fetchall() == embedded
+        compute_signals(con, SignalSettings(), DuckDBEngine(), days=[date(2026, 11, 1)])
+        assert con.execute("SELECT * FROM trace_signals ORDER BY trace_id").fetchall() == embedded
 
 
 def test_a_spark_stages_view_is_fingerprinted_by_its_files_without_reading_them(tmp_path):

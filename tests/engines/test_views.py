@@ -1,5 +1,5 @@
-"""A stage switched between engines in any order keeps a whole run's rows: Spark leaves it as a
-marked view of its lake table's files, DuckDB as a table. The Spark engine's own lake and view code
+"""A stage of a lake-backed deployment switched between engines in any order keeps a whole run's
+rows, always in the lake (the database holding a view of its files). The Spark engine's own lake and view code
 runs here with DuckDB in place of Spark's executors (`LakeOnDuckDB`), so this needs no Java;
 tests/engines/test_spark.py runs the same switches on real Spark."""
 
@@ -15,9 +15,9 @@ from rag_loop.engines.engine import DuckDBEngine, SparkEngine
 from rag_loop.engines.functions import DUCKDB, Functions
 from rag_loop.engines.incremental import table_fingerprints
 from rag_loop.selection.signals import SignalSettings, compute_signals
+from rag_loop.store.deployment import migrate
 from rag_loop.store.files import write_parquet
 from rag_loop.store.lake import Lake
-from rag_loop.store.lake_export import export_lake
 from rag_loop.store.tables import relation_kind
 from tests.engines.test_lake import _world
 
@@ -65,16 +65,13 @@ def test_any_order_of_engines_whole_or_daily_keeps_a_whole_runs_rows(tmp_path_fa
     root = tmp_path_factory.mktemp("views")
     with _world(root / "w.duckdb", ROWS) as con:
         lake = Lake.of(root / "lake")
-        export_lake(con, lake)
         compute_signals(con, SignalSettings())
         expected = _rows(con)
+        migrate(con, lake, "lake")
         for on_spark, days in runs:
             engine = LakeOnDuckDB(None, lake) if on_spark else DuckDBEngine(lake)
             compute_signals(con, SignalSettings(), engine, days=sorted(days) if days else None)
             assert _rows(con) == expected
-            assert relation_kind(con, "trace_signals") == ("view" if on_spark else "table")
-            if on_spark:  # the lake's copy is whole, and the rows are only there
-                assert lake.days("trace_signals") == DAYS
-                assert table_fingerprints(con, "trace_signals") == lake.day_fingerprints("trace_signals")
-            else:
-                assert not lake.path("trace_signals").exists()
+            assert relation_kind(con, "trace_signals") == "view"  # the rows are only in the lake, whole
+            assert lake.days("trace_signals") == DAYS
+            assert table_fingerprints(con, "trace_signals") == lake.day_fingerprints("trace_signals")
