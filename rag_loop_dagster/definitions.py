@@ -24,6 +24,7 @@ from rag_loop_dagster.assets.ingestion import (
     trace_lake,
 )
 from rag_loop_dagster.assets.intents import intent_clusters, query_embeddings
+from rag_loop_dagster.assets.lake import lake_maintenance_job, lake_maintenance_schedule
 from rag_loop_dagster.assets.online import online_quality, trace_judgments
 from rag_loop_dagster.assets.resources import DUCKDB_WRITER, build_resources
 from rag_loop_dagster.assets.selection import failure_candidates, quality_estimates, trace_novelty, trace_signals
@@ -48,8 +49,8 @@ def build_definitions(resources: Mapping[str, object] | None = None) -> Definiti
                 judge_calibrations, *DRIFT_ASSETS, golden_coverage, dashboard],
         asset_checks=[raw_traces_quarantine_rate],
         jobs=[ingest_job, rag_loop_job, label_job, release_goldens, regression_eval_job, drift_job,
-              coverage_job, dashboard_job],
-        schedules=[drift_schedule],
+              coverage_job, dashboard_job, lake_maintenance_job],
+        schedules=[drift_schedule, lake_maintenance_schedule],
         sensors=[new_trace_files_sensor, new_label_files_sensor, dashboard_after_runs],
         resources=build_resources() if resources is None else dict(resources),
         executor=in_process_executor,  # DuckDB has one writer at a time

@@ -26,6 +26,7 @@ from urllib.parse import unquote
 import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.fs as fs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, Schema, write_deltalake
 from deltalake.exceptions import TableNotFoundError
@@ -75,6 +76,42 @@ class Lake:
             return DeltaTable(self.uri(table), storage_options=self.options())
         except TableNotFoundError:
             return None
+
+    def filesystem(self) -> tuple[fs.FileSystem, str]:
+        """An Arrow filesystem of the lake and its root's path there: for what delta-rs does not
+        list (the lake's tables, the files a table's folder holds). On S3, from the storage
+        options (endpoint, keys, region), else the AWS environment."""
+        if self.local:
+            return fs.LocalFileSystem(), self.root
+        if self.root.startswith(("s3://", "s3a://")):
+            options = {k.upper(): v for k, v in self.storage_options.items()}
+            endpoint = options.get("AWS_ENDPOINT_URL") or options.get("AWS_ENDPOINT")
+            scheme, _, host = endpoint.partition("://") if endpoint else ("https", "", None)
+            return (fs.S3FileSystem(access_key=options.get("AWS_ACCESS_KEY_ID"),
+                                    secret_key=options.get("AWS_SECRET_ACCESS_KEY"),
+                                    session_token=options.get("AWS_SESSION_TOKEN"),
+                                    region=options.get("AWS_REGION") or options.get("AWS_DEFAULT_REGION"),
+                                    endpoint_override=host, scheme=scheme),
+                    self.root.split("://", 1)[1].rstrip("/"))
+        return fs.FileSystem.from_uri(self.root)
+
+    def tables(self) -> list[str]:
+        """The lake's Delta tables: its subfolders holding a `_delta_log` (a folder of other
+        files, `.staging`, is none), by name."""
+        system, base = self.filesystem()
+        folders = [i.path for i in system.get_file_info(fs.FileSelector(base, allow_not_found=True))
+                   if i.type == fs.FileType.Directory]
+        return sorted(path.rsplit("/", 1)[-1] for path in folders
+                      if system.get_file_info(f"{path}/_delta_log").type == fs.FileType.Directory)
+
+    def stored_files(self, table: str) -> dict[str, int]:
+        """The data files the table's folder holds (its log aside), listed or not, relative, with
+        their sizes: what vacuum may delete beside what the version lists."""
+        system, base = self.filesystem()
+        folder = f"{base}/{table}"
+        infos = system.get_file_info(fs.FileSelector(folder, recursive=True, allow_not_found=True))
+        relative = {i.path.removeprefix(folder + "/"): i.size for i in infos if i.type == fs.FileType.File}
+        return {path: size for path, size in relative.items() if not path.startswith("_delta_log/")}
 
     def days(self, table: str) -> list[date]:
         """The days the table's current version has rows of, in order."""

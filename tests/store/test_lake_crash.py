@@ -1,0 +1,161 @@
+"""A write to the trace lake killed (SIGKILL) at any point: the table stays at its previous
+version with its previous rows (or, killed after its commit, at the new one whole), DuckDB reads
+it through the version's file list and through its Arrow dataset, Spark through the file list;
+vacuum then removes the killed write's files and the next write succeeds.
+
+The child process replaces four days (300,000 rows) in one `Lake.write`; the table's target file
+size is small, so the write leaves files on disk one after another while it runs and a kill lands
+between files, before the commit, or after it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import date, timedelta
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from rag_loop.store.lake import Lake, files_query
+from tests.engines.conftest import needs_spark, spark  # noqa: F401  (the session fixture)
+from tests.helpers import PROJECT
+
+pytestmark = pytest.mark.slow
+
+DAYS = [date(2026, 11, 1) + timedelta(days=i) for i in range(4)]
+ROWS_PER_DAY = 75_000
+FRACTIONS = (0.05, 0.3, 0.6, 0.85, 1.5)  # of a whole write's time, from its start
+
+CHILD = """
+import sys
+from datetime import date, timedelta
+import pyarrow as pa
+from rag_loop.store.lake import Lake
+root, per_day = sys.argv[1], int(sys.argv[2])
+days = [date(2026, 11, 1) + timedelta(days=i) for i in range(4)]
+schema = pa.schema([("trace_id", pa.string()), ("n", pa.int64()), ("answer", pa.string()), ("day", pa.date32())])
+def batches():
+    for d in days:
+        for start in range(0, per_day, 25_000):
+            n = range(start, min(start + 25_000, per_day))
+            yield pa.record_batch([pa.array([f"new-{d:%d}-{i}" for i in n]), pa.array(list(n), pa.int64()),
+                                   pa.array([f"answer {i} " * 3 for i in n]), pa.array([d] * len(n), pa.date32())],
+                                  schema=schema)
+print("ready", flush=True)
+Lake.of(root).write("t", pa.RecordBatchReader.from_batches(schema, batches()), days=set(days))
+print("committed", flush=True)
+"""
+
+
+def old_rows() -> pa.Table:
+    """The table's rows before the write: three of the four days, a few rows each."""
+    return pa.table({"trace_id": [f"old-{d:%d}-{i}" for d in DAYS[:3] for i in range(100)],
+                     "n": [i for _ in DAYS[:3] for i in range(100)],
+                     "answer": ["old"] * 300, "day": pa.array([d for d in DAYS[:3] for _ in range(100)], pa.date32())})
+
+
+def make_table(root: Path) -> Lake:
+    """Version 0, its target file size 256 KiB: a write of many rows is many files."""
+    write_deltalake(str(root / "t"), old_rows(), partition_by=["day"],
+                    configuration={"delta.targetFileSize": str(256 * 1024)})
+    return Lake.of(root)
+
+
+def start_write(root: Path, script: Path) -> subprocess.Popen:
+    child = subprocess.Popen([sys.executable, str(script), str(root), str(ROWS_PER_DAY)], cwd=PROJECT,
+                             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(PROJECT)})
+    assert child.stdout.readline() == "ready\n"  # imports done: the write starts now
+    return child
+
+
+def on_disk(lake: Lake) -> set[str]:
+    folder = lake.path("t")
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*")
+            if p.is_file() and "_delta_log" not in p.parts}
+
+
+def listed(lake: Lake) -> set[str]:
+    return {Path(f).relative_to(lake.path("t")).as_posix() for f in lake.files("t")}
+
+
+def summary(con: duckdb.DuckDBPyConnection, relation: str) -> tuple:
+    """Rows, days, and what tells old rows from new, of a relation."""
+    return con.execute(f"SELECT count(*), count(DISTINCT day), count(*) FILTER (trace_id LIKE 'old-%'), "
+                       f"sum(n), min(day), max(day) FROM {relation}").fetchall()[0]
+
+
+OLD = (300, 3, 300, 3 * sum(range(100)), DAYS[0], DAYS[2])
+NEW = (4 * ROWS_PER_DAY, 4, 0, 4 * sum(range(ROWS_PER_DAY)), DAYS[0], DAYS[3])
+
+
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory):
+    """One write run whole (its time), then one killed at each fraction of that time: per kill,
+    the lake and the files on disk its current version does not list (a killed write's, or
+    after a commit the replaced ones)."""
+    base = tmp_path_factory.mktemp("crash")
+    script = base / "child.py"
+    script.write_text(CHILD)
+    whole = make_table(base / "whole")
+    child = start_write(whole.path(), script)
+    started = time.monotonic()
+    assert child.stdout.readline() == "committed\n" and child.wait() == 0
+    duration = time.monotonic() - started
+    assert whole.delta("t").version() == 1 and len(whole.files("t")) > 8  # many files per write
+    kills = []
+    for fraction in FRACTIONS:
+        lake = make_table(base / f"killed-{fraction}")
+        child = start_write(lake.path(), script)
+        time.sleep(duration * fraction)
+        child.send_signal(signal.SIGKILL)  # or, at 1.5, most likely to a process that finished
+        child.wait()
+        kills.append((fraction, lake, on_disk(lake) - listed(lake)))
+    return kills
+
+
+def test_a_killed_write_leaves_the_previous_version_for_duckdb(killed):
+    before_commit = [(f, lake, orphans) for f, lake, orphans in killed if lake.delta("t").version() == 0]
+    assert len(before_commit) >= 2, [(f, lake.delta("t").version()) for f, lake, _ in killed]
+    assert any(orphans for _, _, orphans in before_commit)  # some killed half way: files left unlisted
+    for fraction, lake, _ in killed:
+        with duckdb.connect() as con:
+            con.register("dataset", lake.dataset("t"))
+            by_files = summary(con, f"({files_query(lake.files('t'), lake.schema('t'))})")
+            expected = OLD if lake.delta("t").version() == 0 else NEW  # never part of a write
+            assert by_files == expected, fraction
+            assert summary(con, "dataset") == expected, fraction
+            assert lake.days("t") == (DAYS[:3] if expected == OLD else DAYS)
+
+
+@needs_spark
+def test_spark_reads_the_previous_version_by_its_files(killed, spark):  # noqa: F811
+    fraction, lake, orphans = next((k for k in killed if k[1].delta("t").version() == 0 and k[2]), killed[0])
+    frame = spark.read.option("basePath", str(lake.path("t"))).parquet(*lake.files("t"))
+    frame.createOrReplaceTempView("killed")
+    got = spark.sql("SELECT count(*), count(DISTINCT day), count_if(trace_id LIKE 'old-%'), sum(n), "
+                    "min(day), max(day) FROM killed").collect()[0]
+    assert tuple(got) == (OLD if lake.delta("t").version() == 0 else NEW), fraction
+
+
+def test_vacuum_removes_the_killed_write_files_and_the_next_write_succeeds(killed):
+    fresh = pa.table({"trace_id": ["after"], "n": [1], "answer": ["a"], "day": pa.array([DAYS[3]], pa.date32())})
+    for fraction, lake, orphans in killed:
+        with duckdb.connect() as con:
+            before = summary(con, f"({files_query(lake.files('t'), lake.schema('t'))})")
+            removed = set(lake.vacuum("t", retention_hours=0))
+            assert orphans <= removed, fraction
+            assert on_disk(lake) == listed(lake), fraction  # nothing left but the version's files
+            assert summary(con, f"({files_query(lake.files('t'), lake.schema('t'))})") == before
+            version = lake.delta("t").version()
+            lake.write("t", fresh, days={DAYS[3]})
+            assert lake.delta("t").version() == version + 1
+            con.register("dataset", lake.dataset("t"))
+            assert con.execute("SELECT trace_id FROM dataset WHERE day = ?", [DAYS[3]]).fetchall() == [("after",)]
+            assert con.execute("SELECT count(*) FROM dataset WHERE day < ?", [DAYS[3]]).fetchall()[0][0] == \
+                (300 if before == OLD else 3 * ROWS_PER_DAY)
