@@ -50,14 +50,14 @@ from selection import build_database
 from rag_loop.drift.days import FreshnessSettings, QueryMixSettings, RetrievalSettings
 from rag_loop.drift.figures import freshness_figures, mix_counts, retrieval_figures
 from rag_loop.engines.engine import DuckDBEngine
-from rag_loop.engines.estimates import DaySlices, population_expression
 from rag_loop.engines.incremental import table_fingerprints
 from rag_loop.engines.lake import DAY_OF, export_lake
-from rag_loop.engines.sampling import SampleDays, novelty_sample_expression, novelty_traffic_expression
 from rag_loop.online.quality import OnlineQualitySettings
+from rag_loop.selection.estimate_expressions import DaySlices, population_expression
 from rag_loop.selection.estimates import DEFAULT_SLICES, estimate_inputs, estimate_rates, update_estimates
 from rag_loop.selection.novelty import NoveltySettings
 from rag_loop.selection.sampling import SamplingPolicy, candidate_inputs, select_candidates
+from rag_loop.selection.sampling_expressions import SampleDays, novelty_sample_expression, novelty_traffic_expression
 from rag_loop.selection.signals import SignalSettings, compute_signals, signal_counts, signal_inputs
 
 

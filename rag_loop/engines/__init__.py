@@ -1,2 +1,3 @@
-"""Stages that grow with traffic, written once as Ibis expressions and run on DuckDB (the
-embedded default) or Spark: the per-engine function registry, the engines and the trace lake."""
+"""The engines that run the traffic-sized stages' Ibis expressions on DuckDB (the embedded
+default) or Spark: the engines, the per-engine function registry, the compile cache's literals,
+day fingerprints, and Spark ingestion into the trace lake. The expressions live with their stages."""

@@ -27,9 +27,9 @@ import pandas as pd
 
 from rag_loop.drift.checks import Verdict
 from rag_loop.engines.engine import DuckDBEngine, Engine
-from rag_loop.engines.estimates import SEPARATOR, DaySlices, app_cost_expression, population_expression
 from rag_loop.evaluation.trust import TrustSettings, judge_trust
 from rag_loop.online.judgments import kept_verdicts
+from rag_loop.selection.estimate_expressions import SEPARATOR, DaySlices, app_cost_expression, population_expression
 from rag_loop.selection.estimates import DEFAULT_SLICES, wilson_interval
 from rag_loop.selection.sampling import DIAGNOSTIC_STREAMS
 from rag_loop.selection.signals import SLICE_COLUMNS
@@ -290,7 +290,7 @@ def online_quality_day(con: duckdb.DuckDBPyConnection, day: date, settings: Onli
                        engine: Engine | None = None) -> list[Verdict]:
     """Store the day's estimates (`online_quality`) and costs (`online_cost`), replacing that
     day's rows; verdicts: the SLO over the window ending on the day, and the day's budget.
-    The day's traffic is counted on `engine` (rag_loop.engines.estimates); the judged traces,
+    The day's traffic is counted on `engine` (rag_loop.selection.estimate_expressions); the judged traces,
     bounded by the judging budget, are read here."""
     engine = engine or DuckDBEngine()
     version = current_judge_version(con, settings.judge_version)

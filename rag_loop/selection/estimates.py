@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 
 from rag_loop.engines.engine import DuckDBEngine, Engine
-from rag_loop.engines.estimates import INPUTS, SliceCounts, slice_counts_expression
 from rag_loop.engines.incremental import Fingerprints, combined, table_fingerprints
+from rag_loop.selection.estimate_expressions import INPUTS, SliceCounts, slice_counts_expression
 from rag_loop.selection.signals import SIGNALS, SLICE_COLUMNS
 from rag_loop.store.tables import has_table, replace_days, replace_table
 
@@ -60,7 +60,7 @@ def estimate_rates(con: duckdb.DuckDBPyConnection,
                    outcomes: Sequence[str] = OUTCOMES, confidence: float = 0.95,
                    engine: Engine | None = None, days: Collection[date] | None = None) -> pd.DataFrame:
     """Long table: one row per day, slice value and outcome, with the three estimates; the
-    counts on `engine` (default: DuckDB on `con`; rag_loop.engines.estimates); of `days` only,
+    counts on `engine` (default: DuckDB on `con`; rag_loop.selection.estimate_expressions); of `days` only,
     when given (the rows the whole table has for them)."""
     wanted = SliceCounts(tuple(tuple(dims) for dims in slices), tuple(outcomes),
                          tuple(sorted(days)) if days is not None else None)

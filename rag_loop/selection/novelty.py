@@ -37,8 +37,8 @@ import numpy as np
 import pandas as pd
 
 from rag_loop.engines.engine import DuckDBEngine, Engine
-from rag_loop.engines.sampling import SampleDays, novelty_sample_expression, novelty_traffic_expression
 from rag_loop.logs import Log, quiet
+from rag_loop.selection.sampling_expressions import SampleDays, novelty_sample_expression, novelty_traffic_expression
 from rag_loop.store.ddl import NOVELTY_DDL
 from rag_loop.vectors.clustering import NOISE, ClusterSettings, cluster_vectors
 from rag_loop.vectors.router import LanguageRouter
@@ -154,7 +154,7 @@ def detect_novelty(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
     """Bring `trace_novelty` up to date: every sampled query of a day with enough history,
     `novel` when it falls in a new intent (then `rate` is the stream rate and `cluster_size`
     the new cluster's size, else 0). Days whose traffic is unchanged keep their judgement.
-    The sample is drawn on `engine` (rag_loop.engines.sampling); the embedding and clustering
+    The sample is drawn on `engine` (rag_loop.selection.sampling_expressions); the embedding and clustering
     of those few thousand queries a day run here."""
     con.execute(NOVELTY_DDL)
     engine = engine or DuckDBEngine()

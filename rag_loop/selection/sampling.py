@@ -38,7 +38,8 @@ import duckdb
 
 from rag_loop.engines.engine import DuckDBEngine, Engine
 from rag_loop.engines.incremental import Fingerprints, combined, table_fingerprints
-from rag_loop.engines.sampling import (
+from rag_loop.schema import Priority
+from rag_loop.selection.sampling_expressions import (
     DIAGNOSTIC_STREAMS,
     INPUTS,
     STREAMS,
@@ -46,7 +47,6 @@ from rag_loop.engines.sampling import (
     candidates_expression,
     candidates_of_days_expression,
 )
-from rag_loop.schema import Priority
 from rag_loop.selection.signals import SIGNALS
 from rag_loop.store.ddl import NOVELTY_DDL
 from rag_loop.store.tables import has_table
@@ -110,7 +110,7 @@ class SamplingPolicy:
 def select_candidates(con: duckdb.DuckDBPyConnection, policy: SamplingPolicy, engine: Engine | None = None,
                       days: Collection[date] | None = None) -> int:
     """(Re)build `failure_candidates` from `trace_signals` (and `trace_novelty`'s rates, if any)
-    on `engine` (default: DuckDB on `con`; rag_loop.engines.sampling holds the one definition);
+    on `engine` (default: DuckDB on `con`; rag_loop.selection.sampling_expressions holds the one definition);
     with `days`, only those days' selection, which replaces theirs. Returns the number selected
     (on `days`, when given)."""
     if not has_table(con, NOVELTY_TABLE):

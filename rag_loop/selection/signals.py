@@ -23,7 +23,7 @@ import duckdb
 
 from rag_loop.engines.engine import DuckDBEngine, Engine
 from rag_loop.engines.incremental import Fingerprints, combined, traffic_fingerprints, whole_fingerprint
-from rag_loop.engines.signals import (
+from rag_loop.selection.signal_expressions import (
     INPUTS,
     SIGNALS,
     SLICE_COLUMNS,
@@ -49,7 +49,7 @@ class SignalSettings:
 def compute_signals(con: duckdb.DuckDBPyConnection, settings: SignalSettings, engine: Engine | None = None,
                     days: Collection[date] | None = None) -> int:
     """(Re)build `trace_signals` from raw_traces, trace_chunks, trace_feedback and documents, on
-    `engine` (default: DuckDB on `con`; rag_loop.engines.signals holds the one definition);
+    `engine` (default: DuckDB on `con`; rag_loop.selection.signal_expressions holds the one definition);
     with `days`, only those UTC days' rows are computed (from their traffic and the next day's)
     and replace theirs — the same rows as the whole table has. New traffic on a day changes
     the day before it too (its last turns' rephrases): recompute both.

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from scipy.stats import ks_2samp
 
 from rag_loop.drift.figures import RETRIEVAL_COLUMNS, freshness_figures, retrieval_figures
+from rag_loop.drift.retrieval_expressions import DIMENSIONS, EDGE_TOLERANCE
 from rag_loop.drift.stats import ks_from_distance, psi
-from rag_loop.engines.retrieval import DIMENSIONS, EDGE_TOLERANCE
-from rag_loop.engines.signals import SLICE_COLUMNS
+from rag_loop.selection.signal_expressions import SLICE_COLUMNS
 
 DAY, WINDOW = date(2026, 11, 10), 2
 SCORES = st.one_of(st.none(), st.sampled_from([0.1, 0.25, 0.5, 0.75, 0.9]),

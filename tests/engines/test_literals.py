@@ -10,9 +10,13 @@ import pytest
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
-from rag_loop.engines import drift, estimates, retrieval, sampling, signals
+from rag_loop.drift import query_mix_expressions as drift
+from rag_loop.drift import retrieval_expressions as retrieval
 from rag_loop.engines.engine import DuckDBEngine
 from rag_loop.engines.literals import dates_in, from_sentinel_era, same_sql, shifted, to_sentinel_era
+from rag_loop.selection import estimate_expressions as estimates
+from rag_loop.selection import sampling_expressions as sampling
+from rag_loop.selection import signal_expressions as signals
 from rag_loop.selection.estimates import DEFAULT_SLICES, OUTCOMES
 from rag_loop.selection.sampling import SamplingPolicy, select_candidates
 from rag_loop.selection.signals import SignalSettings, compute_signals

@@ -24,11 +24,11 @@ from rag_loop.drift.days import FreshnessSettings, RetrievalSettings, freshness_
 from rag_loop.drift.figures import mix_counts, retrieval_figures
 from rag_loop.engines.engine import DuckDBEngine, SparkEngine
 from rag_loop.engines.functions import SPARK
-from rag_loop.engines.sampling import SampleDays, novelty_sample_expression, novelty_traffic_expression
 from rag_loop.ingest import ingest_directory
 from rag_loop.online.quality import OnlineQualitySettings, online_quality_day
 from rag_loop.selection.estimates import estimate_rates, parse_slices
 from rag_loop.selection.sampling import SamplingPolicy, select_candidates
+from rag_loop.selection.sampling_expressions import SampleDays, novelty_sample_expression, novelty_traffic_expression
 from rag_loop.selection.signals import SignalSettings, compute_signals
 from rag_loop.store.lake import Lake, files_query
 from rag_loop.store.lake_export import export_lake, export_table

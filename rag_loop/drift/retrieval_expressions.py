@@ -17,9 +17,9 @@ from datetime import date
 import ibis
 import ibis.expr.types as ir
 
-from rag_loop.engines.drift import trim_spaces
+from rag_loop.drift.query_mix_expressions import trim_spaces
 from rag_loop.engines.functions import Functions, day_range, double, on_days
-from rag_loop.engines.signals import SLICE_COLUMNS
+from rag_loop.selection.signal_expressions import SLICE_COLUMNS
 
 RETRIEVAL_INPUTS = ("trace_signals", "raw_traces", "trace_chunks")
 STALE_INPUTS = ("trace_signals",)
