@@ -500,8 +500,9 @@ def migrate_lake(to: str, uri: str, db: str) -> None:
     database transaction. Runs never move tables: they refuse, and point here."""
     from rag_loop.store.deployment import migrate
     from rag_loop.store.lake import Lake
+    lake = Lake.of(uri)
     with _writable_db(db) as con:
-        moved = migrate(con, Lake.of(uri), to)
+        moved = migrate(lake.attach(con), lake, to)
     for table, rows in moved.items():
         click.echo(f"{table}: {rows} rows moved to the {'lake' if to == 'lake' else 'DuckDB file'}")
     click.echo(f"{len(moved)} tables moved" if moved else "nothing to move: every table is in its home")

@@ -125,7 +125,7 @@ class DuckDBEngine(Engine):
         self._lambdas(con)
         require_home(con, self.lake, name)
         if self.lake is not None:
-            return self._store_in_lake(con, name, sql, days)
+            return self._store_in_lake(self.lake.attach(con), name, sql, days)
         if days is None:
             con.execute(f'CREATE OR REPLACE TABLE "{name}" AS {sql}')
             return con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]

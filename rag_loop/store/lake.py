@@ -14,6 +14,7 @@ delta-rs's `storage_options`).
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -84,7 +85,8 @@ class Lake:
         if self.local:
             return fs.LocalFileSystem(), self.root
         if self.root.startswith(("s3://", "s3a://")):
-            options = {k.upper(): v for k, v in self.storage_options.items()}
+            options = {**{k: v for k, v in os.environ.items() if k.startswith("AWS_")},
+                       **{k.upper(): v for k, v in self.storage_options.items()}}
             endpoint = options.get("AWS_ENDPOINT_URL") or options.get("AWS_ENDPOINT")
             scheme, _, host = endpoint.partition("://") if endpoint else ("https", "", None)
             return (fs.S3FileSystem(access_key=options.get("AWS_ACCESS_KEY_ID"),
@@ -94,6 +96,19 @@ class Lake:
                                     endpoint_override=host, scheme=scheme),
                     self.root.split("://", 1)[1].rstrip("/"))
         return fs.FileSystem.from_uri(self.root)
+
+    def attach(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+        """`con` able to read the lake's files: an object store's through its Arrow filesystem
+        (DuckDB's own httpfs cannot be installed offline); a local lake needs nothing. Every
+        connection that reads a lake-backed deployment's views is attached once."""
+        if not self.local:
+            from fsspec.implementations.arrow import ArrowFSWrapper
+            system, _ = self.filesystem()
+            scheme = self.root.split("://", 1)[0]
+            wrapper = type(f"{scheme.title()}Lake", (ArrowFSWrapper,), {"protocol": scheme})(system)
+            if scheme not in {f.split("://")[0] for f in con.list_filesystems()}:
+                con.register_filesystem(wrapper)
+        return con
 
     def tables(self) -> list[str]:
         """The lake's Delta tables: its subfolders holding a `_delta_log` (a folder of other
@@ -244,21 +259,23 @@ def _evolve(delta: DeltaTable, schema: pa.Schema) -> None:
         delta.alter.add_columns([Field.from_arrow(f.with_nullable(True)) for f in missing])
 
 
-def files_query(files: Sequence[str], schema: pa.Schema, columns: Sequence[str] | None = None) -> str:
+def files_query(files: Sequence[str], schema: pa.Schema, columns: Sequence[str] | None = None,
+                con: duckdb.DuckDBPyConnection | None = None) -> str:
     """DuckDB SQL reading these files of a day-partitioned lake table (`day` from the folder
     names) with `columns` (default the schema's), each NULL where a file lacks it; no file: the
-    columns and no rows."""
+    columns and no rows. `con`: a connection that reads the files (an object store's: `attach`)."""
     listed = columns or schema.names
     types = {f.name: f.type for f in schema}
     if not files:
         return "SELECT " + ", ".join(f'NULL::{_duckdb_type(types[c])} AS "{c}"' for c in listed) + " LIMIT 0"
     body = (f"read_parquet([{', '.join(quoted(f) for f in files)}], hive_partitioning = true, "
             f"hive_types = {{'{DAY}': DATE}}, union_by_name = true)")
-    con = duckdb.connect()
+    reader = con or duckdb.connect()
     try:
-        present = {c for c, *_ in con.execute(f"DESCRIBE SELECT * FROM {body}").fetchall()}
+        present = {c for c, *_ in reader.execute(f"DESCRIBE SELECT * FROM {body}").fetchall()}
     finally:
-        con.close()
+        if con is None:
+            reader.close()
     return "SELECT " + ", ".join(f'"{c}"' if c in present else f'NULL::{_duckdb_type(types[c])} AS "{c}"'
                                  for c in listed) + f" FROM {body}"
 
@@ -284,7 +301,7 @@ def create_lake_views(con: duckdb.DuckDBPyConnection, lake: Lake, columns: Mappi
         schema = lake.schema(name)
         if schema is None:
             raise FileNotFoundError(f"no table {name} in the lake {lake.root}")
-        con.execute(f"CREATE OR REPLACE VIEW {view} AS {files_query(lake.files(name), schema, listed)}")
+        con.execute(f"CREATE OR REPLACE VIEW {view} AS {files_query(lake.files(name), schema, listed, con)}")
         comment = (LAKE_VIEW + lake.uri(name)).replace("'", "''")
         con.execute(f"COMMENT ON VIEW {view} IS '{comment}'")
 

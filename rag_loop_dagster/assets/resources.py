@@ -7,10 +7,12 @@ kind it has. Which subclass a deployment gets is decided once, in `build_resourc
 
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from functools import partial
 from typing import Any, Literal
 
+import duckdb
 from dagster import Config, ConfigurableResource, EnvVar, MetadataValue
 from dagster_duckdb import DuckDBResource
 from pydantic import Field, PrivateAttr
@@ -224,6 +226,19 @@ class DeltaLakeStorageResource(StorageResource):
         return Lake(Lake.of(self.uri).root, self.storage_options)
 
 
+class RagLoopDuckDBResource(DuckDBResource):
+    """The control database, each connection able to read the deployment's lake (an object
+    store's files through its Arrow filesystem: `Lake.attach`)."""
+
+    storage: StorageResource | None = Field(None, description="The deployment's storage; none: embedded.")
+
+    @contextmanager
+    def get_connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        with super().get_connection() as con:
+            lake = self.storage.lake() if self.storage is not None else None
+            yield lake.attach(con) if lake is not None else con
+
+
 class EngineResource(ConfigurableResource, ABC):
     """Where the stages that grow with traffic run (rag_loop.engines), over the deployment's storage."""
 
@@ -292,7 +307,7 @@ def build_resources() -> dict[str, object]:
     engine = (SparkEngineResource(storage=storage, master=_env("RAG_LOOP_SPARK_MASTER", "local[2]"))
               if engine_name == "spark" else DuckDBEngineResource(storage=storage))
     return {
-        "duckdb": DuckDBResource(database=_env("RAG_LOOP_DB", str(here.database))),
+        "duckdb": RagLoopDuckDBResource(database=_env("RAG_LOOP_DB", str(here.database)), storage=storage),
         "paths": RagLoopPaths(
             traces_dir=_env("RAG_LOOP_TRACES_DIR", ""), knowledge_dir=_env("RAG_LOOP_KB_DIR", ""),
             curation_dir=_env("RAG_LOOP_CURATION_DIR", str(here.curation_dir)),
