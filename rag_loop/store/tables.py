@@ -33,22 +33,6 @@ def create_tables(con: duckdb.DuckDBPyConnection) -> None:
     add_child_days(con)
 
 
-def tables_from_views(con: duckdb.DuckDBPyConnection, names: Collection[str]) -> list[str]:
-    """Each of the ingestion tables `names` that is a view (of the trace lake's files) becomes
-    a table of the database with the view's rows, all in one transaction; returns those names."""
-    views = [name for name in names if relation_kind(con, name) == "view"]
-    if not views:
-        return []
-    with transaction(con):
-        for name in views:
-            con.execute(f'ALTER VIEW "{name}" RENAME TO "{name}__lake"')
-        create_tables(con)
-        for name in views:
-            con.execute(f'INSERT INTO "{name}" BY NAME SELECT * FROM "{name}__lake"')
-            con.execute(f'DROP VIEW "{name}__lake"')
-    return views
-
-
 def add_child_days(con: duckdb.DuckDBPyConnection) -> None:
     """Child tables from before `day` get the column, their rows their trace's day, and the
     column becomes NOT NULL as in a new database (unless a row has no trace to take it from).
