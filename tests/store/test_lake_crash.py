@@ -4,17 +4,20 @@ it through the version's file list and through its Arrow dataset, Spark through 
 vacuum then removes the killed write's files and the next write succeeds.
 
 The child process replaces four days (300,000 rows) in one `Lake.write`; the table's target file
-size is small, so the write leaves files on disk one after another while it runs and a kill lands
-between files, before the commit, or after it."""
+size is small, so the write leaves files on disk one after another while it runs, and the test
+kills it at points of that progress: as it starts, after its first file, after its sixth, and
+after its commit."""
 
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
 import time
 from datetime import date, timedelta
+from functools import partial
 from pathlib import Path
 
 import duckdb
@@ -30,7 +33,10 @@ pytestmark = pytest.mark.slow
 
 DAYS = [date(2026, 11, 1) + timedelta(days=i) for i in range(4)]
 ROWS_PER_DAY = 75_000
-FRACTIONS = (0.05, 0.3, 0.6, 0.85, 1.5)  # of a whole write's time, from its start
+# where the write is killed: once it has left this many new files on disk, or once it committed
+POINTS = {"at-start": (0, False), "one-file": (1, False), "six-files": (6, False), "committed": (0, True),
+          "random": (0, False)}
+SEED = time.time_ns()
 
 CHILD = """
 import sys
@@ -94,63 +100,80 @@ OLD = (300, 3, 300, 3 * sum(range(100)), DAYS[0], DAYS[2])
 NEW = (4 * ROWS_PER_DAY, 4, 0, 4 * sum(range(ROWS_PER_DAY)), DAYS[0], DAYS[3])
 
 
+def kill_when(child: subprocess.Popen, reached, timeout: float = 60) -> None:
+    """SIGKILL to the child once `reached()` (polled every 2 ms), or once it exits by itself."""
+    deadline = time.monotonic() + timeout
+    while not reached() and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+
+
+def progressed(lake: Lake, files: int) -> bool:
+    return len(on_disk(lake)) >= files
+
+
+def passed(moment: float) -> bool:
+    return time.monotonic() >= moment
+
+
 @pytest.fixture(scope="module")
 def killed(tmp_path_factory):
-    """One write run whole (its time), then one killed at each fraction of that time: per kill,
-    the lake and the files on disk its current version does not list (a killed write's, or
-    after a commit the replaced ones)."""
+    """One write killed at each point of its progress (on what it has left on disk so far, so
+    the points hold on a loaded machine): per kill, the lake and the files on disk its current
+    version does not list (a killed write's, or after a commit the replaced ones)."""
     base = tmp_path_factory.mktemp("crash")
     script = base / "child.py"
     script.write_text(CHILD)
-    whole = make_table(base / "whole")
-    child = start_write(whole.path(), script)
-    started = time.monotonic()
-    assert child.stdout.readline() == "committed\n" and child.wait() == 0
-    duration = time.monotonic() - started
-    assert whole.delta("t").version() == 1 and len(whole.files("t")) > 8  # many files per write
     kills = []
-    for fraction in FRACTIONS:
-        lake = make_table(base / f"killed-{fraction}")
+    for point, (new_files, committed) in POINTS.items():
+        lake = make_table(base / point)
+        old = len(on_disk(lake))
+        commit = lake.path("t") / "_delta_log" / f"{1:020d}.json"
         child = start_write(lake.path(), script)
-        time.sleep(duration * fraction)
-        child.send_signal(signal.SIGKILL)  # or, at 1.5, most likely to a process that finished
-        child.wait()
-        kills.append((fraction, lake, on_disk(lake) - listed(lake)))
+        if point == "random":  # a moment drawn anew each run (the seed is in the assertion messages)
+            kill_when(child, partial(passed, time.monotonic() + random.Random(SEED).uniform(0, 1.5)))
+        else:
+            kill_when(child, commit.exists if committed else partial(progressed, lake, old + new_files))
+        kills.append((point, lake, on_disk(lake) - listed(lake)))
     return kills
 
 
 def test_a_killed_write_leaves_the_previous_version_for_duckdb(killed):
-    before_commit = [(f, lake, orphans) for f, lake, orphans in killed if lake.delta("t").version() == 0]
-    assert len(before_commit) >= 2, [(f, lake.delta("t").version()) for f, lake, _ in killed]
-    assert any(orphans for _, _, orphans in before_commit)  # some killed half way: files left unlisted
-    for fraction, lake, _ in killed:
+    versions = {point: lake.delta("t").version() for point, lake, _ in killed}
+    assert versions.pop("random") in (0, 1)
+    assert versions == {"at-start": 0, "one-file": 0, "six-files": 0, "committed": 1}
+    orphans = {point: len(files) for point, _, files in killed}
+    assert orphans["one-file"] >= 1 and orphans["six-files"] >= 6, orphans  # killed half way: files unlisted
+    assert len(killed[3][1].files("t")) > 8  # a whole write: many files, one commit
+    for point, lake, _ in killed:
         with duckdb.connect() as con:
             con.register("dataset", lake.dataset("t"))
             by_files = summary(con, f"({files_query(lake.files('t'), lake.schema('t'))})")
             expected = OLD if lake.delta("t").version() == 0 else NEW  # never part of a write
-            assert by_files == expected, fraction
-            assert summary(con, "dataset") == expected, fraction
+            assert by_files == expected, (point, SEED)
+            assert summary(con, "dataset") == expected, (point, SEED)
             assert lake.days("t") == (DAYS[:3] if expected == OLD else DAYS)
 
 
 @needs_spark
 def test_spark_reads_the_previous_version_by_its_files(killed, spark):  # noqa: F811
-    fraction, lake, orphans = next((k for k in killed if k[1].delta("t").version() == 0 and k[2]), killed[0])
+    point, lake, orphans = next(k for k in killed if k[0] == "six-files")  # its files beside the version's
     frame = spark.read.option("basePath", str(lake.path("t"))).parquet(*lake.files("t"))
     frame.createOrReplaceTempView("killed")
     got = spark.sql("SELECT count(*), count(DISTINCT day), count_if(trace_id LIKE 'old-%'), sum(n), "
                     "min(day), max(day) FROM killed").collect()[0]
-    assert tuple(got) == (OLD if lake.delta("t").version() == 0 else NEW), fraction
+    assert orphans and tuple(got) == OLD
 
 
 def test_vacuum_removes_the_killed_write_files_and_the_next_write_succeeds(killed):
     fresh = pa.table({"trace_id": ["after"], "n": [1], "answer": ["a"], "day": pa.array([DAYS[3]], pa.date32())})
-    for fraction, lake, orphans in killed:
+    for point, lake, orphans in killed:
         with duckdb.connect() as con:
             before = summary(con, f"({files_query(lake.files('t'), lake.schema('t'))})")
             removed = set(lake.vacuum("t", retention_hours=0))
-            assert orphans <= removed, fraction
-            assert on_disk(lake) == listed(lake), fraction  # nothing left but the version's files
+            assert orphans <= removed, point
+            assert on_disk(lake) == listed(lake), point  # nothing left but the version's files
             assert summary(con, f"({files_query(lake.files('t'), lake.schema('t'))})") == before
             version = lake.delta("t").version()
             lake.write("t", fresh, days={DAYS[3]})
