@@ -84,6 +84,8 @@ def test_maintenance_compacts_and_vacuums_every_table(tmp_path):
     assert result.success
     with duckdb.connect(str(database)) as con:  # made again over the compacted file: still readable
         assert sorted(con.execute("SELECT trace_id, n, day FROM raw_traces").fetchall()) == before["raw_traces"]
+        assert len(con.execute("SELECT sql FROM duckdb_views() WHERE view_name = 'raw_traces'").fetchall()[0][0]
+                   .split(".parquet")) == 3  # the two files of the version
 
     raw = figures(result, "raw_traces")
     assert (raw["files_before"], raw["files_after"]) == (10, 2)  # D1's nine files in one, D2's one
@@ -134,6 +136,6 @@ def test_the_job_and_its_stopped_weekly_schedule_are_registered():
 
     from rag_loop_dagster.definitions import defs
     assert defs.resolve_job_def("lake_maintenance_job").tags.get("rag-loop/duckdb") == "writer"
-    schedule = defs.get_schedule_def("lake_maintenance_schedule")
+    schedule = defs.resolve_schedule_def("lake_maintenance_schedule")
     assert schedule.job_name == "lake_maintenance_job" and schedule.cron_schedule == "0 3 * * 0"
     assert schedule.default_status == DefaultScheduleStatus.STOPPED

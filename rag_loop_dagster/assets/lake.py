@@ -64,8 +64,10 @@ def lake_views(con: duckdb.DuckDBPyConnection, lake: Lake, table: str) -> list[s
     views = [name for (name,) in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal "
                                              "AND schema_name = current_schema()").fetchall()
              if lake_view_uri(con, name) == lake.uri(table)]
-    for name in views:
-        columns = [c for (c, *_) in con.execute(f'DESCRIBE "{name}"').fetchall()]
+    for name in views:  # the columns from the catalog: a view whose files are gone is made again too
+        columns = [c for (c,) in con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = ? AND "
+                                             "schema_name = current_schema() ORDER BY column_index",
+                                             [name]).fetchall()]
         create_lake_views(con, lake, {name: columns})
     return views
 
