@@ -59,17 +59,15 @@ def _version_files(lake: Lake, table: str) -> tuple[int, int]:
 
 
 def lake_views(con: duckdb.DuckDBPyConnection, lake: Lake, table: str) -> list[str]:
-    """The database's views of the lake's `table` (its marker names the table), made again over
-    its current version's files with the columns they have; returns them."""
-    views = [name for (name,) in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal "
-                                             "AND schema_name = current_schema()").fetchall()
-             if lake_view_uri(con, name) == lake.uri(table)]
-    for name in views:  # the columns from the catalog: a view whose files are gone is made again too
-        columns = [c for (c,) in con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = ? AND "
-                                             "schema_name = current_schema() ORDER BY column_index",
-                                             [name]).fetchall()]
-        create_lake_views(con, lake, {name: columns})
-    return views
+    """The database's view of the lake's `table` (of its name, marked as the table's), made
+    again over its current version's files with the columns it has; returns it, or nothing."""
+    if lake_view_uri(con, table) != lake.uri(table):
+        return []
+    # the columns from the catalog: a view whose files are gone is made again too
+    columns = [c for (c,) in con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = ? AND "
+                                         "schema_name = current_schema() ORDER BY column_index", [table]).fetchall()]
+    create_lake_views(con, lake, {table: columns})
+    return [table]
 
 
 def maintain_table(lake: Lake, table: str, retention_hours: int, target_size: int | None,
@@ -107,8 +105,10 @@ def lake_tables(context: OpExecutionContext, storage: StorageResource):
 @op(ins={"table": In(str)}, out=Out(dict), description="optimize, then vacuum, one table.")
 def maintain_lake_table(context: OpExecutionContext, config: LakeMaintenanceConfig, storage: StorageResource,
                         duckdb: DuckDBResource, table: str):
-    with duckdb.get_connection() as con:
-        figures = maintain_table(storage.lake(), table, config.vacuum_retention_hours, config.target_file_size, con)
+    lake = storage.lake()
+    with duckdb.get_connection() as con:  # attached: the views of an object store's files are read to be made
+        figures = maintain_table(lake, table, config.vacuum_retention_hours, config.target_file_size,
+                                 lake.attach(con))
     context.log.info(f"{table}: {figures['files_before']} -> {figures['files_after']} files, "
                      f"{figures['removed_files']} removed")
     return Output({"table": table, **figures}, metadata={"table": table, **figures})

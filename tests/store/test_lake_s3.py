@@ -18,7 +18,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from rag_loop.store.ddl import utc_day
-from rag_loop.store.lake import Lake, files_query
+from rag_loop.store.lake import Lake, expose_lake_tables, files_query
 from tests.helpers import trace_line
 from tests.helpers.s3 import s3_server
 
@@ -155,21 +155,16 @@ def test_ingested_raw_traces_round_trip_through_the_s3_lake(s3, lake, tmp_path):
         assert con.execute("SELECT count(*) FROM lake_raw").fetchall()[0] == (13,)
 
 
-def test_files_query_reads_a_local_copy_of_the_version(s3, lake, tmp_path):
-    """files_query takes a version's file list; on s3:// DuckDB would need httpfs (not offline
-    here), so the listed objects are copied and read locally: the same rows as the dataset."""
+def test_files_query_and_views_read_the_version_on_s3(s3, lake, tmp_path):
+    """files_query over the version's s3:// file list, and a control database's marked view of
+    it, read by a connection the lake attached (its Arrow filesystem): the dataset's rows."""
     lake.write("t", pa.concat_tables([rows(D1, 3), rows(D2, 2)]), days={D1, D2})
-    client = s3.client()
-    local = []
-    for uri in lake.files("t"):
-        key = uri.removeprefix(f"s3://{s3.bucket}/")
-        path = tmp_path / key
-        path.parent.mkdir(parents=True, exist_ok=True)
-        client.download_file(s3.bucket, key, str(path))
-        local.append(str(path))
-    with duckdb.connect() as con:
-        got = sorted(con.execute(files_query(local, lake.schema("t"))).fetchall(), key=repr)
-    assert got == scan(lake, "t")
+    with duckdb.connect(str(tmp_path / "control.duckdb")) as con:
+        lake.attach(con)
+        got = sorted(con.execute(files_query(lake.files("t"), lake.schema("t"), con=con)).fetchall(), key=repr)
+        assert got == scan(lake, "t") == expected(rows(D1, 3), rows(D2, 2))
+        expose_lake_tables(con, lake, {"t": ["trace_id", "n", "day"]})
+        assert sorted(con.execute("SELECT * FROM t").fetchall(), key=repr) == got
 
 
 def test_nothing_reaches_beyond_loopback(s3):
@@ -197,6 +192,9 @@ def test_the_maintenance_job_on_an_s3_lake(s3, lake, tmp_path):
         write_deltalake(lake.uri("raw_traces"), rows(D1, 1, f"late{i}-"), mode="append",
                         storage_options=lake.options())
     lake.write("documents", pa.table({"doc_id": ["a"]}), partitioned=False)
+    database = tmp_path / "control.duckdb"
+    with duckdb.connect(str(database)) as con:  # the control database's view of raw_traces
+            expose_lake_tables(lake.attach(con), lake, {"raw_traces": ["trace_id", "n", "day"]})
     s3.client().put_object(Bucket=s3.bucket, Key=f"{lake.root.split('/', 3)[3]}/notes/readme.txt", Body=b"x")
     assert lake.tables() == ["documents", "raw_traces"]
     assert len(lake.stored_files("raw_traces")) == 4
@@ -204,10 +202,12 @@ def test_the_maintenance_job_on_an_s3_lake(s3, lake, tmp_path):
 
     result = lake_maintenance_job.execute_in_process(
         resources={"storage": DeltaLakeStorageResource(uri=lake.root, storage_options=dict(lake.storage_options)),
-                   "duckdb": DuckDBResource(database=str(tmp_path / "control.duckdb"))},
+                   "duckdb": DuckDBResource(database=str(database))},
         run_config={"ops": {"maintain_lake_table": {"config": {"vacuum_retention_hours": 0}}}})
     assert result.success
     summary = result.output_for_node("lake_maintenance_summary")
     assert (summary["files_before"], summary["files_after"], summary["removed_files"]) == (5, 2, 4)
     assert len(lake.stored_files("raw_traces")) == 1 and scan(lake, "raw_traces") == before
+    with duckdb.connect(str(database)) as con:  # the view made again over the compacted file
+        assert sorted(lake.attach(con).execute("SELECT * FROM raw_traces").fetchall(), key=repr) == before
     assert s3.keys(f"{lake.root.split('/', 3)[3]}/notes/") != []  # no Delta table: left alone
