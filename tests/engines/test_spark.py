@@ -17,7 +17,6 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pytest
 
 from rag_loop.drift.days import FreshnessSettings, RetrievalSettings, freshness_day, retrieval_day
@@ -30,8 +29,8 @@ from rag_loop.selection.estimates import estimate_rates, parse_slices
 from rag_loop.selection.sampling import SamplingPolicy, select_candidates
 from rag_loop.selection.sampling_expressions import SampleDays, novelty_sample_expression, novelty_traffic_expression
 from rag_loop.selection.signals import SignalSettings, compute_signals
-from rag_loop.store.lake import Lake, files_query
-from rag_loop.store.lake_export import export_lake, export_table
+from rag_loop.store.deployment import migrate
+from rag_loop.store.lake import Lake
 from rag_loop.store.tables import relation_kind
 from tests.engines.conftest import needs_spark
 from tests.engines.test_functions import _expression, _frame, _on_duckdb
@@ -71,7 +70,7 @@ def _on_both(spark, con: duckdb.DuckDBPyConnection, tmp_path, policy: SamplingPo
     """Each ported stage's rows as the DuckDB engine left them in `con`, and as Spark computes
     them on the lake: {stage: (on Spark, on DuckDB)}."""
     expected = {stage: con.execute(f"SELECT * FROM {stage}").df() for stage in PORTED}
-    export_lake(con, Lake.of(tmp_path / "lake"))
+    migrate(con, Lake.of(tmp_path / "lake"), "lake")  # the deployment becomes lake-backed
     engine = SparkEngine(spark, tmp_path / "lake")
     compute_signals(con, SignalSettings(), engine)
     select_candidates(con, policy, engine)
@@ -137,27 +136,17 @@ def test_a_budget_that_caps_the_random_stream_selects_the_same_rows_on_spark(spa
 def test_a_days_run_on_spark_opens_no_other_days_chunk_or_feedback_file(spark, demo_run, tmp_path):
     """Chunks and feedback carry their trace's day, the lake's partition: two days' signals on
     Spark read the files of the days they need (those and the next) and never open another's.
-    Every other day's chunk and feedback file is made unreadable (but the first, whose footer
-    gives Spark the columns), and the days' rows are still DuckDB's. The database's table, a view
-    of another lake, keeps its other days, in this lake now, and a day file this lake kept from
-    another database is gone."""
+    Every other day's chunk and feedback file is made unreadable, and the days' rows are still
+    DuckDB's."""
     con = demo_copy(demo_run, tmp_path)
     lake, days = Lake.of(tmp_path / "lake"), [date(2026, 11, 9), date(2026, 11, 10)]
-    export_lake(con, lake)
+    expected = con.execute("SELECT * FROM trace_signals").df()
+    migrate(con, lake, "lake")
     for table in ("trace_chunks", "trace_feedback"):
         for day in lake.days(table):
             if day not in (*days, date(2026, 11, 11)):
                 for path in lake.files(table, [day]):
                     Path(path).write_bytes(b"not a parquet file")
-    stale = con.sql("SELECT * FROM trace_signals LIMIT 1").to_arrow_table()  # another database's day
-    lake.write("trace_signals", stale.set_column(stale.schema.get_field_index("day"), "day",
-                                                 pa.array([date(2026, 10, 1)])))
-    expected = con.execute("SELECT * FROM trace_signals").df()
-    moved = Lake.of(tmp_path / "moved")
-    export_table(con, moved, "trace_signals")  # the table is a view of another lake now
-    con.execute("DROP TABLE trace_signals")
-    read_moved = files_query(moved.files("trace_signals"), moved.schema("trace_signals"))
-    con.execute(f"CREATE VIEW trace_signals AS {read_moved}")
     assert compute_signals(con, SignalSettings(), SparkEngine(spark, lake), days=days) == \
         expected.day.dt.date.isin(days).sum() > 500
     assert_same_rows(con.execute("SELECT * FROM trace_signals").df(), expected, "trace_id")
@@ -165,10 +154,10 @@ def test_a_days_run_on_spark_opens_no_other_days_chunk_or_feedback_file(spark, d
 
 
 def _day_by_day_on_spark(spark, con: duckdb.DuckDBPyConnection, lake, signals: pd.DataFrame) -> None:
-    """Two days again on Spark: their lake files rewritten, the same rows, and the database's
-    table a view of the lake. Then a day on DuckDB (the view's other days become the table's, the
-    lake copy is retired), a day on Spark (the table's other days go to the lake: its copy is
-    whole again), and the whole table on DuckDB over that view: the same rows every time."""
+    """Two days again on Spark: their lake files rewritten, the other days' untouched, the same
+    rows, and the database's table a view of the lake. Then a day on DuckDB, a day on Spark and
+    the whole table on DuckDB: the rows stay in the lake (the deployment's home for them), the
+    same rows every time."""
     engine, days = SparkEngine(spark, lake), [date(2026, 11, 9), date(2026, 11, 10)]
     lake = engine.lake
     files = {d: lake.files("trace_signals", [d]) for d in days}
@@ -178,8 +167,8 @@ def _day_by_day_on_spark(spark, con: duckdb.DuckDBPyConnection, lake, signals: p
     assert lake.files("trace_signals", set(lake.days("trace_signals")) - set(days)) == others
     assert relation_kind(con, "trace_signals") == "view"  # the rows stay in the lake
     assert_same_rows(con.execute("SELECT * FROM trace_signals").df(), signals, "trace_id")
-    compute_signals(con, SignalSettings(), DuckDBEngine(lake), days=days[1:])  # the view's other days kept
-    assert relation_kind(con, "trace_signals") == "table" and not lake.path("trace_signals").exists()
+    compute_signals(con, SignalSettings(), DuckDBEngine(lake), days=days[1:])
+    assert relation_kind(con, "trace_signals") == "view"
     assert_same_rows(con.execute("SELECT * FROM trace_signals").df(), signals, "trace_id")
     compute_signals(con, SignalSettings(), engine, days=days[:1])
     assert relation_kind(con, "trace_signals") == "view"
@@ -188,7 +177,8 @@ def _day_by_day_on_spark(spark, con: duckdb.DuckDBPyConnection, lake, signals: p
                              list(signals.columns))
     assert_same_rows(from_lake, signals, "trace_id")
     compute_signals(con, SignalSettings(), DuckDBEngine(lake))
-    assert relation_kind(con, "trace_signals") == "table" and not lake.path("trace_signals").exists()
+    assert relation_kind(con, "trace_signals") == "view"
+    assert lake.days("trace_signals") == sorted(set(signals.day.dt.date))
     assert_same_rows(con.execute("SELECT * FROM trace_signals").df(), signals, "trace_id")
 
 
