@@ -43,7 +43,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rag_loop.engines.raw_lake import LakeTraces, move_raw_tables_to_lake
+from rag_loop.engines.raw_lake import LakeTraces, expose_kept_tables
 from rag_loop.engines.resolve import resolve, staged, staged_file, store_set_aside, verdict
 from rag_loop.engines.spans import SPAN_TABLES, spark_assembler, store_staged_spans
 from rag_loop.ingest.language import EVERY_LANGUAGE, LanguageSettings, label_languages
@@ -99,8 +99,9 @@ def ingest_directory_on_spark(session: Any, con: duckdb.DuckDBPyConnection, dire
     """`ingest_directory(con, directory, ...)` with the files parsed, and the OTLP traces
     assembled, by Spark tasks (`session`), staged under `<lake>/.ingest/<run id>/`, with
     raw_traces and its child tables kept in the trace lake `lake` (a local one: a Lake, or
-    its folder), as Delta tables (moved there on the first run: the database's tables become
-    views of the lake's files); `memory_limit` is each
+    its folder), as Delta tables (the database's empty tables become views of the lake's
+    files on the first run; tables with rows are refused, WrongHome: `rag-loop lake migrate`
+    moves them); `memory_limit` is each
     task's DuckDB's. `workers` is accepted for `ingest_directory`'s signature: the
     parallelism is Spark's.
 
@@ -115,7 +116,7 @@ def ingest_directory_on_spark(session: Any, con: duckdb.DuckDBPyConnection, dire
     """
     lake = Lake.of(lake)
     staging = lake.path(".ingest")  # a plain local folder, not a lake table
-    move_raw_tables_to_lake(con, lake)
+    expose_kept_tables(con, lake)
     traces = LakeTraces(session, lake, staging / f"lake-{uuid.uuid4().hex}")
 
     def read_files(pool: LazyPool) -> IngestReport:

@@ -44,6 +44,7 @@ import duckdb
 import pyarrow as pa
 
 from rag_loop.store.ddl import ADDED_COLUMNS, CHILD_TABLES, KEPT_IN_LAKE, span_day, utc_day
+from rag_loop.store.deployment import require_home
 from rag_loop.store.files import quoted, write_parquet
 from rag_loop.store.lake import DAY, Lake, create_lake_views, expose_lake_tables, in_lake
 from rag_loop.store.tables import create_tables
@@ -62,13 +63,17 @@ KEPT_DAY_OF = {table: f"SELECT *, {ROW_DAY[table]} AS day FROM {table}" if table
                else f"SELECT * FROM {table}" for table in KEPT_IN_LAKE}
 
 
-def move_raw_tables_to_lake(con: duckdb.DuckDBPyConnection, lake: Lake | Path) -> None:
-    """Each kept table (KEPT_IN_LAKE) that is not yet a view of this lake (a table of the
-    database, or a view of another lake) is written to the lake as the whole content of its
-    Delta table (one commit each; the days another database left there go), and becomes a
-    view of it; the views replace the tables in one transaction."""
+def expose_kept_tables(con: duckdb.DuckDBPyConnection, lake: Lake | Path) -> None:
+    """Each kept table (KEPT_IN_LAKE) as a view of this lake's Delta table of its name. The
+    home of a table is the deployment's configuration, never a run's decision (rag_loop.store.
+    deployment): a kept table of the database with rows, or a view of another lake, is refused
+    (WrongHome: `rag-loop lake migrate` moves it), before anything is written. An empty one (a
+    new database's) becomes a view of the lake's table, written empty (one commit each; rows
+    another database left there go); the views replace the tables in one transaction."""
     lake = Lake.of(lake)
     create_tables(con)
+    for table in KEPT_IN_LAKE:
+        require_home(con, lake, table)
     columns = {}
     for table in [table for table in KEPT_IN_LAKE if not in_lake(con, lake, table)]:
         rows = con.sql(f"SELECT * FROM ({KEPT_DAY_OF[table]}) WHERE day IS NOT NULL")

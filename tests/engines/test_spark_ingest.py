@@ -19,6 +19,7 @@ import rag_loop.ingest.pipeline as pipeline
 from rag_loop.engines.ingest import ingest_directory_on_spark
 from rag_loop.ingest import IngestReport, ingest_directory
 from rag_loop.store.ddl import KEPT_IN_LAKE
+from rag_loop.store.deployment import migrate
 from rag_loop.store.lake import Lake, lake_view_uri
 from tests.engines.conftest import needs_spark
 from tests.helpers import DEMO, trace_line
@@ -167,6 +168,7 @@ def test_a_failure_while_storing_leaves_the_database_as_it_was(session, tmp_path
     with duckdb.connect() as sequential, duckdb.connect() as on_spark:
         for con in (sequential, on_spark):
             ingest_directory(con, directory, now=NOW)
+        migrate(on_spark, Lake.of(lake), "lake")  # the deployment becomes lake-backed
         before = tables(on_spark)
         small_folder(directory, "b", "c")
         # changed: its stored copy of "shared" (line 2) is now on line 1 too, before it

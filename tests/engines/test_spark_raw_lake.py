@@ -3,9 +3,9 @@ OTLP trace assembled again is removed from the file that held it and added anew;
 spans on two days, or a late span on another day than the others, are all found for its
 assembly, the spans stored before are not written again and the run's own are not read back;
 a failure while writing the lake's files leaves the database and the lake (its tables'
-versions) as they were; DuckDB ingestion after Spark's takes the traces back into the database,
-and Spark's after it moves them to the lake again, with the same rows as DuckDB alone; the
-traffic fingerprints are the current versions' day files'."""
+versions) as they were; DuckDB ingestion after Spark's refuses the lake's tables, and Spark's
+the database's, until `migrate` moves them, with the same rows as DuckDB alone; the traffic
+fingerprints are the current versions' day files'."""
 
 import os
 import shutil
@@ -21,6 +21,7 @@ from rag_loop.engines.ingest import ingest_directory_on_spark
 from rag_loop.ingest import ingest_directory
 from rag_loop.selection.signals import SignalSettings, compute_signals
 from rag_loop.store.ddl import KEPT_IN_LAKE
+from rag_loop.store.deployment import WrongHome, migrate
 from rag_loop.store.lake import Lake, create_lake_views, lake_view_uri
 from rag_loop.store.tables import create_tables, relation_kind
 from tests.engines.conftest import needs_spark
@@ -143,7 +144,10 @@ def test_duckdb_and_spark_ingestion_take_turns_on_one_database(session, tmp_path
         small_folder(directory, "b")
         (directory / "late.jsonl").write_text(trace_line("late", timestamp="2026-11-20T10:00:00Z") + "\n")
         ingest_directory(sequential, directory, now=NOW)
-        ingest_directory(turns, directory, now=NOW)  # the lake's traces back into the database
+        with pytest.raises(WrongHome, match="migrate --to embedded"):
+            ingest_directory(turns, directory, now=NOW)  # a run never moves a table home
+        migrate(turns, Lake.of(lake), "embedded")  # the lake's traces back into the database
+        ingest_directory(turns, directory, now=NOW)
         assert {relation_kind(turns, table) for table in KEPT_IN_LAKE} == {"table"}
         create_tables(turns)
         assert tables(turns) == tables(sequential)
@@ -151,6 +155,10 @@ def test_duckdb_and_spark_ingestion_take_turns_on_one_database(session, tmp_path
         small_folder(directory, "c")
         crashed = lake / "raw_traces" / f"day={min(Lake.of(lake).days('raw_traces'))}" / "part-crashed.parquet"
         crashed.write_bytes(b"half a file")  # what a run killed while writing leaves: no version lists it
+        with pytest.raises(WrongHome, match="migrate --to lake"):
+            ingest_directory_on_spark(session, turns, directory, lake, now=NOW)
+        assert {relation_kind(turns, table) for table in KEPT_IN_LAKE} == {"table"}  # refused before any change
+        migrate(turns, Lake.of(lake), "lake")
         on_both(session, (sequential, turns), directory, lake)  # and into the lake again
         assert str(crashed) not in Lake.of(lake).files("raw_traces")
         create_tables(turns)  # a stage's: the views are left as they are
@@ -158,7 +166,7 @@ def test_duckdb_and_spark_ingestion_take_turns_on_one_database(session, tmp_path
         assert tables(turns) == tables(sequential)
         now = traffic_fingerprints(turns)
         changed = {day for day in now if now[day] != fingerprints.get(day)}
-        assert changed == set(now)  # every day was moved (rewritten) once: a new fingerprint each
+        assert changed == set(now)  # every day was migrated (rewritten) once: a new fingerprint each
         small_folder(directory, "d")  # a trace of 1 November, and "shared" again
         on_both(session, (sequential, turns), directory, lake)
         again = traffic_fingerprints(turns)
