@@ -9,7 +9,8 @@ curve, beside a bare DuckDB scan as the reference.
 1. Engine comparison on a world of N traces (bench/selection.py's `build_database`: ~72,000
    traces a day, 1M traces cover 14 days): times the bare reference in the same process (a
    `count(*), sum(length(original_query))` scan of raw_traces and a `COPY raw_traces TO` Parquet),
-   `export_lake`, then each ported stage on DuckDB (engine None, the default) and on Spark
+   each ported stage on DuckDB (engine None, the default), `rag-loop lake migrate --to lake`,
+   each stage on DuckDB again over the lake (its tables Delta tables), and on Spark
    (`spark_session`, local[2] as the engine resource builds it; the session start is timed
    apart, each stage is run twice: the first run is what a Dagster run with a new session pays,
    the rerun is the warm figure). Checks that both engines give the same row counts. The Spark
@@ -51,7 +52,6 @@ from rag_loop.drift.days import FreshnessSettings, QueryMixSettings, RetrievalSe
 from rag_loop.drift.figures import freshness_figures, mix_counts, retrieval_figures
 from rag_loop.engines.engine import DuckDBEngine
 from rag_loop.engines.incremental import table_fingerprints
-from rag_loop.engines.lake import DAY_OF, export_lake
 from rag_loop.online.quality import OnlineQualitySettings
 from rag_loop.selection.estimate_expressions import DaySlices, population_expression
 from rag_loop.selection.estimates import DEFAULT_SLICES, estimate_inputs, estimate_rates, update_estimates
@@ -59,6 +59,8 @@ from rag_loop.selection.novelty import NoveltySettings
 from rag_loop.selection.sampling import SamplingPolicy, candidate_inputs, select_candidates
 from rag_loop.selection.sampling_expressions import SampleDays, novelty_sample_expression, novelty_traffic_expression
 from rag_loop.selection.signals import SignalSettings, compute_signals, signal_counts, signal_inputs
+from rag_loop.store.deployment import TRACE_SIZED, migrate
+from rag_loop.store.lake import Lake
 
 
 @dataclass(frozen=True)
@@ -288,7 +290,7 @@ def compare(args: argparse.Namespace, stages: list[Stage]) -> dict:
     folder = args.workdir / "compare"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    lake = folder / "lake"
+    lake = Lake.of(folder / "lake")
     out: dict[str, Any] = {"stages": {s.name: {} for s in stages}, "errors": []}
     con = _quiet(duckdb.connect(str(folder / "world.duckdb")))
     start = time.perf_counter()
@@ -303,13 +305,6 @@ def compare(args: argparse.Namespace, stages: list[Stage]) -> dict:
     print(f"bare DuckDB scan (count, sum(length(original_query))): {out['scan']:.3f} s (reference)")
     print(f"bare DuckDB COPY raw_traces TO parquet: {out['copy']:.3f} s (reference, the 'copy' ratios below)")
 
-    start = time.perf_counter()
-    written = export_lake(con, lake)
-    out["export"] = time.perf_counter() - start
-    print(f"export_lake: {out['export']:.2f} s ({written['days_written']} days x {len(DAY_OF)} tables + documents, "
-          f"{sum(f.stat().st_size for f in lake.rglob('*.parquet')) / 2**20:.0f} MB), "
-          f"{out['export'] / out['copy']:.2f}x copy")
-
     for stage in stages:
         start = time.perf_counter()
         stage.run(con)
@@ -317,6 +312,19 @@ def compare(args: argparse.Namespace, stages: list[Stage]) -> dict:
         out["stages"][stage.name]["duckdb_rows"] = _rows(con, stage.table)
     signals = "trace_signals" in out["stages"]
     out["duckdb_signal_counts"] = signal_counts(con) if signals else None
+
+    start = time.perf_counter()
+    moved = migrate(con, lake, "lake")  # the deployment becomes lake-backed: the Spark engine's
+    out["export"] = time.perf_counter() - start
+    print(f"rag-loop lake migrate --to lake: {out['export']:.2f} s ({len(moved)} of {len(TRACE_SIZED)} tables, "
+          f"{sum(f.stat().st_size for f in lake.path().rglob('*.parquet')) / 2**20:.0f} MB), "
+          f"{out['export'] / out['copy']:.2f}x copy")
+    for stage in stages:  # DuckDB again, the stages' tables in the lake now
+        start = time.perf_counter()
+        stage.run(con, DuckDBEngine(lake))
+        out["stages"][stage.name]["duckdb_lake"] = time.perf_counter() - start
+        print(f"  {stage.name} on DuckDB over the lake: {out['stages'][stage.name]['duckdb_lake']:.2f} s "
+              f"({out['stages'][stage.name]['duckdb_lake'] / out['stages'][stage.name]['duckdb']:.2f}x embedded)")
 
     if not args.skip_spark:
         from rag_loop.engines.engine import SparkEngine, spark_session
@@ -438,7 +446,7 @@ def summary(args: argparse.Namespace, stages: list[Stage], compared: dict, curve
                   "left out of the comparison and the scaling curve")
     if compared:
         print(f"world {args.traces:,} traces / {compared['days']} days: build {compared['build']:.1f} s, "
-              f"export_lake {compared['export']:.2f} s; reference: scan {compared['scan']:.3f} s, "
+              f"migrate {compared['export']:.2f} s; reference: scan {compared['scan']:.3f} s, "
               f"COPY {compared['copy']:.2f} s")
         for table, t in compared["stages"].items():
             line = f"  {table}: DuckDB {t['duckdb']:.2f} s ({t['duckdb'] / compared['copy']:.1f}x copy)"
