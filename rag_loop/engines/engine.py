@@ -336,14 +336,6 @@ def _rows_of_days(con: duckdb.DuckDBPyConnection, name: str, days: Collection[da
                        {"days": sorted(days)}).fetchall()[0][0]
 
 
-def spark_columns(con: duckdb.DuckDBPyConnection, relation: str) -> Any:
-    """The Spark schema of the database relation `relation` (SQL: a quoted, maybe qualified,
-    name) but `day`, which Spark takes from the day folders. pyspark is imported here only."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-    listed = ", ".join(f'"{c}"' for c, *_ in con.execute(f"DESCRIBE {relation}").fetchall() if c != DAY)
-    return from_arrow_schema(con.sql(f"SELECT {listed} FROM {relation} LIMIT 0").arrow().read_all().schema)
-
-
 def _as_declared(frame, schema):
     """The Spark frame with its integers as wide as the expression declares (Spark's `size` is
     an INT where Ibis, and DuckDB, say BIGINT), so the lake's files carry the declared types."""
