@@ -46,7 +46,7 @@ import pyarrow as pa
 from rag_loop.store.ddl import ADDED_COLUMNS, CHILD_TABLES, KEPT_IN_LAKE, span_day, utc_day
 from rag_loop.store.deployment import require_home
 from rag_loop.store.files import quoted, write_parquet
-from rag_loop.store.lake import DAY, Lake, create_lake_views, expose_lake_tables, in_lake
+from rag_loop.store.lake import DAY, Lake, create_lake_views, delta_types, expose_lake_tables, in_lake
 from rag_loop.store.tables import create_tables
 
 PART = "part-0.parquet"  # a staging folder's one file
@@ -128,7 +128,7 @@ class LakeTraces:
             for column in ADDED_COLUMNS.get(table, ()):  # a lake from before a column: its files lack it
                 for name in (table, _before(table)):
                     con.execute(f'ALTER TABLE temp.main."{name}" ADD COLUMN IF NOT EXISTS {column}')
-            schema = _delta_types(con.sql(f'SELECT * FROM temp.main."{table}" LIMIT 0').to_arrow_table().schema)
+            schema = delta_types(con.sql(f'SELECT * FROM temp.main."{table}" LIMIT 0').to_arrow_table().schema)
             self.schemas[table] = schema if DAY in schema.names else schema.append(pa.field(DAY, pa.date32()))
             self.lake.commit_files(table, [], [], self.schemas[table])  # no commit if nothing is missing
         con.execute("CREATE OR REPLACE TEMP TABLE _lake_loaded (trace_id VARCHAR, children BOOLEAN)")
@@ -372,20 +372,6 @@ def write_lake_file(con: duckdb.DuckDBPyConnection, query: str, target: Path, wr
     written.append(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     con.execute(f"COPY ({query}) TO {quoted(target)} (FORMAT parquet)", parameters or [])
-
-
-def _delta_types(schema: pa.Schema) -> pa.Schema:
-    """The schema with DuckDB's time zone name of a TIMESTAMPTZ (`Etc/UTC`) as Delta takes it
-    (`UTC`): delta-rs refuses a schema with the former."""
-    def fixed(kind: pa.DataType) -> pa.DataType:
-        if pa.types.is_timestamp(kind) and kind.tz is not None:
-            return pa.timestamp(kind.unit, "UTC")
-        if pa.types.is_list(kind):
-            return pa.list_(kind.value_field.with_type(fixed(kind.value_type)))
-        if pa.types.is_struct(kind):
-            return pa.struct([f.with_type(fixed(f.type)) for f in kind])
-        return kind
-    return pa.schema([f.with_type(fixed(f.type)) for f in schema], metadata=schema.metadata)
 
 
 def _new_name() -> str:

@@ -246,15 +246,29 @@ def _day_of(relative: str) -> str | None:
 
 def _day_last(schema: pa.Schema) -> pa.Schema:
     """The schema with `day` (a date) last, as Delta keeps a partition column."""
-    fields = [f for f in schema if f.name != DAY]
+    fields = [f for f in delta_types(schema) if f.name != DAY]
     return pa.schema([*fields, pa.field(DAY, pa.date32())])
+
+
+def delta_types(schema: pa.Schema) -> pa.Schema:
+    """The schema with DuckDB's time zone name of a TIMESTAMPTZ (`Etc/UTC`) as Delta takes it
+    (`UTC`): delta-rs refuses a schema with the former."""
+    def fixed(kind: pa.DataType) -> pa.DataType:
+        if pa.types.is_timestamp(kind) and kind.tz is not None:
+            return pa.timestamp(kind.unit, "UTC")
+        if pa.types.is_list(kind):
+            return pa.list_(kind.value_field.with_type(fixed(kind.value_type)))
+        if pa.types.is_struct(kind):
+            return pa.struct([f.with_type(fixed(f.type)) for f in kind])
+        return kind
+    return pa.schema([f.with_type(fixed(f.type)) for f in schema], metadata=schema.metadata)
 
 
 def _evolve(delta: DeltaTable, schema: pa.Schema) -> None:
     """Columns of `schema` the table lacks added to it (nullable), in one commit."""
     from deltalake import Field
     present = {f.name for f in pa.schema(delta.schema().to_arrow())}
-    missing = [f for f in schema if f.name not in present]
+    missing = [f for f in delta_types(schema) if f.name not in present]
     if missing:
         delta.alter.add_columns([Field.from_arrow(f.with_nullable(True)) for f in missing])
 
@@ -265,9 +279,9 @@ def files_query(files: Sequence[str], schema: pa.Schema, columns: Sequence[str] 
     names) with `columns` (default the schema's), each NULL where a file lacks it; no file: the
     columns and no rows. `con`: a connection that reads the files (an object store's: `attach`)."""
     listed = columns or schema.names
-    types = {f.name: f.type for f in schema}
     if not files:
-        return "SELECT " + ", ".join(f'NULL::{_duckdb_type(types[c])} AS "{c}"' for c in listed) + " LIMIT 0"
+        types = _duckdb_types(schema)
+        return "SELECT " + ", ".join(f'NULL::{types[c]} AS "{c}"' for c in listed) + " LIMIT 0"
     body = (f"read_parquet([{', '.join(quoted(f) for f in files)}], hive_partitioning = true, "
             f"hive_types = {{'{DAY}': DATE}}, union_by_name = true)")
     reader = con or duckdb.connect()
@@ -276,16 +290,17 @@ def files_query(files: Sequence[str], schema: pa.Schema, columns: Sequence[str] 
     finally:
         if con is None:
             reader.close()
-    return "SELECT " + ", ".join(f'"{c}"' if c in present else f'NULL::{_duckdb_type(types[c])} AS "{c}"'
+    types = _duckdb_types(schema) if set(listed) - present else {}
+    return "SELECT " + ", ".join(f'"{c}"' if c in present else f'NULL::{types[c]} AS "{c}"'
                                  for c in listed) + f" FROM {body}"
 
 
-def _duckdb_type(arrow_type: pa.DataType) -> str:
-    """The DuckDB type of an Arrow type."""
+def _duckdb_types(schema: pa.Schema) -> dict[str, str]:
+    """The DuckDB type of each column of an Arrow schema (one connection for all)."""
     con = duckdb.connect()
     try:
-        con.register("empty", pa.table({"c": pa.array([], arrow_type)}))
-        return con.execute("DESCRIBE SELECT c FROM empty").fetchall()[0][1]
+        con.register("empty", schema.empty_table())
+        return {name: kind for name, kind, *_ in con.execute("DESCRIBE SELECT * FROM empty").fetchall()}
     finally:
         con.close()
 

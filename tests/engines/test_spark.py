@@ -256,9 +256,9 @@ def test_the_spark_resource_on_a_spark_connect_url_stores_what_duckdb_does_and_a
     lake = (tmp_path / "lake").resolve()
     assert outcome["stored_in"] == {name: f"trace lake: {lake / name} (a Delta table; the control database holds a "
                                           "view of its files)" for name in ("raw_traces", *PORTED)}
-    assert {Path(f).parts[0] for f in outcome["files"] if not Path(f).name.startswith("_")} == {
-        "documents", "failure_candidates", "otlp_spans", "otlp_traces", "raw_traces", "trace_chunks", "trace_spans",
-        "trace_signals"}  # no feedback in the OTLP fixtures: trace_feedback has no day file
+    assert {Path(f).parts[0] for f in outcome["files"]} == {
+        "failure_candidates", "otlp_spans", "otlp_traces", "raw_traces", "trace_chunks", "trace_spans",
+        "trace_signals"}  # no feedback in the OTLP fixtures, no knowledge base: those tables have no file
     pd.testing.assert_frame_equal(pd.read_parquet(f"{database}.retrieval.parquet"), expected.pop("retrieval"),
                                   check_exact=False, rtol=0, atol=1e-12)
     with duckdb.connect(str(database)) as con:

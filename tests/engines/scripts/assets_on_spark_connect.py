@@ -30,7 +30,10 @@ resources = {"duckdb": DuckDBResource(database=database), "engine": SparkEngineR
 
 
 def lake_files() -> list[str]:
-    return sorted(str(p.relative_to(lake)) for p in Path(lake).rglob("*.parquet"))
+    """The day folders the lake tables' current versions have files in (a run again commits
+    new files of the same days; the old ones stay on disk until a vacuum)."""
+    at = storage.lake()
+    return sorted({str(Path(f).parent.relative_to(lake)) for table in at.tables() for f in at.files(table)})
 
 
 instance = DagsterInstance.ephemeral()
