@@ -29,7 +29,7 @@ def test_the_loop_runs_on_own_traces_and_evaluates_an_http_service_without_the_d
     shutil.copytree(PROJECT / "tests" / "fixtures" / "langfuse" / "otlp", traces / "langfuse")  # SDK spans
     service = RagService()
     try:
-        env = {**os.environ, "RAG_LOOP_HOME": str(tmp_path / "home"),  # the lake and anything else unnamed
+        env = {**os.environ, "RAG_LOOP_HOME": str(tmp_path / "home"),  # anything unnamed
                "RAG_LOOP_TRACES_DIR": str(traces),
                "RAG_LOOP_KB_DIR": "", "RAG_LOOP_DB": str(tmp_path / "own.duckdb"),
                "RAG_LOOP_CURATION_DIR": str(tmp_path / "curation"),
@@ -46,7 +46,7 @@ def test_the_loop_runs_on_own_traces_and_evaluates_an_http_service_without_the_d
     outcome = json.loads(done.stdout.strip().splitlines()[-1])
     assert outcome == {"loop": True, "release": True, "labels": 6, "demo_imported": []}
     assert (tmp_path / "dagster" / "dagster.yaml").exists()  # the runs are recorded for the UI
-    assert (tmp_path / "home" / "lake" / "raw_traces").is_dir()  # in the deployment's home, not the project's
+    assert not (tmp_path / "home" / "lake").exists()  # an embedded deployment: every table in own.duckdb
     asked = [r["body"]["query"] for r in service.requests]
     assert len(asked) == 6 and all(r["path"] == "/ok" for r in service.requests)
     with duckdb.connect(str(tmp_path / "own.duckdb"), read_only=True) as con:
