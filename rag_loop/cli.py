@@ -250,10 +250,13 @@ def calibrate(file: Path, kind: str, base_url: str, model: str, api_key_env: str
 @main.command()
 @_db_option("The rag-loop database, read-only.")
 @click.option("--next-steps", is_flag=True, help="Then print what to do next (label, release, evaluate).")
-def summary(db: str, next_steps: bool) -> None:
+@click.option("--lake", "uri", envvar="RAG_LOOP_LAKE", show_envvar=True, default=None,
+              help="A lake-backed deployment's lake (its views read the lake's files).")
+def summary(db: str, next_steps: bool, uri: str | None) -> None:
     """Print what the pipeline stored: tables, selection, clusters, releases, evals, drift."""
     from rag_loop.reporting.summary import print_summary
-    print_summary(db, next_steps)
+    from rag_loop.store.lake import Lake
+    print_summary(db, next_steps, lake=Lake.of(uri) if uri else None)
 
 
 def release_text(ctx: click.Context, param: click.Parameter, value: str) -> str:

@@ -14,6 +14,7 @@ from rag_loop.ingest.pipeline import (
     quarantined_records,
     trace_table_summary,
 )
+from rag_loop.store.lake import Lake
 
 
 def _print_coverage(con: duckdb.DuckDBPyConnection) -> None:
@@ -29,11 +30,15 @@ def _print_coverage(con: duckdb.DuckDBPyConnection) -> None:
                      GROUP BY 1 ORDER BY 3 DESC, 1 LIMIT 5""").df().to_string(index=False))
 
 
-def print_summary(path: str, next_steps: bool = False, where: Home | None = None) -> None:
+def print_summary(path: str, next_steps: bool = False, where: Home | None = None,
+                  lake: Lake | None = None) -> None:
     """Every table's row count, quarantine reasons and rate (against the check's limits),
-    selection, clusters, releases, evals, drift; then the next steps as commands to paste."""
+    selection, clusters, releases, evals, drift; then the next steps as commands to paste.
+    `lake`: a lake-backed deployment's, whose views read its files."""
     where = where or home()
     with duckdb.connect(path, read_only=True) as con:
+        if lake is not None:
+            lake.attach(con)
         tables = [t for (t,) in con.execute("SELECT table_name FROM information_schema.tables "
                                             "WHERE table_schema = 'main' ORDER BY 1").fetchall()]
         print(f"rag-loop database: {path}")

@@ -57,8 +57,8 @@ def test_a_lake_backed_deployment_on_s3_migrates_runs_a_stage_and_vacuums(tmp_pa
     """On a local S3-compatible server (moto, loopback only): traces ingested into the DuckDB
     file, `rag-loop lake migrate --to lake` onto s3:// (delta-rs and DuckDB's reader take the
     endpoint and keys from the AWS_* environment), trace_signals materialized by Dagster on the
-    DuckDB engine into the s3 lake, read back through a fresh connection of the resource, a
-    vacuum, and the way back. Ingestion straight into a lake is Spark's, which cannot reach
+    DuckDB engine into the s3 lake, read back through a fresh connection of the resource and by
+    `rag-loop summary`, a vacuum, and the way back. Ingestion straight into a lake is Spark's, which cannot reach
     object storage here (its S3 jars come from Maven): not part of this test."""
     from dagster import materialize
 
@@ -102,6 +102,10 @@ def test_a_lake_backed_deployment_on_s3_migrates_runs_a_stage_and_vacuums(tmp_pa
             assert _snapshot(con) | {"trace_signals": []} == before | {"trace_signals": []}
         assert materialize([trace_signals], resources=resources).success  # again: a new version, same rows
         assert lake.vacuum("trace_signals", retention_hours=0)  # the first version's files go
+        summary = CliRunner().invoke(main, ["summary", "--db", str(database)], env={"RAG_LOOP_LAKE": uri})
+        assert summary.exit_code == 0, summary.output
+        assert "raw_traces                9 rows" in summary.output and "trace_signals             9 rows" \
+            in summary.output
         back = CliRunner().invoke(main, ["lake", "migrate", "--to", "embedded", "--lake", uri, "--db", str(database)])
         assert back.exit_code == 0, back.output
     with duckdb.connect(str(database)) as con:
