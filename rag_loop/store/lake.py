@@ -34,6 +34,7 @@ from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
 from rag_loop.store.files import quoted
+from rag_loop.store.tables import relation_kind, transaction
 
 DAY = "day"
 LAKE_VIEW = "rag-loop lake: "  # the comment on a database view of a lake table's files
@@ -188,9 +189,9 @@ class Lake:
         folder = self.path(table)
         actions: list[AddAction | RemoveAction] = [_add_action(folder, path) for path in added]
         now = int(time.time() * 1000)
-        sizes = dict(zip(*(_added(self.delta(table)).get(c, []) for c in ("path", "size_bytes")), strict=True))
-        actions += [RemoveAction(path, True, now, sizes.get(path), {DAY: _day_of(path)}) for path in removed]
         delta = self.delta(table)
+        sizes = dict(zip(*(_added(delta).get(c, []) for c in ("path", "size_bytes")), strict=True))
+        actions += [RemoveAction(path, True, now, sizes.get(path), {DAY: _day_of(path)}) for path in removed]
         if delta is None:
             create_table_with_add_actions(self.uri(table), Schema.from_arrow(_day_last(schema)),
                                           [a for a in actions if isinstance(a, AddAction)],
@@ -324,7 +325,6 @@ def create_lake_views(con: duckdb.DuckDBPyConnection, lake: Lake, columns: Mappi
 def expose_lake_tables(con: duckdb.DuckDBPyConnection, lake: Lake, columns: Mapping[str, Sequence[str]]) -> None:
     """The database's table of each name (if any) replaced by the marked view of the lake's
     table of that name (name: its columns), all in one transaction."""
-    from rag_loop.store.tables import relation_kind, transaction
     with transaction(con):
         for name in columns:
             if relation_kind(con, name) == "table":

@@ -27,7 +27,6 @@ DAY_OF = {
     "trace_feedback": "SELECT * FROM trace_feedback",
 }
 WHOLE = ("documents",)  # small tables, unpartitioned
-LAKE_TABLES = (*DAY_OF, *WHOLE)  # what trace_lake exports; the Spark engine adds its stages' tables
 
 
 def export_lake(con: duckdb.DuckDBPyConnection, lake: Lake, days: Iterable[date] | None = None) -> dict[str, int]:
@@ -42,7 +41,7 @@ def export_lake(con: duckdb.DuckDBPyConnection, lake: Lake, days: Iterable[date]
     current = {day: rest for day, *rest in con.execute(fingerprint.format(DAY_OF["raw_traces"])).fetchall()}
     schema = lake.schema("raw_traces")
     stored = {} if schema is None else {day: rest for day, *rest in con.execute(fingerprint.format(
-        files_query(lake.files("raw_traces"), schema, ["day", "ingested_at"]))).fetchall()}
+        files_query(lake.files("raw_traces"), schema, ["day", "ingested_at"], con))).fetchall()}
     wanted = set(days) & set(current) if days is not None else set(current)
     changed = {day for day in wanted if stored.get(day) != current[day]}
     if schema is not None and not _columns(con, "raw_traces") <= set(schema.names):

@@ -13,8 +13,6 @@ write the lake, so a compaction never races a day's replacement (one of the two 
 fail on the conflict). The schedule (weekly, Sunday 03:00 UTC) is stopped until the user starts it.
 """
 
-import duckdb
-import pyarrow as pa
 from dagster import (
     Config,
     DefaultScheduleStatus,
@@ -32,7 +30,7 @@ from dagster import (
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
-from rag_loop.store.lake import Lake, create_lake_views, lake_view_uri
+from rag_loop.store.lake_maintenance import maintain_table
 from rag_loop_dagster.assets.resources import DUCKDB_WRITER, StorageResource
 
 LAKE_MAINTENANCE_CRON = "0 3 * * 0"
@@ -47,47 +45,6 @@ class LakeMaintenanceConfig(Config):
     target_file_size: int | None = Field(
         None, gt=0, description="Bytes a compacted file aims at; empty: the table's delta.targetFileSize, or "
                                 "delta-rs's default (100 MiB).")
-
-
-def _version_files(lake: Lake, table: str) -> tuple[int, int]:
-    """Files and bytes of the table's current version."""
-    delta = lake.delta(table)
-    if delta is None:
-        return 0, 0
-    sizes = pa.table(delta.get_add_actions()).column("size_bytes").to_pylist()
-    return len(sizes), sum(sizes)
-
-
-def lake_views(con: duckdb.DuckDBPyConnection, lake: Lake, table: str) -> list[str]:
-    """The database's view of the lake's `table` (of its name, marked as the table's), made
-    again over its current version's files with the columns it has; returns it, or nothing."""
-    if lake_view_uri(con, table) != lake.uri(table):
-        return []
-    # the columns from the catalog: a view whose files are gone is made again too
-    columns = [c for (c,) in con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = ? AND "
-                                         "schema_name = current_schema() ORDER BY column_index", [table]).fetchall()]
-    create_lake_views(con, lake, {table: columns})
-    return [table]
-
-
-def maintain_table(lake: Lake, table: str, retention_hours: int, target_size: int | None,
-                   con: duckdb.DuckDBPyConnection | None = None) -> dict[str, int]:
-    """`optimize`, the views of the table in `con`'s database made again, then `vacuum`; the
-    figures before and after."""
-    files_before, bytes_before = _version_files(lake, table)
-    stored_before = lake.stored_files(table)
-    metrics = lake.optimize(table, target_size)
-    views = lake_views(con, lake, table) if con is not None else []
-    removed = lake.vacuum(table, retention_hours)
-    files_after, bytes_after = _version_files(lake, table)
-    stored_after = lake.stored_files(table)
-    return {"files_before": files_before, "files_after": files_after,
-            "bytes_before": bytes_before, "bytes_after": bytes_after,
-            "compacted_files": int(metrics.get("numFilesRemoved", 0)),
-            "compacted_into": int(metrics.get("numFilesAdded", 0)),
-            "removed_files": len(removed), "views_made_again": len(views),
-            "stored_files_before": len(stored_before), "stored_files_after": len(stored_after),
-            "stored_bytes_before": sum(stored_before.values()), "stored_bytes_after": sum(stored_after.values())}
 
 
 @op(out=DynamicOut(str), description="The lake's Delta tables (subfolders holding a _delta_log).")

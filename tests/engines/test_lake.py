@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from rag_loop.engines.engine import DuckDBEngine
 from rag_loop.engines.incremental import table_fingerprints
 from rag_loop.selection.signals import SignalSettings, compute_signals
-from rag_loop.store import lake_export
 from rag_loop.store.ddl import utc_day
 from rag_loop.store.deployment import WrongHome, migrate
 from rag_loop.store.lake import Lake, create_lake_views, files_query, lake_view_uri
@@ -190,4 +189,3 @@ def test_a_column_added_to_a_table_rewrites_every_day_and_older_files_read_as_nu
     newer = lake.files("raw_traces", [date(2026, 11, 2)])
     assert con.execute(f"SELECT day, added_later FROM ({files_query([*older, *newer], lake.schema('raw_traces'))}) "
                        "ORDER BY day").fetchall() == [(date(2026, 11, 1), None), (date(2026, 11, 2), "new")]
-    assert lake_export.LAKE_TABLES[-1] == "documents"
