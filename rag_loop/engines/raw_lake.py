@@ -43,15 +43,13 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from rag_loop.store.ddl import ADDED_COLUMNS, CHILD_TABLES, KEPT_IN_LAKE, span_day, utc_day
-from rag_loop.store.deployment import require_home
+from rag_loop.store.ddl import ADDED_COLUMNS, CHILD_TABLES, KEPT_IN_LAKE
+from rag_loop.store.deployment import ROW_DAY, require_home
 from rag_loop.store.files import quoted, write_parquet
 from rag_loop.store.lake import DAY, Lake, create_lake_views, delta_types, expose_lake_tables, in_lake
 from rag_loop.store.tables import create_tables
 
 PART = "part-0.parquet"  # a staging folder's one file
-# the day of a row of a kept table without a `day` column (a child row carries its trace's)
-ROW_DAY = {"raw_traces": utc_day(), "otlp_spans": span_day(), "otlp_traces": utc_day("assembled_at")}
 # the temp tables of the trace ids whose rows are loaded (a child table's: `_lake_loaded WHERE children`);
 # `_lake_loaded_pending`: the pending ids whose states were looked up (load_pending)
 LOADED_BY_TABLE = {"raw_traces": "_lake_loaded", "otlp_spans": "_lake_loaded_spans",

@@ -21,7 +21,7 @@ from rag_loop.store.tables import create_tables, relation_kind, transaction
 # grow with traffic (the engine's `run` stores them)
 STAGE_TABLES = ("trace_signals", "failure_candidates")
 TRACE_SIZED = (*KEPT_IN_LAKE, *STAGE_TABLES)
-# a lake row's day, for the tables whose rows do not carry one
+# a lake row's day, for the kept tables whose rows do not carry one (a child row carries its trace's)
 ROW_DAY = {"raw_traces": utc_day(), "otlp_spans": span_day(), "otlp_traces": utc_day("assembled_at")}
 
 
