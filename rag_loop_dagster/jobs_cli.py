@@ -274,6 +274,7 @@ def serve(curation_dir: Path, reports_dir: Path, goldens_dir: Path, dagster_url:
     import uvicorn
 
     from rag_loop.workspace.app import create_app
+    from rag_loop.workspace.incidents import IncidentCommands
     from rag_loop.workspace.security import is_loopback, served_hosts
     from rag_loop.workspace.store import Workspace
     from rag_loop_dagster.releasing import WebserverRelease, release_in_own_process
@@ -288,8 +289,8 @@ def serve(curation_dir: Path, reports_dir: Path, goldens_dir: Path, dagster_url:
     click.echo(f"rag-loop workspace on {link} (queue exports in {curation_dir / 'queue'}; "
                f"answers to {', '.join(hosts)})")
     release = WebserverRelease(dagster_url) if dagster_url else release_in_own_process
-    uvicorn.run(create_app(Workspace(curation_dir, reports_dir, goldens_dir), token, release, hosts), host=host,
-                port=port, log_level="warning")
+    uvicorn.run(create_app(Workspace(curation_dir, reports_dir, goldens_dir), token, release, hosts,
+                           IncidentCommands(reports_dir, goldens_dir)), host=host, port=port, log_level="warning")
 
 
 if __name__ == "__main__":

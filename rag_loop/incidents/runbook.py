@@ -1,13 +1,18 @@
 """Opening, closing and showing an incident: the record, its facts and its postmortem file
-(`<reports>/incident-INC-NNNN.md`, rewritten whole, atomically, on every change)."""
+(`<reports>/incident-INC-NNNN.md`, rewritten whole, atomically, on every change), with a summary
+beside it (`incident-INC-NNNN.json`: the record, the impact figures, the failing traces) that the
+curators' workspace reads: it never opens the database."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import duckdb
+import pandas as pd
 
 from rag_loop.incidents.facts import Facts, gather, lineage
 from rag_loop.incidents.postmortem import render
@@ -38,6 +43,33 @@ def postmortem_path(reports_dir: Path, incident_id: str) -> Path:
     return Path(reports_dir) / f"incident-{incident_id}.md"
 
 
+def summary_path(reports_dir: Path, incident_id: str) -> Path:
+    return Path(reports_dir) / f"incident-{incident_id}.json"
+
+
+MAX_SUMMARY_TRACES = 2_000  # failing traces listed in the summary; `failing` counts them all
+
+
+def summary(incident: dict, facts: Facts, postmortem: Path) -> dict[str, Any]:
+    """What the workspace shows of an incident without the database: the record (instants as
+    ISO 8601), the impact figures and its failing traces (at most MAX_SUMMARY_TRACES) with their
+    intent and why they failed."""
+    failing = facts.traces[facts.traces["failing"]] if len(facts.traces) else facts.traces
+    return {"incident": {k: _plain(v) for k, v in incident.items()},
+            "window": facts.request.window_text(), "slices": facts.request.slices,
+            "requests": int(facts.impact.get("requests") or 0), "failing": int(len(failing)),
+            "failing_traces": [{"trace_id": str(t.trace_id), "cluster_id": _plain(t.cluster_id),
+                                "candidate": bool(t.candidate), "reasons": [str(r) for r in t.reasons]}
+                               for t in failing.head(MAX_SUMMARY_TRACES).itertuples()],
+            "postmortem": postmortem.name}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime | pd.Timestamp):
+        return pd.Timestamp(value).isoformat()
+    return None if value is None or (not isinstance(value, list | dict | str) and pd.isna(value)) else value
+
+
 def _write(con: duckdb.DuckDBPyConnection, incident_id: str, reports_dir: Path, goldens_dir: Path) -> IncidentReport:
     incident = incident_row(con, incident_id)
     facts = gather(con, request_of(incident), reports_dir, goldens_dir, incident_id)
@@ -46,7 +78,10 @@ def _write(con: duckdb.DuckDBPyConnection, incident_id: str, reports_dir: Path, 
     Path(reports_dir).mkdir(parents=True, exist_ok=True)
     write_atomically(path, text)
     con.execute("UPDATE incidents SET postmortem = ? WHERE incident_id = ?", [str(path), incident_id])
-    return IncidentReport(incident_row(con, incident_id), facts, path, text)
+    stored = incident_row(con, incident_id)
+    write_atomically(summary_path(reports_dir, incident_id),
+                     json.dumps(summary(stored, facts, path), ensure_ascii=False, default=str, indent=1))
+    return IncidentReport(stored, facts, path, text)
 
 
 def open_incident(con: duckdb.DuckDBPyConnection, request: IncidentRequest, reports_dir: Path,

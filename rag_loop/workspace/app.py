@@ -27,6 +27,17 @@ from rag_loop.schema import FailureType, Origin
 from rag_loop.store.releases import release_versions
 from rag_loop.workspace.dashboard import layers as dashboard_layers
 from rag_loop.workspace.display import PRIORITY_HELP, PRIORITY_LEGEND, language_code, recorded
+from rag_loop.workspace.incidents import (
+    INCIDENT_ID,
+    IncidentCommands,
+    IncidentForm,
+    close_errors,
+    goldens_of,
+    incident_list,
+    open_request,
+    postmortem_html,
+    read_summary,
+)
 from rag_loop.workspace.intent_map import intent_map
 from rag_loop.workspace.releases import Launched, newest_release, outcome, pending, releases
 from rag_loop.workspace.security import (
@@ -71,16 +82,20 @@ MAX_PAGE = 1_000_000  # a queue page number past this is no page anyone reached 
 REPORT_NAME = re.compile(r"[\w-][\w.-]{0,199}\.html")  # what reports are called: a name, not a path
 MAX_FORM_FIELDS = 500
 NO_RELEASE = "This workspace was started without a way to release: start it with `rag-loop serve`."
+NO_INCIDENTS = ("This workspace was started without a way to record incidents: start it with `rag-loop serve`, "
+                "or run `rag-loop incident open` / `close`.")
 
 
 def create_app(workspace: Workspace, token: str | None = None,
                release: Callable[[str, str], Launched] | None = None,
-               hosts: Sequence[str] = LOOPBACK_HOSTS) -> Starlette:
+               hosts: Sequence[str] = LOOPBACK_HOSTS, incidents: IncidentCommands | None = None) -> Starlette:
     """The app; with `token`, every request must carry it (required off loopback). `release`
     makes a golden release (`rag-loop serve` gives one from rag_loop_dagster.releasing; without
     it the page says so and releases nothing). `hosts`: the
     Host header values it answers (`served_hosts`; default: the loopback names), any other is
-    refused (400), so a rebound DNS name of another site never reaches it."""
+    refused (400), so a rebound DNS name of another site never reaches it. `incidents` opens and
+    closes incidents (`rag-loop incident` in its own process); without it the incident pages
+    show what the reports folder holds and say how to record one."""
     templates = Environment(loader=FileSystemLoader(HERE / "templates"),
                             autoescape=select_autoescape(default=True, default_for_string=True))
     templates.filters["shown"] = shown
@@ -190,6 +205,57 @@ def create_app(workspace: Workspace, token: str | None = None,
                     pending=pending(goldens, workspace.decisions()) if goldens and not newest.problem
                     else {"new": [], "changed": [], "withdrawn": []})
 
+    async def incidents_page(request: Request) -> Response:
+        if not request.state.curator:
+            return RedirectResponse("/curator", status_code=303)
+        form, errors, ran = IncidentForm(), [], None
+        if request.method == "POST":
+            sent = {k: v[0] for k, v in (await _form(request)).items() if v}
+            form = IncidentForm(sent.get("from", ""), sent.get("to", ""), sent.get("slices", ""), sent.get("title", ""))
+            wanted, errors = open_request(form, request.state.curator)
+            if wanted is not None and incidents is None:
+                errors = [NO_INCIDENTS]
+            elif wanted is not None:
+                ran = await run_in_threadpool(incidents.open, wanted, form)
+                if ran.ok and ran.incident_id:
+                    return RedirectResponse(f"/incidents/{ran.incident_id}?opened=1", status_code=303)
+        return page(request, "incidents.html", 422 if errors or (ran and not ran.ok) else 200,
+                    incidents=incident_list(workspace.reports_dir), form=form, errors=errors, ran=ran,
+                    can_record=incidents is not None, no_incidents=NO_INCIDENTS)
+
+    async def incident_page(request: Request) -> Response:
+        if not request.state.curator:
+            return RedirectResponse("/curator", status_code=303)
+        incident_id = request.path_params["incident_id"]
+        if not INCIDENT_ID.fullmatch(incident_id):
+            return page(request, "missing.html", 404, trace_id=incident_id, what="incident")
+        errors, ran, actions, chosen = [], None, "", ""
+        if read_summary(workspace.reports_dir, incident_id) is None:  # none here to show or close
+            return page(request, "missing.html", 404, trace_id=incident_id, what="incident")
+        if request.method == "POST":
+            sent = {k: v[0] for k, v in (await _form(request)).items() if v}
+            actions, chosen = sent.get("actions", ""), sent.get("release", "").strip()
+            errors = close_errors(actions, chosen, workspace.goldens_dir) or \
+                ([NO_INCIDENTS] if incidents is None else [])
+            if not errors:
+                ran = await run_in_threadpool(incidents.close, incident_id, actions, chosen or None)
+                if ran.ok:
+                    return RedirectResponse(f"/incidents/{incident_id}?closed=1", status_code=303)
+        found = read_summary(workspace.reports_dir, incident_id) or {"incident_id": incident_id}
+        failing = found.get("failing_traces") if isinstance(found.get("failing_traces"), list) else []
+        trace_ids = {str(t.get("trace_id")) for t in failing if isinstance(t, dict)}
+        queued = workspace.incident_rows(incident_id)
+        in_queue = {r["trace_id"] for r in queued}
+        return page(request, "incident.html", 422 if errors or (ran and not ran.ok) else 200,
+                    incident=found, postmortem=postmortem_html(workspace.reports_dir, incident_id),
+                    queued=queued,
+                    others=[t for t in failing if isinstance(t, dict) and t.get("trace_id") not in in_queue],
+                    goldens=goldens_of(workspace.goldens_dir, incident_id, trace_ids),
+                    releases=release_versions(workspace.goldens_dir) if workspace.goldens_dir else [],
+                    errors=errors, ran=ran, actions=actions, chosen=chosen, can_record=incidents is not None,
+                    no_incidents=NO_INCIDENTS, opened=bool(request.query_params.get("opened")),
+                    closed=bool(request.query_params.get("closed")))
+
     async def evals(request: Request) -> Response:
         return page(request, "evals.html", runs=workspace.eval_runs())
 
@@ -224,6 +290,8 @@ def create_app(workspace: Workspace, token: str | None = None,
               Route("/reports/{name}", report), Route("/intents", intents), Route("/evals", evals),
               Route("/dashboard", dashboard),
               Route("/releases", releases_page, methods=["GET", "POST"]),
+              Route("/incidents", incidents_page, methods=["GET", "POST"]),
+              Route("/incidents/{incident_id}", incident_page, methods=["GET", "POST"]),
               Route("/evals/{run_id}", compare),
               Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static")]
     return Starlette(routes=routes, middleware=[

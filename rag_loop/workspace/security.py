@@ -62,6 +62,12 @@ def shown(text: object, limit: int = SHOWN_CHARS) -> str:
     return value
 
 
+def visible_controls(text: str) -> str:
+    """`text` with its bidirectional controls made visible (`[U+202E]`), nothing else changed:
+    safe on HTML, whose tags never hold one."""
+    return _BIDI.sub(lambda m: f"[U+{ord(m.group()):04X}]", text)
+
+
 def new_token() -> str:
     return secrets.token_urlsafe(32)
 

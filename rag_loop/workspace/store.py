@@ -190,6 +190,31 @@ class Workspace:
                                 {"path": str(path), "id": trace_id}).df()
         return _decoded(frame.to_dict("records")[0]) if len(frame) else None
 
+    def incident_rows(self, incident_id: str) -> list[dict]:
+        """The queue rows standing for an incident's traces (their `incidents` names it), in queue
+        order, with each row's status."""
+        path = self.queue_file()
+        if path is None:
+            return []
+        with self._sql() as con:
+            columns = {r[0] for r in con.execute("DESCRIBE SELECT * FROM read_parquet($path)",
+                                                 {"path": str(path)}).fetchall()}
+            if "incidents" not in columns:
+                return []
+            frame = con.execute(f"SELECT {LISTED}, incidents FROM read_parquet($path) "
+                                "WHERE incidents IS NOT NULL", {"path": str(path)}).df()
+        decisions = self.decisions()
+        rows = []
+        for row in frame.to_dict("records"):
+            try:
+                owners = json.loads(row.pop("incidents"))
+            except (TypeError, ValueError):
+                continue
+            if isinstance(owners, list) and incident_id in owners:
+                decision = decisions.get(row["trace_id"])
+                rows.append(row | {"status": decision.decision if decision else "todo"})
+        return rows
+
     def choices(self) -> dict[str, list[str]]:
         """The values each queue filter can take (read again when the export changes)."""
         path = self.queue_file()
