@@ -1,12 +1,15 @@
-"""Ingestion on Spark, with the traces kept in the trace lake, against DuckDB's ingestion of the
-same files, in the same process (these machines are noisy: compare, don't time absolutely).
+"""Ingestion into a lake-backed deployment on DuckDB (`ingest_directory_into_lake`: parsed and
+deduplicated by DuckDB, appended to Delta) against the embedded path and (while it exists) the
+Spark ingestion, on the same files, in the same process (these machines are noisy: compare,
+don't time absolutely).
 
     PYTHONPATH=bench python bench/spark_ingest.py [--traces 200000] [--files 8] [--new 10000]
     PYTHONPATH=bench python bench/spark_ingest.py --otlp --traces 50000 --files 4 --new 5000
 
 Writes `--files` native files of demo-shaped traces (bench/ingest.py's), then (1) ingests them
-into a fresh DuckDB file with `ingest_directory`, and (2) on Spark `local[2]`
-(`ingest_directory_on_spark`: the traces go to the lake, the database gets views); then adds
+into a fresh DuckDB file with `ingest_directory`, (2) into a Delta lake on DuckDB, and (3) on
+Spark `local[2]` (`ingest_directory_on_spark`: the traces go to the lake, the database gets
+views; skipped with `--no-spark`, or once that module is gone); then adds
 one file of `--new` traces, of which a tenth repeat stored ids, and ingests again on both
 (the incremental run: Spark finds the stored copies of the new file's trace ids in the lake).
 Prints each run's seconds, Spark's as a multiple of DuckDB's, both database files' sizes and
@@ -28,12 +31,15 @@ from pathlib import Path
 import duckdb
 from ingest import write_otlp, write_traces
 
-from rag_loop.engines.engine import spark_session
-from rag_loop.engines.ingest import ingest_directory_on_spark
 from rag_loop.ingest import ingest_directory
+from rag_loop.ingest.lake import ingest_directory_into_lake
 from rag_loop.store.ddl import KEPT_IN_LAKE
 from rag_loop.store.lake import Lake
-from rag_loop.store.lake_export import export_lake
+
+try:
+    from rag_loop.engines.ingest import ingest_directory_on_spark
+except ImportError:  # Spark ingestion was removed: DuckDB into the lake won (bench/RESULTS.md)
+    ingest_directory_on_spark = None
 
 CHECKED = {"raw_traces": "trace_id, source_file, source_line", "trace_chunks": "trace_id, chunk_id, rank",
            "trace_duplicates": "trace_id, source_file, line_no"}
@@ -47,6 +53,7 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--new", type=int, default=10_000)
     parser.add_argument("--otlp", action="store_true", help="OTLP files of --traces traces instead")
+    parser.add_argument("--no-spark", action="store_true", help="leave Spark ingestion out")
     parser.add_argument("--workdir", type=Path, default=Path("bench/out/spark-ingest"))
     args = parser.parse_args()
     shutil.rmtree(args.workdir, ignore_errors=True)
@@ -60,11 +67,15 @@ def main() -> None:
             write_traces(traces / f"part-{n}.jsonl", per_file, seed=n)
             _renumber(traces / f"part-{n}.jsonl", n * per_file)
     checked = CHECKED_OTLP if args.otlp else CHECKED
-    session = spark_session("local[2]", {"spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "4"})
-    session.sparkContext.setLogLevel("ERROR")
+    with_spark = ingest_directory_on_spark is not None and not args.no_spark
+    if with_spark:
+        from rag_loop.engines.engine import spark_session
+        session = spark_session("local[2]", {"spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "4"})
+        session.sparkContext.setLogLevel("ERROR")
     duck = duckdb.connect(str(args.workdir / "duckdb.duckdb"))
+    into_lake = duckdb.connect(str(args.workdir / "lake.duckdb"))
     spark = duckdb.connect(str(args.workdir / "spark.duckdb"))
-    lake = args.workdir / "lake"
+    lake, spark_lake = args.workdir / "lake", args.workdir / "spark-lake"
     figures = {}
     for run in ("first", "incremental"):
         if run == "incremental" and args.otlp:
@@ -75,25 +86,30 @@ def main() -> None:
         start = time.perf_counter()
         on_duckdb = ingest_directory(duck, traces)
         figures[f"{run}_duckdb"] = time.perf_counter() - start
-        start = time.perf_counter()  # the simpler pipeline's write side: the changed days to Delta
-        export_lake(duck, Lake.of(args.workdir / "duckdb-lake"))
-        figures[f"{run}_duckdb_delta"] = figures[f"{run}_duckdb"] + time.perf_counter() - start
         start = time.perf_counter()
-        on_spark = ingest_directory_on_spark(session, spark, traces, lake)
-        figures[f"{run}_spark"] = time.perf_counter() - start
-        assert on_spark.files == on_duckdb.files, "the reports differ"
-        for table, key in checked.items():
-            query = f"SELECT {key} FROM {table} ORDER BY ALL"
-            assert duck.execute(query).fetchall() == spark.execute(query).fetchall(), f"{table} differs"
-        print(f"{run}: {on_duckdb.total()}; DuckDB {figures[f'{run}_duckdb']:.2f} s "
-              f"(then written to a Delta lake: {figures[f'{run}_duckdb_delta']:.2f} s), Spark "
-              f"{figures[f'{run}_spark']:.2f} s ({figures[f'{run}_spark'] / figures[f'{run}_duckdb']:.1f}x)")
-    for con in (duck, spark):
+        in_lake = ingest_directory_into_lake(into_lake, traces, lake)
+        figures[f"{run}_lake"] = time.perf_counter() - start
+        compared = [(in_lake, into_lake)]
+        line = (f"{run}: {on_duckdb.total()}; DuckDB {figures[f'{run}_duckdb']:.2f} s, DuckDB into the lake "
+                f"{figures[f'{run}_lake']:.2f} s")
+        if with_spark:
+            start = time.perf_counter()
+            compared.append((ingest_directory_on_spark(session, spark, traces, spark_lake), spark))
+            figures[f"{run}_spark"] = time.perf_counter() - start
+            line += (f", Spark {figures[f'{run}_spark']:.2f} s "
+                     f"({figures[f'{run}_spark'] / figures[f'{run}_lake']:.1f}x DuckDB into the lake)")
+        for report, con in compared:
+            assert report.files == on_duckdb.files, "the reports differ"
+            for table, key in checked.items():
+                query = f"SELECT {key} FROM {table} ORDER BY ALL"
+                assert duck.execute(query).fetchall() == con.execute(query).fetchall(), f"{table} differs"
+        print(line, flush=True)
+    for con in (duck, into_lake, spark):
         con.execute("CHECKPOINT")
-    sizes = {name: (args.workdir / f"{name}.duckdb").stat().st_size / 1e6 for name in ("duckdb", "spark")}
-    sizes["lake"] = sum(os.stat(f).st_size for t in KEPT_IN_LAKE for f in Lake.of(lake).files(t)) / 1e6
-    print(f"database files: DuckDB's {sizes['duckdb']:.1f} MB, Spark's {sizes['spark']:.1f} MB "
-          f"(the traces are in the lake: {sizes['lake']:.1f} MB of Parquet)")
+    sizes = {name: (args.workdir / f"{name}.duckdb").stat().st_size / 1e6 for name in ("duckdb", "lake")}
+    sizes["lake_files"] = sum(os.stat(f).st_size for t in KEPT_IN_LAKE for f in Lake.of(lake).files(t)) / 1e6
+    print(f"database files: embedded {sizes['duckdb']:.1f} MB, lake-backed {sizes['lake']:.1f} MB "
+          f"(the traces are in the lake: {sizes['lake_files']:.1f} MB of Parquet)")
     print(json.dumps({**{k: round(v, 2) for k, v in figures.items()},
                       **{f"{k}_mb": round(v, 1) for k, v in sizes.items()}}))
 

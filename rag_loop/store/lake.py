@@ -41,6 +41,16 @@ LAKE_VIEW = "rag-loop lake: "  # the comment on a database view of a lake table'
 
 
 @dataclass(frozen=True)
+class LakeFile:
+    """A data file written in a table's folder and not committed yet (no version lists it):
+    its path there (`day=YYYY-MM-DD/<name>`), its size and its rows."""
+
+    relative: str
+    size: int
+    rows: int
+
+
+@dataclass(frozen=True)
 class Lake:
     """Where the lake's tables live: a local folder or an object store URI, and delta-rs's
     storage options for it (credentials, endpoint, region)."""
@@ -181,13 +191,33 @@ class Lake:
                         partition_by=[DAY] if partitioned else None, schema_mode="merge",
                         storage_options=self.options())
 
-    def commit_files(self, table: str, added: Sequence[Path], removed: Sequence[str], schema: pa.Schema) -> None:
-        """Parquet files written in the (local) table's folder, under `day=` folders, added to
-        it and the files `removed` (their paths as the table lists them) taken out of it, in
-        one commit; `schema` (with `day`) is the table's after it, so a column the files add
-        joins it first (older files read NULL there)."""
-        folder = self.path(table)
-        actions: list[AddAction | RemoveAction] = [_add_action(folder, path) for path in added]
+    def write_file(self, table: str, rows: pa.Table, day: date, name: str | None = None) -> LakeFile:
+        """`rows` (without `day`) as a new Parquet file of the table's `day` folder (named `name`,
+        default a fresh one), through the lake's Arrow filesystem (an object store's too), for
+        `commit_files`: no reader sees it until then."""
+        system, base = self.filesystem()
+        relative = f"{DAY}={day.isoformat()}/{name or new_file_name()}"
+        system.create_dir(f"{base}/{table}/{DAY}={day.isoformat()}", recursive=True)
+        pq.write_table(rows.cast(delta_types(rows.schema)), f"{base}/{table}/{relative}", filesystem=system)
+        return LakeFile(relative, system.get_file_info(f"{base}/{table}/{relative}").size, rows.num_rows)
+
+    def discard(self, table: str, files: Iterable[LakeFile]) -> None:
+        """Files `write_file` wrote that will not be committed, deleted (no version lists them)."""
+        system, base = self.filesystem()
+        for file in files:
+            try:
+                system.delete_file(f"{base}/{table}/{file.relative}")
+            except FileNotFoundError:
+                pass
+
+    def commit_files(self, table: str, added: Sequence[Path | LakeFile], removed: Sequence[str],
+                     schema: pa.Schema) -> None:
+        """Parquet files written in the table's folder, under `day=` folders (`write_file`'s, or
+        a local table's paths), added to it and the files `removed` (their paths as the table
+        lists them) taken out of it, in one commit; `schema` (with `day`) is the table's after
+        it, so a column the files add joins it first (older files read NULL there)."""
+        actions: list[AddAction | RemoveAction] = [
+            _add_action(self.path(table), file) if isinstance(file, Path) else _file_action(file) for file in added]
         now = int(time.time() * 1000)
         delta = self.delta(table)
         sizes = dict(zip(*(_added(delta).get(c, []) for c in ("path", "size_bytes")), strict=True))
@@ -228,6 +258,10 @@ class Lake:
         return self.path(f".staging/{uuid.uuid4().hex}")
 
 
+def new_file_name() -> str:
+    return f"part-{uuid.uuid4().hex}.parquet"
+
+
 def _added(delta: DeltaTable | None) -> dict[str, list]:
     """The current version's add actions, column by column."""
     return {} if delta is None else pa.table(delta.get_add_actions(flatten=True)).to_pydict()
@@ -238,6 +272,11 @@ def _add_action(folder: Path, path: Path) -> AddAction:
     rows = pq.ParquetFile(path).metadata.num_rows
     return AddAction(relative, path.stat().st_size, {DAY: _day_of(relative)}, int(path.stat().st_mtime * 1000),
                      True, json.dumps({"numRecords": rows}))
+
+
+def _file_action(file: LakeFile) -> AddAction:
+    return AddAction(file.relative, file.size, {DAY: _day_of(file.relative)}, int(time.time() * 1000),
+                     True, json.dumps({"numRecords": file.rows}))
 
 
 def _day_of(relative: str) -> str | None:

@@ -19,6 +19,7 @@ from rag_loop.store.deployment import WrongHome, migrate
 from rag_loop.store.lake import Lake, create_lake_views, files_query, lake_view_uri
 from rag_loop.store.lake_export import DAY_OF, export_lake, export_table
 from rag_loop.store.tables import create_tables, relation_kind
+from tests.helpers import trace_line
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
 traces = st.lists(st.tuples(st.integers(0, 5 * 86_400_000_000 - 1),  # µs into five days
@@ -135,9 +136,11 @@ def test_a_stage_on_duckdb_is_stored_where_the_deployment_keeps_it_and_never_mov
         assert con.execute("SELECT * FROM trace_signals ORDER BY trace_id").fetchall() == embedded
         with pytest.raises(WrongHome, match="migrate --to embedded"):
             compute_signals(con, SignalSettings(), DuckDBEngine())
-        with pytest.raises(WrongHome, match="ingest on Spark"):
-            DuckDBEngine(lake).ingest(con, tmp_path)
-        assert migrate(con, lake, "embedded") == {"raw_traces": 2, "trace_chunks": 3, "trace_spans": 0,
+        (tmp_path / "traces").mkdir()  # ingestion into the lake, on DuckDB
+        (tmp_path / "traces" / "c.jsonl").write_text(trace_line("c", timestamp="2026-11-03T08:00:00Z") + "\n")
+        assert DuckDBEngine(lake).ingest(con, tmp_path / "traces").total().ingested == 1
+        assert relation_kind(con, "raw_traces") == "view" and date(2026, 11, 3) in lake.days("raw_traces")
+        assert migrate(con, lake, "embedded") == {"raw_traces": 3, "trace_chunks": 3, "trace_spans": 0,
                                                   "trace_feedback": 1, "otlp_spans": 0, "otlp_traces": 0,
                                                   "trace_signals": 2}
         assert migrate(con, lake, "embedded") == {}

@@ -1,32 +1,32 @@
-"""Ingestion with the parsing on Spark leaves the database, and reports, exactly as
-`ingest_directory` does (every ingestion table as a set of rows, but for the wall-clock columns;
-every file's report): on the demo folder, run again, and after a file changed; on hostile
-folders; with files that cannot be read whole. A failure while storing leaves the database as
-it was, and a task that crashes its worker gives up only its own file."""
+"""Ingestion into a lake-backed deployment (rag_loop.ingest.lake) leaves the database, and
+reports, exactly as `ingest_directory` does in an embedded one (every ingestion table as a set of
+rows, but for the wall-clock columns; every file's report): on the demo folder, run again, and
+after a file changed; on hostile folders; on OTLP files over two runs; with files that cannot be
+read whole; on an s3:// lake. A failure while storing leaves the database as it was; the stored
+copies are looked up in the days the new records fall on only."""
 
 import gzip
 import os
 import shutil
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 import duckdb
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import rag_loop.engines.ingest as spark_ingest
+import rag_loop.ingest.lake as lake_ingest
 import rag_loop.ingest.pipeline as pipeline
-from rag_loop.engines.ingest import ingest_directory_on_spark
 from rag_loop.ingest import IngestReport, ingest_directory
+from rag_loop.ingest.lake import ingest_directory_into_lake
 from rag_loop.store.ddl import KEPT_IN_LAKE
 from rag_loop.store.deployment import migrate
 from rag_loop.store.lake import Lake, lake_view_uri
-from tests.engines.conftest import needs_spark
+from rag_loop.store.lake_traces import LakeTraces
 from tests.helpers import DEMO, trace_line
 from tests.helpers.otlp import AFTER, hostile_span, request_spans
 from tests.helpers.otlp import line as otlp_line
 
-pytestmark = needs_spark
 NOW = datetime(2026, 12, 1, tzinfo=UTC)  # OTLP assembly's clock, the same on both
 LATER = datetime(2026, 11, 11, 11, 1, tzinfo=UTC)  # the grace period after tests.helpers.otlp's spans
 WALL_CLOCK = {"raw_traces": "ingested_at", "trace_chunks": None, "trace_spans": None,
@@ -45,49 +45,48 @@ def tables(con) -> dict[str, list[tuple]]:
             for table, clock in WALL_CLOCK.items()}
 
 
-def on_both(session, cons, directory, lake, now=NOW) -> tuple[IngestReport, IngestReport]:
-    """Ingest `directory` into cons[0] by `ingest_directory`, into cons[1] on Spark (its traces
-    in `lake`), and check that both give the same tables and the same report."""
-    sequential = ingest_directory(cons[0], directory, now=now)
-    on_spark = ingest_directory_on_spark(session, cons[1], directory, lake, now=now)
+def on_both(cons, directory, lake, now=NOW) -> tuple[IngestReport, IngestReport]:
+    """Ingest `directory` into cons[0] by `ingest_directory`, into cons[1] with its traces in
+    `lake` (a folder or a Lake), and check that both give the same tables and the same report."""
+    embedded = ingest_directory(cons[0], directory, now=now)
+    in_lake = ingest_directory_into_lake(cons[1], directory, lake, now=now)
     assert tables(cons[1]) == tables(cons[0])
-    assert on_spark.files == sequential.files
-    assert (on_spark.ignored, on_spark.assembly, on_spark.languages) == \
-        (sequential.ignored, sequential.assembly, sequential.languages)
-    assert not (lake / ".ingest").exists() or not any((lake / ".ingest").iterdir())
+    assert in_lake.files == embedded.files
+    assert (in_lake.ignored, in_lake.assembly, in_lake.languages) == \
+        (embedded.ignored, embedded.assembly, embedded.languages)
     assert all(lake_view_uri(cons[1], table) == Lake.of(lake).uri(table) for table in KEPT_IN_LAKE)
-    return sequential, on_spark
+    return embedded, in_lake
 
 
 DEMO_FILES = ("native/2026-11-01.jsonl.gz", "native/2026-11-14.jsonl.gz", "native/redelivery.jsonl.gz",
               "malformed/bad-records.jsonl", "otlp/2026-11-01.otlp.jsonl.gz")  # redelivered across files
 
 
-def test_the_demo_folder_a_rerun_and_a_changed_file_give_the_same_tables(session, tmp_path):
+def test_the_demo_folder_a_rerun_and_a_changed_file_give_the_same_tables(tmp_path):
     directory = tmp_path / "traces"
     for name in DEMO_FILES:
         (directory / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(DEMO / "traces" / name, directory / name)
-    with duckdb.connect() as sequential, duckdb.connect() as on_spark:
-        cons = (sequential, on_spark)
-        first, _ = on_both(session, cons, directory, tmp_path / "lake")
+    with duckdb.connect() as embedded, duckdb.connect() as in_lake:
+        cons = (embedded, in_lake)
+        first, _ = on_both(cons, directory, tmp_path / "lake")
         by_path = {f.path: f for f in first.files}
         assert by_path["native/redelivery.jsonl.gz"].counts.duplicates > 0  # across files
         assert {f.format for f in first.files} == {"native", "otlp"}
-        stored = tables(on_spark)
-        again, _ = on_both(session, cons, directory, tmp_path / "lake")
-        assert all(f.skipped for f in again.files) and tables(on_spark) == stored
+        stored = tables(in_lake)
+        again, _ = on_both(cons, directory, tmp_path / "lake")
+        assert all(f.skipped for f in again.files) and tables(in_lake) == stored
 
         changed = directory / "native" / "2026-11-14.jsonl.gz"
         own = gzip.decompress(changed.read_bytes()).splitlines()
         other = gzip.decompress((directory / "native" / "2026-11-01.jsonl.gz").read_bytes()).splitlines()
         appended = [other[0], own[0], trace_line("new-one").encode(), b"{oops", own[2]]
         changed.write_bytes(gzip.compress(b"\n".join(own + appended) + b"\n"))
-        _, last = on_both(session, cons, directory, tmp_path / "lake")
+        _, last = on_both(cons, directory, tmp_path / "lake")
         read = [f for f in last.files if not f.skipped]
         assert [f.path for f in read] == ["native/2026-11-14.jsonl.gz"]
         assert (read[0].counts.ingested, read[0].counts.quarantined) == (1, 1)
-        assert on_spark.execute("SELECT count(*) FROM trace_duplicates WHERE source_file = ?",
+        assert in_lake.execute("SELECT count(*) FROM trace_duplicates WHERE source_file = ?",
                                 [read[0].path]).fetchall() == [(3,)]  # the lines appended
 
 
@@ -102,7 +101,7 @@ LINES = {"blank": b"\n", "garbage": b"{oops\n", "deep": b"[" * 3000 + b"\n", "cr
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(files=st.dictionaries(names, st.lists(lines, max_size=5), min_size=1, max_size=3),
        corrupt_gzip=st.booleans())
-def test_hostile_folders_give_the_same_tables(session, tmp_path_factory, files, corrupt_gzip):
+def test_hostile_folders_give_the_same_tables(tmp_path_factory, files, corrupt_gzip):
     directory = tmp_path_factory.mktemp("d")
     for name, content in files.items():
         body = b"".join(trace_line(kind[1]).encode() + b"\n" if isinstance(kind, tuple)
@@ -112,8 +111,8 @@ def test_hostile_folders_give_the_same_tables(session, tmp_path_factory, files, 
             handle.write(body)
     if corrupt_gzip:
         (directory / "corrupt.jsonl.gz").write_bytes(b"\x1f\x8b" + b"not gzip at all")
-    with duckdb.connect() as sequential, duckdb.connect() as on_spark:
-        on_both(session, (sequential, on_spark), directory, tmp_path_factory.mktemp("lake"))
+    with duckdb.connect() as embedded, duckdb.connect() as in_lake:
+        on_both((embedded, in_lake), directory, tmp_path_factory.mktemp("lake"))
 
 
 @st.composite
@@ -144,14 +143,14 @@ def otlp_runs(draw):
 
 @settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(runs=otlp_runs(), late=st.booleans())
-def test_otlp_files_over_two_runs_give_the_same_tables(session, tmp_path_factory, runs, late):
+def test_otlp_files_over_two_runs_give_the_same_tables(tmp_path_factory, runs, late):
     directory, lake = tmp_path_factory.mktemp("otlp"), tmp_path_factory.mktemp("lake")
-    with duckdb.connect() as sequential, duckdb.connect() as on_spark:
+    with duckdb.connect() as embedded, duckdb.connect() as in_lake:
         for run, files in enumerate(runs):
             for name, content in files.items():
                 (directory / name).write_text("".join(text + "\n" for text in content))
             # the second run may come after the grace period: traces without a root are assembled
-            on_both(session, (sequential, on_spark), directory, lake,
+            on_both((embedded, in_lake), directory, lake,
                     now=LATER if run and late else AFTER)
 
 
@@ -162,14 +161,14 @@ def small_folder(directory, *names: str) -> None:
         (directory / f"{name}.jsonl").write_text(f"{trace_line(name)}\n{trace_line('shared')}\n")
 
 
-def test_a_failure_while_storing_leaves_the_database_as_it_was(session, tmp_path, monkeypatch):
+def test_a_failure_while_storing_leaves_the_database_as_it_was(tmp_path, monkeypatch):
     directory, lake = tmp_path / "traces", tmp_path / "lake"
     small_folder(directory, "a")
-    with duckdb.connect() as sequential, duckdb.connect() as on_spark:
-        for con in (sequential, on_spark):
+    with duckdb.connect() as embedded, duckdb.connect() as in_lake:
+        for con in (embedded, in_lake):
             ingest_directory(con, directory, now=NOW)
-        migrate(on_spark, Lake.of(lake), "lake")  # the deployment becomes lake-backed
-        before = tables(on_spark)
+        migrate(in_lake, Lake.of(lake), "lake")  # the deployment becomes lake-backed
+        before = tables(in_lake)
         small_folder(directory, "b", "c")
         # changed: its stored copy of "shared" (line 2) is now on line 1 too, before it
         (directory / "a.jsonl").write_text("".join(f"{trace_line(t)}\n" for t in ("shared", "shared", "a2")))
@@ -178,16 +177,15 @@ def test_a_failure_while_storing_leaves_the_database_as_it_was(session, tmp_path
 
         def failing(*args):
             raise RuntimeError("the disk is full")
-        monkeypatch.setattr(spark_ingest, "mark_ingested", failing)  # after the rows are inserted
+        monkeypatch.setattr(lake_ingest, "mark_ingested", failing)  # after the rows are inserted
         with pytest.raises(RuntimeError, match="disk is full"):
-            ingest_directory_on_spark(session, on_spark, directory, lake, now=NOW)
-        assert tables(on_spark) == before
-        assert not (lake / ".ingest").exists() or not any((lake / ".ingest").iterdir())
+            ingest_directory_into_lake(in_lake, directory, lake, now=NOW)
+        assert tables(in_lake) == before
         monkeypatch.undo()
-        on_both(session, (sequential, on_spark), directory, lake)  # the run redone whole
+        on_both((embedded, in_lake), directory, lake)  # the run redone whole
 
 
-def test_files_that_cannot_be_read_whole_are_set_aside_as_on_the_duckdb_path(session, tmp_path, monkeypatch):
+def test_files_that_cannot_be_read_whole_are_set_aside_as_on_the_duckdb_path(tmp_path, monkeypatch):
     directory = tmp_path / "traces"
     small_folder(directory, "a", "crash", "locked")
 
@@ -207,56 +205,51 @@ def test_files_that_cannot_be_read_whole_are_set_aside_as_on_the_duckdb_path(ses
             return detect(path, *args)
         return {"_load": crashing, "detect_format": no_permission}
 
-    for name, function in broken(pipeline).items():  # on the DuckDB path
+    for name, function in broken(pipeline).items():  # both paths read a file with these
         monkeypatch.setattr(pipeline, name, function)
-    real = spark_ingest.task_function
-
-    def with_broken_readers(task_settings):  # in the tasks: their own process
-        task = real(task_settings)
-
-        def run(batches):  # pickled by value, with `broken`
-            import rag_loop.ingest.pipeline as tasks_pipeline
-            kept = {name: getattr(tasks_pipeline, name) for name in ("_load", "detect_format")}
-            for name, function in broken(tasks_pipeline).items():
-                setattr(tasks_pipeline, name, function)
-            try:
-                yield from task(batches)
-            finally:  # the worker process runs later tasks too
-                for name, function in kept.items():
-                    setattr(tasks_pipeline, name, function)
-        return run
-    monkeypatch.setattr(spark_ingest, "task_function", with_broken_readers)
-    with duckdb.connect() as sequential, duckdb.connect() as on_spark:
-        _, report = on_both(session, (sequential, on_spark), directory, tmp_path / "lake")
+    with duckdb.connect() as embedded, duckdb.connect() as in_lake:
+        _, report = on_both((embedded, in_lake), directory, tmp_path / "lake")
     assert [(f.path, f.reader) for f in report.files] == [
         ("a.jsonl", "read_json"), ("crash.jsonl", "none"), ("locked.jsonl", "retry")]
 
 
-def test_a_task_that_crashes_its_worker_gives_up_only_its_own_file(session, tmp_path, monkeypatch):
+def test_the_stored_copies_are_looked_up_in_the_new_records_days_only(tmp_path, monkeypatch):
+    """A resent record carries its timestamp, so its day: the lookup reads the days the run's
+    records fall on, not the history."""
     directory, lake = tmp_path / "traces", tmp_path / "lake"
-    small_folder(directory, "a", "b", "c")
-    real = spark_ingest.task_function
+    directory.mkdir()
+    (directory / "a.jsonl").write_text("".join(trace_line(f"a{d}", timestamp=f"2026-11-0{d}T08:00:00Z") + "\n"
+                                               for d in (1, 2, 3)))
+    asked, real = [], LakeTraces.stored
 
-    def crashing(task_settings):
-        task = real(task_settings)
+    def recording(self, table, columns, days):
+        asked.append((table, sorted(days)))
+        return real(self, table, columns, days)
+    monkeypatch.setattr(LakeTraces, "stored", recording)
+    with duckdb.connect() as embedded, duckdb.connect() as in_lake:
+        on_both((embedded, in_lake), directory, lake)
+        asked.clear()
+        (directory / "b.jsonl").write_text(trace_line("a2", timestamp="2026-11-02T08:00:00Z") + "\n"
+                                           + trace_line("b", timestamp="2026-11-02T09:00:00Z") + "\n")
+        _, report = on_both((embedded, in_lake), directory, lake)
+    assert asked == [("raw_traces", [date(2026, 11, 2)])]
+    assert report.files[-1].counts.duplicates == 1
 
-        def run(batches):  # pickled by value, with `real`'s task
-            for batch in batches:
-                if batch.column("relative")[0].as_py() == "b.jsonl":
-                    os._exit(3)
-                yield from task(iter([batch]))
-        return run
-    monkeypatch.setattr(spark_ingest, "task_function", crashing)
-    with duckdb.connect() as on_spark:
-        report = ingest_directory_on_spark(session, on_spark, directory, lake, now=NOW)
-        assert [(f.path, f.reader) for f in report.files] == [
-            ("a.jsonl", "read_json"), ("b.jsonl", "retry"), ("c.jsonl", "read_json")]
-        assert on_spark.execute("SELECT trace_id, source_file FROM raw_traces ORDER BY ALL").fetchall() == [
-            ("a", "a.jsonl"), ("c", "c.jsonl"), ("shared", "a.jsonl")]
-        (file, line, reason), = on_spark.execute("SELECT source_file, line_no, reason FROM quarantine").fetchall()
-        assert (file, line) == ("b.jsonl", 0)
-        assert reason.startswith("unreadable_file: Py4JJavaError(\"org.apache.spark.SparkException: "
-                                 "Python worker exited unexpectedly (crashed)")
-        assert on_spark.execute("SELECT path FROM ingested_files ORDER BY ALL").fetchall() == [
-            ("a.jsonl",), ("c.jsonl",)]  # b is read again next time
-        assert not (lake / ".ingest").exists() or not any((lake / ".ingest").iterdir())
+
+def test_an_s3_lake_gives_the_same_tables(tmp_path):
+    """On a local S3-compatible server (moto, loopback only), the endpoint given only in the
+    lake's storage options: a first run, then a changed file and a new OTLP file."""
+    from tests.helpers.s3 import s3_server
+
+    directory = tmp_path / "traces"
+    for name in ("native/2026-11-01.jsonl.gz", "native/redelivery.jsonl.gz"):
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(DEMO / "traces" / name, directory / name)
+    with s3_server() as s3, duckdb.connect() as embedded, duckdb.connect() as in_lake:
+        lake = Lake(f"s3://{s3.bucket}/lake", s3.storage_options())
+        on_both((embedded, in_lake), directory, lake)
+        (directory / "native" / "redelivery.jsonl.gz").write_bytes(gzip.compress(trace_line("new-one").encode()))
+        shutil.copy(DEMO / "traces" / "otlp" / "2026-11-01.otlp.jsonl.gz", directory / "spans.otlp.jsonl.gz")
+        _, report = on_both((embedded, in_lake), directory, lake)
+        assert report.assembly.ingested > 0
+        assert any(key.startswith("lake/otlp_spans/day=") for key in s3.keys("lake/"))
