@@ -15,6 +15,7 @@ from rag_loop_dagster.assets.evaluation import (
     regression_eval_job,
 )
 from rag_loop_dagster.assets.goldens import golden_release, golden_releases, release_goldens
+from rag_loop_dagster.assets.incidents import incident_traces, incidents
 from rag_loop_dagster.assets.ingestion import (
     ingest_job,
     knowledge_base,
@@ -46,7 +47,7 @@ def build_definitions(resources: Mapping[str, object] | None = None) -> Definiti
         assets=[knowledge_base, raw_traces, trace_lake, trace_signals, trace_novelty, failure_candidates,
                 quality_estimates, trace_judgments, online_quality, query_embeddings, intent_clusters, curation_queue,
                 curated_labels, golden_release, golden_releases, regression_eval, judge_calibration,
-                judge_calibrations, *DRIFT_ASSETS, golden_coverage, dashboard],
+                judge_calibrations, incidents, incident_traces, *DRIFT_ASSETS, golden_coverage, dashboard],
         asset_checks=[raw_traces_quarantine_rate],
         jobs=[ingest_job, rag_loop_job, label_job, release_goldens, regression_eval_job, drift_job,
               coverage_job, dashboard_job, lake_maintenance_job],

@@ -4,7 +4,7 @@ covered left out, suggestions pre-filled, in priority order, exported for curato
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
@@ -19,13 +19,14 @@ from rag_loop.curation.queue_files import (
     export_queue,
 )
 from rag_loop.curation.representatives import QueueSettings, covered_by_goldens, select_representatives
+from rag_loop.goldens.coverage import intent_coverage, release_goldens
 from rag_loop.intents.members import candidate_members, load_vectors
 from rag_loop.logs import Log, quiet
 from rag_loop.schema import Origin, Priority
 from rag_loop.selection.suggestions import suggest_origin
 from rag_loop.store.incidents import open_incident_ids
 from rag_loop.store.releases import read_goldens, release_versions
-from rag_loop.store.tables import replace_table
+from rag_loop.store.tables import has_table, replace_table
 from rag_loop.store.traces import retrieval_contexts, trace_details
 from rag_loop.text import same_text_key
 from rag_loop.vectors.clustering import (
@@ -46,6 +47,7 @@ class QueueReport:
     by_priority: dict[str, int]
     by_suggested_failure_type: dict[str, int]
     incident_rows: int = 0  # rows standing for an open incident's failing traces (P0, origin incident)
+    coverage: str = ""  # what ordered the rows within a priority: the coverage of which release, or why none
 
 
 def build_curation_queue(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
@@ -58,7 +60,10 @@ def build_curation_queue(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
     least P2 (novel). Open incidents (`rag-loop incident open`) come first: a row standing for
     one of their failing traces is P0 with origin `incident`, and their failing traces no row
     stands for (a golden covers the text, or another trace represents the intent) get rows of
-    their own, one per intent first, at most `INCIDENT_ROWS` per incident (issue 48).
+    their own, one per intent first, at most `INCIDENT_ROWS` per incident (issue 48). Within a
+    priority, an intent the newest release leaves uncovered comes before a covered one, the
+    largest uncovered volume first (`CoverageOrder`); every row says why it ranks where it does
+    (`rank_reason`).
     """
     members = candidate_members(con).set_index("trace_id")
     clusters = con.execute("SELECT * FROM intent_clusters").df().set_index("cluster_id")
@@ -87,7 +92,8 @@ def build_curation_queue(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
     incidents = open_incident_ids(con)
     queue = pd.concat([queue, _incident_items(queue, incidents, members, clusters, assigned)],
                       ignore_index=True) if incidents else queue
-    rows = _queue_rows(con, queue, members, clusters, incidents) if len(queue) else []
+    coverage = coverage_order(con, goldens_dir)
+    rows = _queue_rows(con, queue, members, clusters, incidents, coverage) if len(queue) else []
     last_day = str(members["timestamp"].max())[:10] if len(members) else "empty"
     batch = batch_name(pd.DataFrame({"trace_id": [r["trace_id"] for r in rows]}), last_day)
     for row in rows:
@@ -102,7 +108,8 @@ def build_curation_queue(con: duckdb.DuckDBPyConnection, router: LanguageRouter,
     replace_table(con, "curation_queue", pd.DataFrame(rows) if rows else pd.DataFrame(
         {"trace_id": pd.Series(dtype=str), "batch": pd.Series(dtype=str)}))
     return QueueReport(len(rows), covered, batch, [str(p) for p in paths], _counts(rows, "priority"),
-                       _counts(rows, "suggested_failure_type"), sum(bool(r.get("incidents")) for r in rows))
+                       _counts(rows, "suggested_failure_type"), sum(bool(r.get("incidents")) for r in rows),
+                       coverage.summary())
 
 
 def _counts(rows: list[dict], key: str) -> dict[str, int]:
@@ -156,8 +163,74 @@ def _incident_items(queue: pd.DataFrame, incidents: dict[str, list[str]], member
     return pd.DataFrame(items)
 
 
+@dataclass(frozen=True)
+class CoverageOrder:
+    """Golden coverage as the queue orders by it (issue 48): per intent, the traffic volume (Σ 1/π
+    over the days `golden_coverage` stored) the newest release leaves uncovered — 0 for an intent
+    it covers. `note` says why there is none (no coverage computed): then coverage orders nothing,
+    and every row says so."""
+
+    release: str | None = None
+    uncovered: dict[str, float] = field(default_factory=dict)
+    covered: frozenset[str] = frozenset()
+    days: int = 0
+    note: str | None = "coverage not computed (no golden_coverage rows: run coverage_job)"
+
+    def key(self, cluster_id: str) -> float:
+        """Sort key: the larger the uncovered volume, the earlier (0 without figures)."""
+        return -self.uncovered.get(cluster_id, 0.0)
+
+    def reason(self, cluster_id: str) -> str:
+        if self.note:
+            return self.note
+        if cluster_id in self.covered:
+            return f"its intent is covered by {self.release} (after uncovered intents)"
+        if cluster_id not in self.uncovered:
+            return "its intent has no coverage figure (new since golden_coverage ran)"
+        by = f"by {self.release}" if self.release else "(no golden release yet)"
+        return (f"its intent is uncovered {by}: {self.uncovered[cluster_id]:,.0f} requests (Σ 1/π) over "
+                f"{self.days} days, larger uncovered intents first")
+
+    def summary(self) -> str:
+        if self.note:
+            return self.note
+        by = f"by {self.release}" if self.release else "(no release: every intent uncovered)"
+        return f"uncovered volume {by} over {self.days} days"
+
+
+def coverage_order(con: duckdb.DuckDBPyConnection, goldens_dir: Path) -> CoverageOrder:
+    """Per intent, the volume the newest release in `goldens_dir` leaves uncovered: the stored
+    days of `golden_coverage_intents`, covered as the newest release covers them now (not as
+    when the days were measured). No stored coverage: `CoverageOrder()` says it is not computed."""
+    if not has_table(con, "golden_coverage_intents"):
+        return CoverageOrder()
+    days = con.execute("SELECT count(DISTINCT day) FROM golden_coverage_intents WHERE slice = 'all'").fetchall()[0][0]
+    if not days:
+        return CoverageOrder()
+    goldens = release_goldens(goldens_dir)
+    frame = intent_coverage(con, goldens)
+    covered = frozenset(frame.loc[frame["covered"].eq(True).fillna(False).to_numpy(dtype=bool), "cluster_id"])
+    return CoverageOrder(goldens.version, dict(zip(frame["cluster_id"], frame["uncovered_volume"].astype(float))),
+                         covered, int(days), None)
+
+
+def rank_reason(row: dict, singleton: bool, coverage: CoverageOrder) -> str:
+    """Why a queue row ranks where it does, after its priority: an incident, which representative
+    of its intent it is, and its intent's coverage (a singleton: farthest first among singletons)."""
+    parts = [f"{row['priority']}"]
+    if row.get("incidents"):
+        parts.append(f"a failing trace of open incident {', '.join(row['incidents'])}: first")
+    parts.append("a singleton query (ordered farthest from the others first)" if singleton else
+                 "the first representative of its intent" if not row["representative_rank"] else
+                 f"representative {row['representative_rank'] + 1} of its intent (after every first one)")
+    if not singleton:
+        parts.append(coverage.reason(row["cluster_id"]))
+    return "; ".join(parts)
+
+
 def _queue_rows(con: duckdb.DuckDBPyConnection, queue: pd.DataFrame, members: pd.DataFrame,
-                clusters: pd.DataFrame, incidents: dict[str, list[str]] | None = None) -> list[dict]:
+                clusters: pd.DataFrame, incidents: dict[str, list[str]] | None = None,
+                coverage: CoverageOrder = CoverageOrder()) -> list[dict]:
     contexts = retrieval_contexts(con, queue["trace_id"].tolist())
     order = {p.value: i for i, p in enumerate(Priority)}
     rows, positions = [], {}
@@ -193,9 +266,14 @@ def _queue_rows(con: duckdb.DuckDBPyConnection, queue: pd.DataFrame, members: pd
                              for i in (incidents or {}).get(t, ())}):
             rows[-1] |= {"priority": Priority.P0.value, "suggested_origin": str(Origin.INCIDENT),
                          "incidents": owners}  # an open incident's failing trace: first (issue 48)
+    # within a priority: incidents, first representatives, then clusters by the volume the newest
+    # release leaves uncovered (issue 48), singletons farthest first, then by weight
     rows.sort(key=lambda r: (order[r["priority"]], not r.get("incidents"), r["representative_rank"],
-                             *positions[r["trace_id"]],
-                             -r["cluster_weight"], r["trace_id"]))
+                             positions[r["trace_id"]][0],
+                             0.0 if positions[r["trace_id"]][0] else coverage.key(r["cluster_id"]),
+                             positions[r["trace_id"]][1], -r["cluster_weight"], r["trace_id"]))
+    for row in rows:
+        row["rank_reason"] = rank_reason(row, positions[row["trace_id"]][0], coverage)
     return one_row_per_text(rows)
 
 

@@ -166,12 +166,16 @@ class Workspace:
             where += " AND list_contains(CAST(signals AS VARCHAR[]), $signal)"
             wanted["signal"] = signal
         with self._sql() as con:
+            columns = {r[0] for r in con.execute("DESCRIBE SELECT * FROM read_parquet($path)",
+                                                 {"path": str(path)}).fetchall()}
+            # why a row ranks where it does (issue 48); an export made before it has none
+            reason = "rank_reason" if "rank_reason" in columns else "NULL::VARCHAR AS rank_reason"
             con.register("decided", pa.table({"trace_id": pa.array(list(decisions), pa.string()),
                                               "decision": pa.array([d.decision for d in decisions.values()],
                                                                    pa.string())}))
             frame = con.execute(f"""
                 SELECT q.*, coalesce(d.decision, 'todo') AS status, count(*) OVER () AS matching
-                FROM (SELECT {LISTED}, CAST(signals::JSON AS VARCHAR[]) AS signals,
+                FROM (SELECT {LISTED}, {reason}, CAST(signals::JSON AS VARCHAR[]) AS signals,
                              row_number() OVER () AS position FROM read_parquet($path)) q
                 LEFT JOIN decided d USING (trace_id)
                 WHERE {where} {"AND coalesce(d.decision, 'todo') = $status" if status else ""}

@@ -46,13 +46,17 @@ class QueueConfig(Config):
 
 
 # `incidents` and `incident_traces` are written by `rag-loop incident open|close` outside Dagster
-# (as judge_calibrations by `rag-loop calibrate`); the queue reads the open ones (issue 48)
+# (as judge_calibrations by `rag-loop calibrate`); the queue reads the open ones (issue 48). It also
+# reads the last coverage run's golden_coverage_intents: not a declared dep, as that asset reads
+# the labels and releases this queue leads to (a loop, one round late by design)
 @asset(group_name="curation", deps=[intent_clusters, "trace_clusters", "trace_judgments", "incidents",
                                     "incident_traces"],
-       description="Representatives to label, sorted by priority then cluster weight, with "
-                   "suggested failure_type and origin, the judge's scores and reasons; exported to "
-                   "curation/queue/<batch>.jsonl and .csv in the home. Open incidents' failing traces "
-                   "come first: P0, origin `incident`.")
+       description="Representatives to label, sorted by priority, then (within a priority) by the traffic "
+                   "volume the newest release leaves uncovered (golden_coverage_intents; without it every "
+                   "row says \"coverage not computed\"), then cluster weight; with suggested failure_type "
+                   "and origin, the judge's scores and reasons, and why each row ranks where it does "
+                   "(rank_reason); exported to curation/queue/<batch>.jsonl and .csv in the home. Open "
+                   "incidents' failing traces come first: P0, origin `incident`.")
 def curation_queue(context: AssetExecutionContext, config: QueueConfig, duckdb: DuckDBResource,
                    embedder: EmbedderResource, paths: RagLoopPaths) -> MaterializeResult:
     with duckdb.get_connection() as con:
@@ -67,7 +71,7 @@ def curation_queue(context: AssetExecutionContext, config: QueueConfig, duckdb: 
         "batch": report.batch,
         **{f"priority_{k}": int(v) for k, v in report.by_priority.items()},
         **{f"suggested_{k}": int(v) for k, v in report.by_suggested_failure_type.items()},
-        "incident_rows": report.incident_rows,
+        "incident_rows": report.incident_rows, "ordered_by_coverage": report.coverage,
     }
     if report.files:
         metadata["queue_file"] = MetadataValue.path(report.files[0])

@@ -68,6 +68,14 @@ def test_later_comes_back_last_and_reject_keeps_its_reason(app, workspace):
     assert ana.client.get("/").text.count("ana") >= 1  # progress per curator
 
 
+def test_the_queue_says_why_a_row_ranks_where_it_does(app, workspace):
+    rows, _ = workspace.rows({}, "", 0, 5)
+    assert all(r["rank_reason"].startswith(r["priority"] + "; ") for r in rows)
+    page = Curator(app, "ana").client.get("/").text  # the demo loop computed no coverage: it says so
+    assert page.count('<div class="meta why">') == min(len(workspace.rows({}, "", 0, 10_000)[0]), 50)
+    assert "coverage not computed (no golden_coverage rows: run coverage_job)" in page
+
+
 def test_filters_narrow_the_queue(app, workspace):
     ana = Curator(app, "ana")
     everything, total = workspace.rows({}, "", 0, 10_000)
