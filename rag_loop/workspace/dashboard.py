@@ -176,8 +176,8 @@ def performance(figures: Mapping, dagster_url: str | None) -> Layer:
 
 def change(figures: Mapping, dagster_url: str | None, served: Sequence[str | None] = ()) -> Layer:
     """`served`: the first and last day of traffic, so the timeline spans them too."""
-    layer = Layer("change", "Change", "What changed: versions first served, drift and SLO alerts, golden "
-                                      "releases, evals.")
+    layer = Layer("change", "Change", "What changed: versions first served, drift, SLO and golden coverage "
+                                      "alerts, golden releases, evals.")
     versions, alerts, releases, evals = (figures[k] for k in ("versions", "alerts", "releases", "evals"))
     if not (versions or alerts or releases or evals):
         layer.empty = ("No change recorded yet: no version in the traces, no drift alert"
@@ -188,10 +188,10 @@ def change(figures: Mapping, dagster_url: str | None, served: Sequence[str | Non
     lanes = [
         ("versions", [{"day": v["day"], "text": f"{v['kind']} {v['version']} first served ({v['requests']} requests)",
                        "colour": kinds.get(v["kind"], COLOURS[5])} for v in versions]),
-        ("drift / SLO alerts", [{"day": a["day"], "text": f"{a['severity']} {a['asset']} · {a['check']}: {a['note']}",
-                                 "colour": SEVERITY_COLOURS.get(a["severity"], COLOURS[5]),
-                                 "link": next((h for _, h in dagster_link(dagster_url, a["asset"], True)), None)}
-                                for a in alerts]),
+        ("drift / SLO / coverage alerts", [
+            {"day": a["day"], "text": f"{a['severity']} {a['asset']} · {a['check']}: {a['note']}",
+             "colour": SEVERITY_COLOURS.get(a["severity"], COLOURS[5]),
+             "link": next((h for _, h in dagster_link(dagster_url, a["asset"], True)), None)} for a in alerts]),
         ("golden releases", [{"day": str(r["created_at"])[:10], "colour": COLOURS[2], "link": "/releases",
                               "text": f"{r['version']}: {r['goldens']} goldens"} for r in releases]),
         ("evals", [{"day": str(e["started_at"])[:10], "link": f"/evals/{quote(str(e['run_id']))}",

@@ -1,7 +1,8 @@
 """The workspace dashboard's figures (`dashboard.json` in the reports folder): the four layers of
-seed 004 §10 per day, read from the tables of the loop, and the drift and SLO checks that fired
-(from this instance's check history). Materialized with the loop, and again by a sensor after
-each drift run, golden release and regression eval, so the page follows the day."""
+seed 004 §10 per day, read from the tables of the loop, and the drift, SLO and golden coverage
+checks that fired (from this instance's check history). Materialized with the loop, and again by a
+sensor after each drift or coverage run, golden release and regression eval, so the page follows
+the day."""
 
 from pathlib import Path
 
@@ -21,13 +22,14 @@ from dagster import (
 from dagster_duckdb import DuckDBResource
 
 from rag_loop.reporting.dashboard_figures import dashboard_figures, write_dashboard
+from rag_loop_dagster.assets.coverage import coverage_job, golden_coverage
 from rag_loop_dagster.assets.drift import DRIFT_ASSETS, drift_job
 from rag_loop_dagster.assets.evaluation import regression_eval_job
 from rag_loop_dagster.assets.goldens import release_goldens
 from rag_loop_dagster.assets.online import OnlineQualityConfig, online_quality
 from rag_loop_dagster.assets.resources import DUCKDB_WRITER, RagLoopPaths
 
-WATCHED = [*DRIFT_ASSETS, online_quality]  # their checks are the dashboard's alerts
+WATCHED = [*DRIFT_ASSETS, online_quality, golden_coverage]  # their checks are the dashboard's alerts
 HISTORY = 200  # executions read per check
 
 
@@ -64,12 +66,12 @@ def check_alerts(instance: DagsterInstance, check_keys: list[AssetCheckKey]) -> 
 @asset(group_name="dashboard",
        deps=["raw_traces", "trace_feedback", "trace_signals", "failure_candidates", "trace_judgments",
              "online_quality", "online_cost", "golden_releases", "eval_runs",
-             "query_mix", "freshness_lag", "retrieval_scores", "quality_slis"],
+             "query_mix", "freshness_lag", "retrieval_scores", "quality_slis", "golden_coverage"],
        kinds={"duckdb", "json"},
        description="The workspace dashboard's figures per day (dashboard.json in the reports folder): "
                    "product (traffic, feedback), quality (judged pass rates with intervals, the SLO's "
                    "state, by slice), performance (latency, cost, evaluation cost), change (versions "
-                   "first served, drift and SLO checks fired, golden releases, evals).")
+                   "first served, drift, SLO and golden coverage checks fired, golden releases, evals).")
 def dashboard(context: AssetExecutionContext, config: OnlineQualityConfig, duckdb: DuckDBResource,
               paths: RagLoopPaths) -> MaterializeResult:
     """`config`: the online quality SLO (the same fields as online_quality's; set both alike)."""
@@ -95,9 +97,9 @@ dashboard_job = define_asset_job("dashboard_job", selection=AssetSelection.asset
 
 
 @run_status_sensor(run_status=DagsterRunStatus.SUCCESS,
-                   monitored_jobs=[drift_job, regression_eval_job, release_goldens],
+                   monitored_jobs=[drift_job, coverage_job, regression_eval_job, release_goldens],
                    request_job=dashboard_job, name="dashboard_after_runs",
-                   description="After a drift run, a golden release or a regression eval succeeds, the "
+                   description="After a drift or coverage run, a golden release or a regression eval succeeds, the "
                                "dashboard's figures are made again.")
 def dashboard_after_runs(context):
     return RunRequest(run_key=f"dashboard-after-{context.dagster_run.run_id}")

@@ -59,6 +59,24 @@ def test_dashboard_asset_writes_the_export(tmp_path):
     assert metadata["days"].value == 14 and metadata["alerts"].value == 1 and metadata["evals"].value == 2
 
 
+def test_a_coverage_warning_is_an_alert_of_the_change_layer(tmp_path):
+    """golden_coverage's share check (issue 48) is watched like the drift and SLO checks."""
+    @asset(name="golden_coverage", check_specs=[AssetCheckSpec("golden_coverage_share", asset="golden_coverage")])
+    def golden_coverage():  # a stand-in for the coverage run's check over two days, one under its floor
+        return MaterializeResult(check_results=[AssetCheckResult(
+            check_name="golden_coverage_share", passed=False, severity=AssetCheckSeverity.WARN,
+            description="fired on 1 of 2 days", metadata={"days_fired": ["2026-11-12"], "details": MetadataValue.json(
+                {"2026-11-11": {}, "2026-11-12": {"release": "v0001", "sampled": 80}})})])
+    instance = DagsterInstance.ephemeral()
+    assert materialize([golden_coverage], instance=instance).success
+    paths = RagLoopPaths(reports_dir=str(tmp_path / "reports"))
+    assert materialize([dashboard], resources={"duckdb": DuckDBResource(database=str(tmp_path / "rag.duckdb")),
+                                               "paths": paths}, instance=instance, run_config=CONFIG).success
+    figures = json.loads((tmp_path / "reports" / "dashboard.json").read_text())
+    assert [(a["day"], a["asset"], a["check"], a["severity"], a["note"]) for a in figures["change"]["alerts"]] == [
+        ("2026-11-12", "golden_coverage", "golden_coverage_share", "WARN", "fired on 1 of 2 days")]
+
+
 def test_dashboard_asset_on_an_empty_database(tmp_path):
     paths = RagLoopPaths(reports_dir=str(tmp_path / "reports"))
     result = materialize([dashboard], resources={"duckdb": DuckDBResource(database=str(tmp_path / "rag.duckdb")),
