@@ -1,6 +1,7 @@
-"""An incident's record: its window and slices, its traces (`incident_traces`: every request of
-the window matching the slices, whether it failed and why, whether selection chose it), opening
-and closing.
+"""An incident's record: its window and slices, its failing traces (`incident_traces`: each
+failing request of the window matching the slices, why it failed, whether selection chose it, its
+intent; the requests that did not fail are only counted, in `incidents.affected`: an incident on a
+busy day stores its failures, not the day's traffic), opening and closing.
 
 A window is half-open, [start, end): `--from 2026-11-12 --to 2026-11-13` with bare dates takes
 both days (a bare `--to` date means the end of that day). A trace *failed* when it has a bad
@@ -200,7 +201,9 @@ def next_incident_id(con: duckdb.DuckDBPyConnection) -> str:
 
 def store_incident(con: duckdb.DuckDBPyConnection, request: IncidentRequest, traces: pd.DataFrame,
                    gating_release: str | None, now: datetime) -> str:
-    """Insert the incident and its traces; its id."""
+    """Insert the incident (with its counts of affected and failing requests) and its failing
+    traces; its id. The facts are recomputed from the window when the postmortem is written, so
+    only what the queue and the releases read is stored: which traces failed."""
     ensure_tables(con)
     with transaction(con):
         incident_id = next_incident_id(con)
@@ -212,8 +215,9 @@ def store_incident(con: duckdb.DuckDBPyConnection, request: IncidentRequest, tra
                      request.start, request.end, json.dumps(request.slices, ensure_ascii=False),
                      request.query_contains, now, request.opened_by, len(traces),
                      int(traces["failing"].sum()) if len(traces) else 0, gating_release])
-        if len(traces):
-            rows = traces[["trace_id", "timestamp", "failing", "candidate", "cluster_id", "reasons"]].assign(
+        failing = traces[traces["failing"]] if len(traces) else traces
+        if len(failing):
+            rows = failing[["trace_id", "timestamp", "failing", "candidate", "cluster_id", "reasons"]].assign(
                 incident_id=incident_id)
             con.register("_incident_rows", rows)
             try:

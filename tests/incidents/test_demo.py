@@ -39,7 +39,8 @@ def test_an_incident_on_the_err_pay_977_surge_lists_its_traces_and_the_intents_c
         stored = con.execute("SELECT count(*), count(*) FILTER (failing) FROM incident_traces").fetchall()[0]
         text = report.text
         # impact: every ERR-PAY-977 request of the two days, listed with why each failed
-        assert expected > 100 and report.incident["affected"] == stored[0] == expected
+        assert expected > 100 and report.incident["affected"] == expected
+        assert stored[0] == stored[1] == report.incident["failing"] > 0  # failing traces stored, the rest counted
         assert f"**{expected}** requests in the window, **{stored[1]}** failing" in text
         first = con.execute("SELECT trace_id FROM incident_traces WHERE failing ORDER BY \"timestamp\", trace_id "
                             "LIMIT 1").fetchall()[0][0]

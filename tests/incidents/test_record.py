@@ -67,6 +67,8 @@ def test_opening_records_the_incident_and_fills_the_postmortem_from_the_data(wor
                            tmp / "goldens", now=OPENED)
     assert report.incident["incident_id"] == "INC-0001" and report.incident["affected"] == 6
     assert report.incident["failing"] == 4 and report.postmortem.read_text() == report.text
+    stored = con.execute("SELECT trace_id, failing FROM incident_traces ORDER BY trace_id").fetchall()
+    assert stored == [("t1", True), ("t2", True), ("t3", True), ("t4", True)]  # t5, t6 only counted
     text = report.text
     for section in ("## Impact", "## Detection", "## Timeline", "## Root cause", "## Why offline tests missed it",
                     "## Corrective actions", "## Regression goldens"):
