@@ -14,8 +14,9 @@ import csv
 import io
 import json
 import math
+import zlib
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import date, datetime, time
 from decimal import Decimal
@@ -39,9 +40,11 @@ from rag_loop.ingest.field_map import (
     parse_json,
 )
 from rag_loop.ingest.lines import (
+    RAW_PREVIEW_CHARS,
     LineBatch,
     NeedsExactReader,
     Rejected,
+    is_gzip,
     iter_line_batches,
     open_binary,
     oversized_reason,
@@ -234,11 +237,12 @@ def store_mapped_file(con: duckdb.DuckDBPyConnection, path: Path, relative: str,
         counts = _store_records(con, read_records(path, fmt, mapping, max_record_bytes), relative, mapping,
                                 max_record_bytes, coverage)
     else:
-        counts = BatchCounts()
-        for batch in _line_batches(path, max_record_bytes):
+        whole = _store_sql_file(con, path, plan, relative, mapping, max_record_bytes, coverage)
+        counts = whole if whole is not None else BatchCounts()
+        for batch in _line_batches(path, max_record_bytes) if whole is None else ():
             counts += quarantine_rejected(con, batch.rejected, relative, MAPPED_FORMAT)
             counts += _store_sql_batch(con, batch.lines, plan, relative, mapping, max_record_bytes, coverage)
-        con.execute("DROP TABLE IF EXISTS _mapped; DROP TABLE IF EXISTS _mapped_typed")
+        con.execute("DROP TABLE IF EXISTS _mapped_typed")
     _name_paths(con, relative, mapping)
     con.execute("DELETE FROM mapping_coverage WHERE source_file = ?", [relative])
     con.executemany("INSERT INTO mapping_coverage VALUES (?, ?, ?, ?, ?, ?, ?, ?, now())",
@@ -330,9 +334,10 @@ def _line_batches(path: Path, max_record_bytes: int) -> Iterator[LineBatch]:
 
 
 @cache
-def _typed_sql(max_record_bytes: int, factor: int, extra: int, targets: int) -> str:
-    """Types `_mapped` as the native fast reader types its lines; clean: exact, of the model's
-    types, refused by no check, and certainly within the size limit as Python's JSON text."""
+def _typed_sql(select: str, max_record_bytes: int, factor: int, extra: int, targets: int) -> str:
+    """Maps the lines of `_mapped_lines` (`select`) and types them into `_mapped_typed` as the
+    native fast reader types its lines; clean: exact, of the model's types, refused by no check,
+    and certainly within the size limit as Python's JSON text."""
     expected = duckdb_type(Trace)
     resolved = "".join(f", r{i}" for i in range(targets))
     small = f"(bytes * {factor} + {extra} <= {max_record_bytes} OR strlen(to_json(j)) * 2 + 64 <= {max_record_bytes})"
@@ -341,32 +346,133 @@ def _typed_sql(max_record_bytes: int, factor: int, extra: int, targets: int) -> 
         SELECT line_no, t, t.trace_id AS trace_id{resolved},
                exact AND type_ok AND {record_problem_sql('t')} IS NULL AND {small} AS clean
         FROM (SELECT line_no, bytes, j, exact{resolved}, {typed_leaves_sql('j', expected)} AS t,
-                     {leaves_type_ok_sql('j', expected)} AS type_ok FROM _mapped)"""
+                     {leaves_type_ok_sql('j', expected)} AS type_ok FROM ({select}))"""
+
+
+def _map_in_sql(con: duckdb.DuckDBPyConnection, plan: SqlMapping, max_record_bytes: int) -> None:
+    con.execute(_typed_sql(plan.select, max_record_bytes, plan.factor, plan.extra, len(plan.targets)))
+
+
+# a file whose SQL leaves more lines than this to `map_record` is mapped in batches instead:
+# the texts Python maps are held in memory until their batch is stored
+WHOLE_FILE_PYTHON_LINES = 5 * BATCH_RECORDS
+_BOM = b"\xef\xbb\xbf"
+_READ_FILE_SQL = """
+    CREATE OR REPLACE TEMP TABLE _mapped_file AS
+    SELECT raw FROM read_csv($path, columns = {'raw': 'VARCHAR'}, delim = $delimiter, quote = '', escape = '',
+                             header = false, auto_detect = false, new_line = '\\n', ignore_errors = true,
+                             compression = $compression)"""
+
+
+def _plain_lines(path: Path, block: int = 16 << 20) -> tuple[int, int] | None:
+    """(lines, bytes without their line ends) of a (maybe gzipped) file that DuckDB's read_csv
+    splits as the line reader does: no byte order mark, carriage return or 0x1f byte (a field
+    end); None otherwise, or when the file cannot be read (the line reader then says why)."""
+    lines = size = 0
+    last = b"\n"
+    try:
+        with open_binary(path) as handle:
+            while data := handle.read(block):
+                if (size == 0 and data.startswith(_BOM)) or b"\r" in data or b"\x1f" in data:
+                    return None
+                ends = data.count(b"\n")
+                lines += ends
+                size += len(data) - ends
+                last = data[-1:]
+    except (OSError, EOFError, zlib.error):
+        return None
+    return lines + (last != b"\n"), size
+
+
+def _read_file(con: duckdb.DuckDBPyConnection, path: Path) -> bool:
+    """Read the JSONL file's lines into `_mapped_file` inside the caller's transaction, and the
+    view `_mapped_numbered` (line_no, raw; blank lines NULL) over it; False, and nothing kept,
+    when DuckDB would not split it exactly as the line reader. read_csv is told to skip a line
+    it cannot read (not UTF-8, over its size limit) rather than fail, which would end the
+    transaction: the table must then hold every line and every byte of the file, in order."""
+    name = str(path)
+    if any(c in name for c in "*?[{") or not name.isprintable():  # a glob, or not UTF-8: DuckDB cannot open it
+        return False
+    plain = _plain_lines(path)
+    if plain is None:
+        return False
+    lines, size = plain
+    con.execute(_READ_FILE_SQL, {"path": name, "delimiter": "\x1f",
+                                 "compression": "gzip" if is_gzip(path) else "none"})
+    rows, first, last, chars = con.execute(
+        "SELECT count(*), min(rowid), max(rowid), coalesce(sum(strlen(raw)), 0) FROM _mapped_file").fetchall()[0]
+    if rows != lines or chars != size or (rows and last - first + 1 != rows):
+        con.execute("DROP TABLE _mapped_file")
+        return False
+    con.execute(f"CREATE OR REPLACE TEMP VIEW _mapped_numbered AS SELECT rowid - {first or 0} + 1 AS line_no, raw "
+                "FROM _mapped_file")
+    return True
+
+
+def _store_sql_file(con: duckdb.DuckDBPyConnection, path: Path, plan: SqlMapping, relative: str, mapping: Mapping,
+                    max_record_bytes: int, coverage: Coverage) -> BatchCounts | None:
+    """Map a whole JSONL file in one SQL statement and store it in one go (per-batch stores
+    scan the growing tables again each time); None, with nothing stored, when DuckDB cannot
+    read the file exactly or too many lines are left to Python: then it goes in batches."""
+    if not _read_file(con, path):
+        return None
+    try:
+        oversized = con.execute(f"""
+            SELECT line_no, strlen(raw), left(raw, {RAW_PREVIEW_CHARS}) FROM _mapped_numbered
+            WHERE strlen(raw) > ?""", [max_record_bytes]).fetchall()
+        con.execute(f"""CREATE OR REPLACE TEMP VIEW _mapped_lines AS SELECT line_no, raw FROM _mapped_numbered
+                        WHERE strlen(raw) <= {int(max_record_bytes)}""")
+        _map_in_sql(con, plan, max_record_bytes)
+        (unclean,) = con.execute("SELECT count(*) FROM _mapped_typed WHERE NOT clean").fetchall()[0]
+        if unclean > WHOLE_FILE_PYTHON_LINES:
+            return None
+
+        def raws(numbers: list[int]) -> dict[int, str]:
+            return dict(con.execute("SELECT line_no, raw FROM _mapped_lines WHERE line_no IN "
+                                    "(SELECT unnest($n::BIGINT[]))", {"n": numbers}).fetchall())
+
+        rejected = [Rejected(n, oversized_reason(size, max_record_bytes), preview(raw)) for n, size, raw in oversized]
+        counts = quarantine_rejected(con, rejected, relative, MAPPED_FORMAT)
+        counts += _store_mapped_lines(con, raws, plan, relative, mapping, max_record_bytes, coverage)
+        return counts
+    finally:
+        con.execute("DROP VIEW IF EXISTS _mapped_lines; DROP VIEW IF EXISTS _mapped_numbered; "
+                    "DROP TABLE IF EXISTS _mapped_file")
 
 
 def _store_sql_batch(con: duckdb.DuckDBPyConnection, lines: pa.Table, plan: SqlMapping, relative: str,
                      mapping: Mapping, max_record_bytes: int, coverage: Coverage) -> BatchCounts:
-    """Store the lines the SQL maps exactly and cleanly; map the others in Python. A clean line
-    whose trace id a Python-mapped line of the batch has on an earlier line is mapped in Python
-    too, so that the first copy wins as if the batch were stored in one go."""
+    """Map a batch of lines (line_no, raw) in SQL and store it."""
     con.register("_mapped_lines", lines)
     try:
-        con.execute(f"CREATE OR REPLACE TEMP TABLE _mapped AS {plan.select}")
+        _map_in_sql(con, plan, max_record_bytes)
     finally:
         con.unregister("_mapped_lines")
-    con.execute(_typed_sql(max_record_bytes, plan.factor, plan.extra, len(plan.targets)))
+
+    def raws(numbers: list[int]) -> dict[int, str]:
+        chosen = lines.filter(pc.is_in(lines.column("line_no"), value_set=pa.array(numbers, pa.int64())))
+        return dict(zip(chosen.column("line_no").to_pylist(), chosen.column("raw").to_pylist()))
+
+    return _store_mapped_lines(con, raws, plan, relative, mapping, max_record_bytes, coverage)
+
+
+def _store_mapped_lines(con: duckdb.DuckDBPyConnection, raws: Callable[[list[int]], dict[int, str]],
+                        plan: SqlMapping, relative: str, mapping: Mapping, max_record_bytes: int,
+                        coverage: Coverage) -> BatchCounts:
+    """Store the lines of `_mapped_typed` the SQL maps exactly and cleanly; map the others (their
+    text: `raws`) in Python. A clean line whose trace id a Python-mapped line has on an earlier
+    line is mapped in Python too, so that the first copy wins as if all were stored in one go."""
     python: dict[int, tuple[str, Any] | Rejected] = {}
 
     def in_python(numbers: list[int]) -> None:
         if not numbers:
             return
-        chosen = lines.filter(pc.is_in(lines.column("line_no"), value_set=pa.array(numbers, pa.int64())))
-        raws = dict(zip(chosen.column("line_no").to_pylist(), chosen.column("raw").to_pylist()))
+        texts = raws(numbers)
         for line_no in numbers:
             try:
-                    record = parse_json(raws[line_no])
+                record = parse_json(texts[line_no])
             except (ValueError, RecursionError):
-                python[line_no] = Rejected(line_no, "invalid_json", preview(raws[line_no]))
+                python[line_no] = Rejected(line_no, "invalid_json", preview(texts[line_no]))
                 continue
             python[line_no] = _mapped_text(line_no, record, mapping, max_record_bytes, coverage)
 

@@ -3,6 +3,7 @@
 traces, chunks, spans, feedback, duplicates, quarantine rows (reasons with field and path, raw
 text) and mapping coverage; which mappings compile to SQL."""
 
+import gzip
 import json
 
 import duckdb
@@ -111,13 +112,13 @@ TABLES = {"raw_traces": "ingested_at", "trace_chunks": "", "trace_spans": "", "t
           "trace_duplicates": "seen_at", "quarantine": "quarantined_at", "mapping_coverage": "ingested_at"}
 
 
-def stored(folder, monkeypatch, python: bool) -> dict[str, list]:
+def stored(folder, monkeypatch, python: bool, **options) -> dict[str, list]:
     """Every row the ingestion of `folder` writes, by table (times of ingestion aside)."""
     with monkeypatch.context() as patch:
         if python:
             patch.setattr(mapped, "sql_mapping", lambda spec: None)
         with duckdb.connect() as con:
-            ingest_directory(con, folder)
+            ingest_directory(con, folder, **options)
             return {table: sorted(map(repr, con.execute(
                 f"SELECT * {f'EXCLUDE ({drop})' if drop else ''} FROM {table}").fetchall()))
                 for table, drop in TABLES.items()}
@@ -191,10 +192,11 @@ fields:
 """
 
 
-def test_a_log_shape_with_faults_stores_alike_and_mostly_in_sql(tmp_path, monkeypatch):
+def _shaped_lines(n: int) -> list[str]:
+    """Lines of SHAPED's log shape, one in 20 with each fault, a few trace ids repeated."""
     rng = __import__("random").Random(7)
     lines = []
-    for n in range(400):
+    for n in range(n):
         record = {"id": f"t{rng.randrange(380)}", "at": 1764547200000 + n * 1000, "who": {"session": "s", "turn": n},
                   "question": f"q{n}", "reply": "a", "latency": rng.random() * 100, "outcome": "OK",
                   "docs": [{"doc": f"d{k}", "s": rng.random()} for k in range(rng.randrange(4))],
@@ -211,12 +213,49 @@ def test_a_log_shape_with_faults_stores_alike_and_mostly_in_sql(tmp_path, monkey
         elif fault == 4:
             record.pop("id")
         lines.append(json.dumps(record) if fault != 5 else json.dumps(record)[:-1] + ",}")
+    return lines
+
+
+def test_a_log_shape_with_faults_stores_alike_and_mostly_in_sql(tmp_path, monkeypatch):
     (tmp_path / "rag-loop-mapping.yaml").write_text(SHAPED)
-    (tmp_path / "log.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "log.jsonl").write_text("\n".join(_shaped_lines(400)) + "\n")
     in_sql = []
     store = mapped.store_verdicts
     monkeypatch.setattr(mapped, "store_verdicts", lambda *a, **k: in_sql.append(store(*a, **k)) or in_sql[-1])
+    monkeypatch.setattr(mapped, "_line_batches", None)  # the whole file is read by DuckDB at once
     by_sql = stored(tmp_path, monkeypatch, python=False)
     assert sum(c.ingested for c in in_sql) > 150  # the rest: duplicates, faults, mapped in Python
+    monkeypatch.undo()
     assert by_sql == stored(tmp_path, monkeypatch, python=True)
     assert len(by_sql["quarantine"]) > 20 and by_sql["trace_duplicates"]
+
+
+OVERSIZED = b"\n" + b"x" * 3000
+
+
+@pytest.mark.parametrize("odd", [b"\xef\xbb\xbf", b"\r", b"\n\xff\n", b"\x1f", OVERSIZED, "many for Python",
+                                 "gzip", "cut gzip"])
+def test_a_file_duckdb_cannot_read_exactly_is_mapped_in_batches_alike(tmp_path, monkeypatch, odd):
+    """A byte order mark, a carriage return, a line not UTF-8, a 0x1f byte, or more lines left
+    to Python than a whole file may hold: the file is mapped in batches (the line reader's
+    split). A line over the size limit is not (it is quarantined as the line reader does), nor
+    a gzipped file; a cut one is refused alike."""
+    lines = [line.encode() for line in _shaped_lines(60)]
+    if odd == "many for Python":
+        monkeypatch.setattr(mapped, "WHOLE_FILE_PYTHON_LINES", 2)
+    elif odd == b"\xef\xbb\xbf":
+        lines[0] = odd + lines[0]
+    elif isinstance(odd, bytes):
+        lines[7] += odd
+    (tmp_path / "rag-loop-mapping.yaml").write_text(SHAPED)
+    data = b"\n".join(lines) + b"\n"
+    if odd in ("gzip", "cut gzip"):
+        data = gzip.compress(data)[:-30 if odd == "cut gzip" else None]
+    (tmp_path / "log.jsonl").write_bytes(data)
+    batches = []
+    line_batches = mapped._line_batches
+    monkeypatch.setattr(mapped, "_line_batches", lambda *a: batches.append(1) or line_batches(*a))
+    by_sql = stored(tmp_path, monkeypatch, python=False, max_record_bytes=2000)
+    assert bool(batches) == (odd not in (OVERSIZED, "gzip"))
+    assert by_sql == stored(tmp_path, monkeypatch, python=True, max_record_bytes=2000)
+    assert any("oversized" in row for row in by_sql["quarantine"]) == (odd == OVERSIZED)
