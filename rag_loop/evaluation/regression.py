@@ -13,7 +13,7 @@ import pandas as pd
 
 from rag_loop.evaluation.calibration import latest_calibration
 from rag_loop.evaluation.gates import GateOutcome, baseline_run, compare, evaluate_gates, flips, load_results, summarize
-from rag_loop.evaluation.judges.base import Judge, JudgeUsage
+from rag_loop.evaluation.judges.base import Judge, JudgeUsage, cases_at_once
 from rag_loop.evaluation.runner import build_cases, release_of, score_cases, store_run
 from rag_loop.evaluation.settings import EvalError, EvalSettings, load_app
 from rag_loop.evaluation.trust import JudgeTrust, apply_trust, judge_trust
@@ -61,9 +61,11 @@ def run_regression(con: duckdb.DuckDBPyConnection, goldens_dir: Path, judge: Jud
     description = judge.describe()
     log(f"{release}: {len(cases)} cases, mode {settings.mode}, judge {description['model']}")
     judge.open(con)
-    run = score_cases(cases, lambda: judge.metrics(settings.thresholds), settings.concurrency, log,
-                      settings.deadline_seconds)
-    judge.close(con)
+    try:  # as online judging: a case's metrics at once, as many cases as the judge's calls allow
+        run = score_cases(cases, lambda: judge.metrics(settings.thresholds),
+                          cases_at_once(settings.concurrency, judge), log, settings.deadline_seconds)
+    finally:  # what was paid for is kept, whatever happened
+        judge.close(con)
     usage = judge.usage
     description["calibration"] = latest_calibration(con, description["model"])  # vs humans, if known
     trust: dict[str, JudgeTrust] = {}

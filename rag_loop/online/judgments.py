@@ -42,7 +42,7 @@ import duckdb
 import pandas as pd
 
 from rag_loop.evaluation.alignment import Alignment, judge_version
-from rag_loop.evaluation.judges.base import Judge, metered
+from rag_loop.evaluation.judges.base import Judge, cases_at_once, metered
 from rag_loop.logs import Log, quiet
 from rag_loop.store.ddl import ONLINE_DDL
 from rag_loop.store.traces import retrieval_contexts
@@ -468,13 +468,8 @@ def _judge_all(cases: Sequence[TraceCase], judge: Judge, metrics: Mapping[str, O
 
 
 def open_cases(settings: JudgingSettings, judge: Judge) -> int:
-    """Cases judged at once: `concurrency`, or the remote judge's bound on calls in flight
-    when that is more. A case's metrics run at once, but each is a chain of dependent calls
-    (Faithfulness: truths and claims, then verdicts, then the reason), so a case holds about
-    a third of its calls in flight at a time: with only `concurrency` cases open, a 16-case run
-    of a 64-call judge left most of the call bound idle. The judge's own semaphore keeps the
-    calls within its bound however many cases are open."""
-    return max(1, settings.concurrency, judge.calls_in_flight or 0)
+    """Cases judged at once: the rule the regression eval follows too (`cases_at_once`)."""
+    return cases_at_once(settings.concurrency, judge)
 
 
 def _metrics_for(judge: Judge, wanted: Sequence[OnlineMetric]) -> dict[str, Any]:

@@ -158,6 +158,28 @@ def test_deepeval_native_metrics_through_an_openai_compatible_endpoint(small_rel
     assert run[0] == "stand-in-judge" and run[1] == "4.3.1" and run[2] == manifest["sha256"] and run[3] > 0
 
 
+def test_a_remote_judges_regression_eval_keeps_its_calls_in_flight_as_online_judging_does(small_release):
+    """One case at a time by `concurrency`, but a remote judge's bound on calls opens as many
+    cases (`cases_at_once`, the online rule): the two goldens' calls overlap in time."""
+    goldens_dir, con = small_release
+    with StandIn() as server:
+        server.delay = 0.05
+        judge = LlmJudge(LlmJudgeSettings(base_url=server.base_url, model="m", max_retries=0, timeout_seconds=5,
+                                          max_in_flight=16))
+        report = run_regression(con, goldens_dir, judge, EvalSettings(**DEMO_APP, concurrency=1))
+    spans = {}
+    for request in server.requests:
+        prompt = request["body"]["messages"][0]["content"]
+        golden = "g0" if "annual leave" in prompt else "g1" if "password" in prompt else None
+        if golden:
+            first, last = spans.get(golden, (request["arrived"], request["answered"]))
+            spans[golden] = (min(first, request["arrived"]), max(last, request["answered"]))
+    assert report.errored == 0 and set(spans) == {"g0", "g1"}
+    (a_start, a_end), (b_start, b_end) = spans["g0"], spans["g1"]
+    assert a_start < b_end and b_start < a_end  # the cases ran at once
+    assert 1 < server.max_in_flight <= 16
+
+
 @pytest.mark.parametrize("mode", ["fail", "hang"])
 def test_a_judge_outage_marks_cases_errored_never_passed(small_release, mode):
     goldens_dir, con = small_release

@@ -1,7 +1,9 @@
 """A remote judge online: bounded calls in flight, 429 / 5xx / stalls retried with backoff, and
 a case that still fails is errored, never passed, and judged again by the next run."""
 
-from rag_loop.evaluation.judges.llm import LlmJudge
+import pytest
+
+from rag_loop.evaluation.judges.llm import JudgeReplyError, LlmJudge, completion_parts
 from rag_loop.evaluation.settings import LlmJudgeSettings
 from rag_loop.online.judgments import JudgingSettings, OnlineMetric, judge_traces
 from tests.helpers.standin_openai import StandIn
@@ -57,3 +59,22 @@ def test_the_run_deadline_leaves_the_rest_for_the_next_run(tmp_path):
     assert 0 < first.unfinished < 6 and first.errored == 0
     assert rest.judged == first.unfinished
     assert con.execute("SELECT count(*) FROM trace_judgments WHERE status = 'judged'").fetchall() == [(6,)]
+
+
+def test_connections_are_kept_alive_through_refusals(tmp_path):
+    """Every reply of the stand-in says its length (HTTP/1.1), so a run reuses its connections,
+    after a 429 or a 5xx too: no more connections than calls in flight (a stall drops one)."""
+    con = build_world(tmp_path, _traces(3))
+    with StandIn() as server:
+        server.flaky, server.refusals = 0.3, (429, 500, 503)
+        report = judge_traces(con, _judge(server), JudgingSettings(REFERENCELESS, concurrency=8))
+    assert report.errored == 0 and report.judged == 9 and server.refused
+    assert len(server.requests) > 3 * server.connections and server.connections <= 4
+
+
+@pytest.mark.parametrize("body", [b"<html>busy</html>", b"{}", b'{"choices": []}', b"[1]",
+                                  b'{"choices": [{"message": {"content": 7}}]}'])
+def test_a_reply_that_is_not_a_chat_completion_is_refused(body):
+    with pytest.raises(JudgeReplyError):
+        completion_parts(body)
+    assert completion_parts(b'{"choices": [{"message": {"content": "{}"}}]}') == ("{}", 0, 0)

@@ -87,3 +87,13 @@ class Judge(ABC):
 
     def close(self, con: duckdb.DuckDBPyConnection) -> None:  # noqa: B027
         """Store what the judge keeps between runs."""
+
+
+def cases_at_once(concurrency: int, judge: Judge) -> int:
+    """Cases scored at once, online and in the regression eval alike: `concurrency`, or the
+    remote judge's bound on calls in flight when that is more. A case's metrics run at once,
+    but each is a chain of dependent calls (Faithfulness: truths and claims, then verdicts,
+    then the reason), so a case holds about a third of its calls in flight at a time: with
+    only `concurrency` cases open, a 16-case run of a 64-call judge left most of the call
+    bound idle. The judge's own bound keeps the calls within it however many cases are open."""
+    return max(1, concurrency, judge.calls_in_flight or 0)
