@@ -1,22 +1,21 @@
-"""Ingestion into a lake-backed deployment on DuckDB (`ingest_directory_into_lake`: parsed and
-deduplicated by DuckDB, appended to Delta) against the embedded path and (while it exists) the
-Spark ingestion, on the same files, in the same process (these machines are noisy: compare,
-don't time absolutely).
+"""Ingestion into a lake-backed deployment (`ingest_directory_into_lake`: parsed and deduplicated
+by DuckDB, appended to Delta) against the embedded path, on the same files, in the same process
+(these machines are noisy: compare, don't time absolutely). Spark ingestion, which this bench
+also ran until it lost (bench/RESULTS.md, 2026-12-04), is gone; its last version is in commit
+3cbc173 (`bench/spark_ingest.py` there runs all three).
 
-    PYTHONPATH=bench python bench/spark_ingest.py [--traces 200000] [--files 8] [--new 10000]
-    PYTHONPATH=bench python bench/spark_ingest.py --otlp --traces 50000 --files 4 --new 5000
+    PYTHONPATH=bench python bench/lake_ingest.py [--traces 200000] [--files 8] [--new 10000]
+    PYTHONPATH=bench python bench/lake_ingest.py --otlp --traces 50000 --files 4 --new 5000
 
-Writes `--files` native files of demo-shaped traces (bench/ingest.py's), then (1) ingests them
-into a fresh DuckDB file with `ingest_directory`, (2) into a Delta lake on DuckDB, and (3) on
-Spark `local[2]` (`ingest_directory_on_spark`: the traces go to the lake, the database gets
-views; skipped with `--no-spark`, or once that module is gone); then adds
+Writes `--files` native files of demo-shaped traces (bench/ingest.py's), then ingests them (1)
+into a fresh DuckDB file with `ingest_directory` and (2) into a Delta lake; then adds
 one file of `--new` traces, of which a tenth repeat stored ids, and ingests again on both
-(the incremental run: Spark finds the stored copies of the new file's trace ids in the lake).
-Prints each run's seconds, Spark's as a multiple of DuckDB's, both database files' sizes and
-the lake's (its Delta tables' current versions' files), and checks that both give the same
-rows. `--otlp`: Collector-style OTLP files of that many traces (four spans each,
-bench/ingest.py's) instead, the new file's traces new (the spans and trace states go to the
-lake too; the incremental run assembles only the new ones).
+(the incremental run: the stored copies of the new file's trace ids are looked up in the lake's
+files of their days). Prints each run's seconds, both database files' sizes and the lake's (its
+Delta tables' current versions' files), and checks that both give the same rows. `--otlp`:
+Collector-style OTLP files of that many traces (four spans each, bench/ingest.py's) instead,
+the new file's traces new (the spans and trace states go to the lake too; the incremental run
+assembles only the new ones).
 """
 
 from __future__ import annotations
@@ -36,11 +35,6 @@ from rag_loop.ingest.lake import ingest_directory_into_lake
 from rag_loop.store.ddl import KEPT_IN_LAKE
 from rag_loop.store.lake import Lake
 
-try:
-    from rag_loop.engines.ingest import ingest_directory_on_spark
-except ImportError:  # Spark ingestion was removed: DuckDB into the lake won (bench/RESULTS.md)
-    ingest_directory_on_spark = None
-
 CHECKED = {"raw_traces": "trace_id, source_file, source_line", "trace_chunks": "trace_id, chunk_id, rank",
            "trace_duplicates": "trace_id, source_file, line_no"}
 CHECKED_OTLP = {"raw_traces": "trace_id, source_file, source_line", "otlp_traces": "trace_id, state, spans",
@@ -53,8 +47,7 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--new", type=int, default=10_000)
     parser.add_argument("--otlp", action="store_true", help="OTLP files of --traces traces instead")
-    parser.add_argument("--no-spark", action="store_true", help="leave Spark ingestion out")
-    parser.add_argument("--workdir", type=Path, default=Path("bench/out/spark-ingest"))
+    parser.add_argument("--workdir", type=Path, default=Path("bench/out/lake-ingest"))
     args = parser.parse_args()
     shutil.rmtree(args.workdir, ignore_errors=True)
     traces = args.workdir / "traces"
@@ -67,15 +60,9 @@ def main() -> None:
             write_traces(traces / f"part-{n}.jsonl", per_file, seed=n)
             _renumber(traces / f"part-{n}.jsonl", n * per_file)
     checked = CHECKED_OTLP if args.otlp else CHECKED
-    with_spark = ingest_directory_on_spark is not None and not args.no_spark
-    if with_spark:
-        from rag_loop.engines.engine import spark_session
-        session = spark_session("local[2]", {"spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "4"})
-        session.sparkContext.setLogLevel("ERROR")
     duck = duckdb.connect(str(args.workdir / "duckdb.duckdb"))
     into_lake = duckdb.connect(str(args.workdir / "lake.duckdb"))
-    spark = duckdb.connect(str(args.workdir / "spark.duckdb"))
-    lake, spark_lake = args.workdir / "lake", args.workdir / "spark-lake"
+    lake = args.workdir / "lake"
     figures = {}
     for run in ("first", "incremental"):
         if run == "incremental" and args.otlp:
@@ -89,22 +76,14 @@ def main() -> None:
         start = time.perf_counter()
         in_lake = ingest_directory_into_lake(into_lake, traces, lake)
         figures[f"{run}_lake"] = time.perf_counter() - start
-        compared = [(in_lake, into_lake)]
-        line = (f"{run}: {on_duckdb.total()}; DuckDB {figures[f'{run}_duckdb']:.2f} s, DuckDB into the lake "
-                f"{figures[f'{run}_lake']:.2f} s")
-        if with_spark:
-            start = time.perf_counter()
-            compared.append((ingest_directory_on_spark(session, spark, traces, spark_lake), spark))
-            figures[f"{run}_spark"] = time.perf_counter() - start
-            line += (f", Spark {figures[f'{run}_spark']:.2f} s "
-                     f"({figures[f'{run}_spark'] / figures[f'{run}_lake']:.1f}x DuckDB into the lake)")
-        for report, con in compared:
-            assert report.files == on_duckdb.files, "the reports differ"
-            for table, key in checked.items():
-                query = f"SELECT {key} FROM {table} ORDER BY ALL"
-                assert duck.execute(query).fetchall() == con.execute(query).fetchall(), f"{table} differs"
-        print(line, flush=True)
-    for con in (duck, into_lake, spark):
+        assert in_lake.files == on_duckdb.files, "the reports differ"
+        for table, key in checked.items():
+            query = f"SELECT {key} FROM {table} ORDER BY ALL"
+            assert duck.execute(query).fetchall() == into_lake.execute(query).fetchall(), f"{table} differs"
+        print(f"{run}: {on_duckdb.total()}; embedded {figures[f'{run}_duckdb']:.2f} s, into the lake "
+              f"{figures[f'{run}_lake']:.2f} s ({figures[f'{run}_lake'] / figures[f'{run}_duckdb']:.2f}x)",
+              flush=True)
+    for con in (duck, into_lake):
         con.execute("CHECKPOINT")
     sizes = {name: (args.workdir / f"{name}.duckdb").stat().st_size / 1e6 for name in ("duckdb", "lake")}
     sizes["lake_files"] = sum(os.stat(f).st_size for t in KEPT_IN_LAKE for f in Lake.of(lake).files(t)) / 1e6
