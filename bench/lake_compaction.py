@@ -4,7 +4,7 @@ current version, the files and bytes stored, and a full scan through DuckDB (the
 list, `files_query`), in one process, on the same rows.
 
 Each run adds several small files to its day and a few to the day before (late data) and commits
-them with `Lake.commit_files`, as Spark ingestion's driver does (the files written first, one
+them with `Lake.commit_files`, as Spark's driver does (the files written first, one
 commit per run). The rows are demo-shaped raw_traces (ids, timestamps, query and answer text, the
 configuration and slice fields, latency, tokens, cost). Vacuum runs with retention 0: the state
 once the retention (a week by default) has passed for every file the compaction replaced.

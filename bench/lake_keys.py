@@ -1,11 +1,13 @@
-"""The stored-key lookup of Spark ingestion as the trace lake's history grows, against DuckDB's
-of the same files in the same process (these machines are noisy: compare, don't time absolutely).
+"""The stored-key lookup of the (removed) Spark ingestion as the trace lake's history grows,
+against DuckDB's of the same files in the same process (these machines are noisy: compare, don't
+time absolutely). Ingestion into the lake now reads the keys of the days concerned only
+(rag_loop.ingest.lake); this measures what a whole-history lookup costs.
 
     PYTHONPATH=. python bench/lake_keys.py [--stored 1000000,4000000,16000000] [--days 30] [--probe 10000]
 
-Each run of Spark ingestion finds the stored copies of its trace ids (first copy wins) and
+Each run of Spark ingestion found the stored copies of its trace ids (first copy wins) and
 the pending traces' states by a semi-join of the run's ids with the lake's keys over every
-day (`LakeTraces.stored`, `load_pending`): a scan of the whole history's key column. This
+day: a scan of the whole history's key column. This
 writes `--stored` random 32-hex trace ids (OTLP's shape) over `--days` day files, then
 probes `--probe` ids (half of them stored) as a run does, on Spark `local[2]` and on DuckDB;
 prints each lookup's best of three, in seconds and nanoseconds per stored key, and Spark's as

@@ -1,3 +1,4 @@
 """The engines that run the traffic-sized stages' Ibis expressions on DuckDB (the embedded
 default) or Spark: the engines, the per-engine function registry, the compile cache's literals,
-day fingerprints, and Spark ingestion into the trace lake. The expressions live with their stages."""
+and day fingerprints. The expressions live with their stages; ingestion into the lake is
+rag_loop.ingest.lake."""

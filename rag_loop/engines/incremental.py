@@ -102,7 +102,7 @@ def traffic_fingerprints(con: duckdb.DuckDBPyConnection) -> Fingerprints:
     """Per UTC day of raw_traces: its traces, when each was stored (a trace stored again,
     e.g. an OTLP trace assembled again after a late span, has a new ingestion time; its chunks,
     spans and feedback are stored with it) and its language (decided after storing: a database
-    from before gets its traces' languages later). Traces kept in the trace lake (a Spark ingestion's)
+    from before gets its traces' languages later). Traces kept in the trace lake (a lake-backed deployment's)
     are fingerprinted by their files: every change of a day's traces commits a new one."""
     uri = lake_view_uri(con, "raw_traces")
     if uri is not None:

@@ -106,7 +106,7 @@ ADDED_COLUMNS = {
 # partition), so a stage reading some days' traces reads only those days' rows of these too
 CHILD_TABLES = ("trace_chunks", "trace_spans", "trace_feedback")
 RAW_TABLES = ("raw_traces", *CHILD_TABLES)  # a trace's rows
-KEPT_IN_LAKE = (*RAW_TABLES, "otlp_spans", "otlp_traces")  # what Spark ingestion keeps in the trace lake
+KEPT_IN_LAKE = (*RAW_TABLES, "otlp_spans", "otlp_traces")  # what ingestion keeps in a lake-backed deployment's lake
 
 
 def utc_day(instant: str = '"timestamp"') -> str:

@@ -32,7 +32,7 @@ WHOLE = ("documents",)  # small tables, unpartitioned
 def export_lake(con: duckdb.DuckDBPyConnection, lake: Lake, days: Iterable[date] | None = None) -> dict[str, int]:
     """Write the changed days (or just `days`) of every trace table, and the whole small
     tables, from the database to the lake. Returns days written and days unchanged. Trace
-    tables that Spark ingestion keeps in this lake (the database has views of them) are there
+    tables that ingestion keeps in this lake (the database has views of them) are there
     already: only the small tables are written."""
     if all(in_lake(con, lake, table) for table in DAY_OF):
         _export_whole(con, lake)

@@ -22,7 +22,7 @@ from rag_loop.store.ddl import (
 
 def create_tables(con: duckdb.DuckDBPyConnection) -> None:
     """Create every ingestion table that does not exist yet, and bring older ones up to date
-    (a view of that name, the trace lake's files of a Spark ingestion, is left as it is)."""
+    (a view of that name, the trace lake's table in a lake-backed deployment, is left as it is)."""
     con.execute(INGESTION_DDL)
     if relation_kind(con, "otlp_pending") is None:
         con.execute(PENDING_FROM_SPANS)

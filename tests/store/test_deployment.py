@@ -58,8 +58,8 @@ def test_a_lake_backed_deployment_on_s3_migrates_runs_a_stage_and_vacuums(tmp_pa
     file, `rag-loop lake migrate --to lake` onto s3:// (delta-rs and DuckDB's reader take the
     endpoint and keys from the AWS_* environment), trace_signals materialized by Dagster on the
     DuckDB engine into the s3 lake, read back through a fresh connection of the resource and by
-    `rag-loop summary`, a vacuum, and the way back. Ingestion straight into a lake is Spark's, which cannot reach
-    object storage here (its S3 jars come from Maven): not part of this test."""
+    `rag-loop summary`, a vacuum, and the way back. Ingestion straight into an s3 lake is
+    tests/store/test_lake_ingest.py's."""
     from dagster import materialize
 
     from rag_loop.ingest import ingest_directory
