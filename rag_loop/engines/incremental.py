@@ -112,9 +112,10 @@ def traffic_fingerprints(con: duckdb.DuckDBPyConnection) -> Fingerprints:
 
 
 def _lake_fingerprints(uri: str) -> Fingerprints:
-    """Per day of the lake table at `uri`, its files in the current version (from the log)."""
-    root, name = uri.rsplit("/", 1)
-    return Lake.of(root).day_fingerprints(name)
+    """Per day of the lake table at `uri`, its files in the current version (from the log),
+    read with the storage options of the deployment's lake (`Lake.of_table`)."""
+    lake, name = Lake.of_table(uri)
+    return lake.day_fingerprints(name)
 
 
 def whole_fingerprint(con: duckdb.DuckDBPyConnection, table: str) -> str | None:

@@ -38,6 +38,9 @@ from rag_loop.store.tables import relation_kind, transaction
 
 DAY = "day"
 LAKE_VIEW = "rag-loop lake: "  # the comment on a database view of a lake table's files
+# the lakes connections were attached to in this process, by root: their storage options, for
+# what finds a lake table by its URI alone (a view's marker)
+_ATTACHED: dict[str, Lake] = {}
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,14 @@ class Lake:
             return lake
         text = str(lake)
         return cls(text if "://" in text else str(Path(text).absolute()))
+
+    @classmethod
+    def of_table(cls, uri: str) -> tuple[Lake, str]:
+        """The lake and name of the table at `uri`: the lake of that root a connection was
+        attached to in this process (`attach`: the deployment's, with its storage options), else
+        one from the URI alone (an object store's options then come from the AWS environment)."""
+        root, name = uri.rstrip("/").rsplit("/", 1)
+        return _ATTACHED.get(root.rstrip("/")) or cls.of(root), name
 
     @property
     def local(self) -> bool:
@@ -111,7 +122,9 @@ class Lake:
     def attach(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
         """`con` able to read the lake's files: an object store's through its Arrow filesystem
         (DuckDB's own httpfs cannot be installed offline); a local lake needs nothing. Every
-        connection that reads a lake-backed deployment's views is attached once."""
+        connection that reads a lake-backed deployment's views is attached once; the lake is
+        remembered (`of_table`)."""
+        _ATTACHED[self.root.rstrip("/")] = self
         if not self.local:
             from fsspec.implementations.arrow import ArrowFSWrapper
             system, _ = self.filesystem()

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 import rag_loop.ingest.lake as lake_ingest
 import rag_loop.ingest.pipeline as pipeline
+from rag_loop.engines.incremental import traffic_fingerprints
 from rag_loop.ingest import IngestReport, ingest_directory
 from rag_loop.ingest.lake import ingest_directory_into_lake
 from rag_loop.store.ddl import KEPT_IN_LAKE
@@ -238,7 +239,8 @@ def test_the_stored_copies_are_looked_up_in_the_new_records_days_only(tmp_path, 
 
 def test_an_s3_lake_gives_the_same_tables(tmp_path):
     """On a local S3-compatible server (moto, loopback only), the endpoint given only in the
-    lake's storage options: a first run, then a changed file and a new OTLP file."""
+    lake's storage options: a first run, then a changed file and a new OTLP file; the traffic
+    fingerprints (of the view's lake table) read the log with those options."""
     from tests.helpers.s3 import s3_server
 
     directory = tmp_path / "traces"
@@ -253,3 +255,5 @@ def test_an_s3_lake_gives_the_same_tables(tmp_path):
         _, report = on_both((embedded, in_lake), directory, lake)
         assert report.assembly.ingested > 0
         assert any(key.startswith("lake/otlp_spans/day=") for key in s3.keys("lake/"))
+        assert "AWS_ENDPOINT_URL" not in os.environ  # the marker's table found with the lake's options
+        assert traffic_fingerprints(in_lake) == lake.day_fingerprints("raw_traces") != {}
