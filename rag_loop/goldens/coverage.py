@@ -9,6 +9,11 @@ candidates; the covered share is the ratio Σ 1/π covered / Σ 1/π of all the 
 (a Hájek ratio: always in [0, 1], steadier than dividing by the exact traffic); the estimated
 covered traffic is that share × the day's exact trace count from `raw_traces`.
 
+The two traffic-sized reads — the exact traffic per slice value, and the candidates grouped by
+day, slice values, intent and outcome with their count and Σ 1/π — are Ibis expressions that run
+on either engine (rag_loop.goldens.coverage_expressions; DuckDB by default, Spark over the trace
+lake): what reaches pandas here is a few rows per intent and slice value, never one per trace.
+
 A golden covers the intent of its trace (`trace_clusters`, today's clustering); a golden whose
 trace is no longer clustered covers the cluster its release recorded, if that cluster still
 exists, else nothing (counted as `goldens_unplaced`). Candidates without a cluster (selected
@@ -26,14 +31,21 @@ import numpy as np
 import pandas as pd
 
 from rag_loop.drift.checks import Limit, Verdict, assess
+from rag_loop.engines.engine import DuckDBEngine, Engine
+from rag_loop.goldens.coverage_expressions import (
+    OPTIONAL,
+    SLICES,
+    UNASSIGNED,
+    CoverageWindow,
+    sampled_expression,
+    traffic_expression,
+)
 from rag_loop.store.ddl import utc_day
 from rag_loop.store.releases import read_goldens, release_versions
 from rag_loop.store.tables import has_table, replace_day
 
-UNASSIGNED = "(unassigned)"
-SLICES = ("language", "tenant", "query_type")
 CHECK = "golden_coverage_share"
-_UNKNOWN = {"language": "und", "tenant": "unknown", "query_type": "unknown"}
+SAMPLED_COLUMNS = ["day", *SLICES, "cluster_id", "assessed", "failed", "n", "weight"]
 
 
 @dataclass(frozen=True)
@@ -94,51 +106,34 @@ def golden_intents(con: duckdb.DuckDBPyConnection, goldens: GoldenSet) -> tuple[
     return {i for i in intents if i is not None}, sum(i is None for i in intents)
 
 
-def day_traffic(con: duckdb.DuckDBPyConnection, day: date, last: date | None = None) -> pd.DataFrame:
+def day_traffic(con: duckdb.DuckDBPyConnection, day: date, last: date | None = None,
+                engine: Engine | None = None) -> pd.DataFrame:
     """The exact trace count of the day (or of days `day`..`last`) per slice value (slice 'all'
-    included)."""
+    included), on `engine` (default DuckDB)."""
     if not has_table(con, "raw_traces"):
         return pd.DataFrame(columns=["slice", "slice_value", "traffic"])
-    within = f"{utc_day()} BETWEEN $first AND $last"
-    parts = [f"SELECT 'all' AS slice, 'all' AS slice_value, count(*) AS traffic FROM raw_traces WHERE {within}"]
-    parts += [f"SELECT '{s}', coalesce(CAST({s} AS VARCHAR), '{_UNKNOWN[s]}'), count(*) FROM raw_traces "
-              f"WHERE {within} GROUP BY 2" for s in SLICES]
-    frame = con.execute(" UNION ALL ".join(parts), {"first": day, "last": last or day}).df()
-    return frame[frame["traffic"] > 0].reset_index(drop=True) if len(frame) else frame
+    frame = (engine or DuckDBEngine()).frame(con, ("raw_traces",), traffic_expression,
+                                             CoverageWindow(day, last or day, ()))
+    frame = frame[frame["traffic"] > 0].astype({"traffic": "int64"})
+    return frame.sort_values(["slice", "slice_value"], ignore_index=True)[["slice", "slice_value", "traffic"]]
 
 
-def sampled_traces(con: duckdb.DuckDBPyConnection, first: date, last: date) -> pd.DataFrame:
-    """The candidates of days `first`..`last` with their day, slices, weight 1/π, intent and
-    whether a judge or a curator found them failing (`assessed`, `failed`)."""
-    columns = ["day", "trace_id", *SLICES, "weight", "cluster_id", "assessed", "failed"]
+def sampled_traces(con: duckdb.DuckDBPyConnection, first: date, last: date,
+                   engine: Engine | None = None) -> pd.DataFrame:
+    """The candidates of days `first`..`last` grouped by day, slices, intent and whether a judge or
+    a curator assessed them (`assessed`) and found them failing (`failed`): how many (`n`) and the
+    traffic they stand for (`weight`, Σ 1/π), on `engine` (default DuckDB)."""
     if not (has_table(con, "raw_traces") and has_table(con, "failure_candidates")):
-        return pd.DataFrame(columns=columns)
-    clusters = "tc.cluster_id" if has_table(con, "trace_clusters") else "NULL"
-    judged = ("SELECT trace_id, bool_or(NOT passed) AS failed FROM (SELECT * FROM trace_judgments "
-              "WHERE status = 'judged' AND passed IS NOT NULL QUALIFY row_number() OVER "
-              "(PARTITION BY trace_id, metric ORDER BY judged_at DESC NULLS LAST) = 1) GROUP BY 1") \
-        if has_table(con, "trace_judgments") else "SELECT NULL::VARCHAR AS trace_id, NULL::BOOLEAN AS failed"
-    labelled = ("SELECT trace_id, coalesce(failure_type, 'none') <> 'none' AS failed FROM current_labels "
-                "WHERE decision = 'accept'") if has_table(con, "current_labels") else \
-        "SELECT NULL::VARCHAR AS trace_id, NULL::BOOLEAN AS failed"
-    frame = con.execute(f"""
-        WITH judged AS ({judged}), labelled AS ({labelled})
-        SELECT {utc_day('t."timestamp"')} AS day, t.trace_id,
-               {", ".join(f"coalesce(CAST(t.{s} AS VARCHAR), '{_UNKNOWN[s]}') AS {s}" for s in SLICES)},
-               1.0 / least(c.inclusion_probability, 1.0) AS weight,
-               coalesce({clusters}, '{UNASSIGNED}') AS cluster_id,
-               l.failed IS NOT NULL OR j.failed IS NOT NULL AS assessed,
-               coalesce(l.failed, j.failed, false) AS failed
-        FROM raw_traces t
-        JOIN (SELECT trace_id, max(inclusion_probability) AS inclusion_probability
-              FROM failure_candidates GROUP BY 1) c USING (trace_id)
-        {'LEFT JOIN trace_clusters tc USING (trace_id)' if clusters != 'NULL' else ''}
-        LEFT JOIN labelled l USING (trace_id)
-        LEFT JOIN judged j USING (trace_id)
-        WHERE {utc_day('t."timestamp"')} BETWEEN $first AND $last AND c.inclusion_probability > 0
-        ORDER BY t.trace_id""", {"first": first, "last": last}).df()
+        return pd.DataFrame(columns=SAMPLED_COLUMNS)
+    # an optional table without rows changes nothing: left out (Spark cannot ship an empty one
+    # with an instant column from the control database)
+    window = CoverageWindow(first, last, tuple(t for t in OPTIONAL if has_table(con, t) and
+                                               con.execute(f'SELECT count(*) FROM (SELECT 1 FROM "{t}" LIMIT 1)')
+                                               .fetchall()[0][0]))
+    frame = (engine or DuckDBEngine()).frame(con, window.inputs(), sampled_expression, window)
     frame["day"] = pd.to_datetime(frame["day"]).dt.date
-    return frame[columns]
+    frame = frame.astype({"assessed": bool, "failed": bool, "n": "int64", "weight": "float64"})
+    return frame.sort_values(SAMPLED_COLUMNS[:-2], ignore_index=True)[SAMPLED_COLUMNS]
 
 
 @dataclass
@@ -152,10 +147,11 @@ class CoverageDay:
 
 
 def _failure_rate(group: pd.DataFrame) -> tuple[int, float]:
-    assessed = group[group["assessed"]]
+    """The assessed traces of `group` (rows of `sampled_traces`) and their weighted failure rate."""
+    assessed = group[group["assessed"].astype(bool)]
     weight = assessed["weight"].sum()
-    return len(assessed), (float((assessed["weight"] * assessed["failed"]).sum() / weight)
-                           if len(assessed) and weight > 0 else np.nan)
+    failed = assessed.loc[assessed["failed"].astype(bool), "weight"].sum()
+    return int(assessed["n"].sum()), (float(failed / weight) if len(assessed) and weight > 0 else np.nan)
 
 
 def compute_coverage(traffic: pd.DataFrame, traces: pd.DataFrame, day: date, covered: set[str] | None,
@@ -163,7 +159,8 @@ def compute_coverage(traffic: pd.DataFrame, traces: pd.DataFrame, day: date, cov
                      settings: CoverageSettings = CoverageSettings()) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Pure: the day's summary per slice value and its rows per intent and slice value, from the
     day's exact traffic (`day_traffic`), the sampled traces of the day and the baseline window
-    (`sampled_traces`) and the intents the release covers (None: no release)."""
+    (`sampled_traces`: grouped, with their count `n` and Σ 1/π `weight`) and the intents the
+    release covers (None: no release)."""
     labels = labels or {}
     days = pd.to_datetime(traces["day"]).dt.date if len(traces) else traces["day"]
     today, before = traces[days == day], traces[days < day]
@@ -178,7 +175,7 @@ def compute_coverage(traffic: pd.DataFrame, traces: pd.DataFrame, day: date, cov
                 volume = float(members["weight"].sum())
                 is_covered = None if covered is None else intent in covered
                 row = {"slice": slice_name, "slice_value": str(value), "cluster_id": intent,
-                       "label": labels.get(intent, ""), "n": len(members), "volume": volume,
+                       "label": labels.get(intent, ""), "n": int(members["n"].sum()), "volume": volume,
                        "share": volume / total if total > 0 else np.nan, "covered": is_covered}
                 if slice_name == "all":
                     assessed, rate = _failure_rate(members)
@@ -195,7 +192,7 @@ def compute_coverage(traffic: pd.DataFrame, traces: pd.DataFrame, day: date, cov
             uncovered = group[~group["cluster_id"].isin(covered or set())]
             summary_rows.append({
                 "slice": slice_name, "slice_value": str(value),
-                "traffic": exact.get((slice_name, str(value)), 0), "n": len(group), "volume": total,
+                "traffic": exact.get((slice_name, str(value)), 0), "n": int(group["n"].sum()), "volume": total,
                 "covered_share": share,
                 "covered_traffic": None if share is None else share * exact.get((slice_name, str(value)), 0),
                 "intents": int(group["cluster_id"].nunique()),
@@ -236,20 +233,21 @@ def intent_labels(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
 
 
 def coverage_of_day(con: duckdb.DuckDBPyConnection, day: date, goldens: GoldenSet,
-                    settings: CoverageSettings = CoverageSettings()) -> CoverageDay:
-    """The day's coverage by release `goldens`, computed (not stored)."""
+                    settings: CoverageSettings = CoverageSettings(), engine: Engine | None = None) -> CoverageDay:
+    """The day's coverage by release `goldens`, computed (not stored); the traffic-sized reads on
+    `engine` (default DuckDB)."""
     covered, unplaced = golden_intents(con, goldens) if goldens.version else (None, 0)
-    traces = sampled_traces(con, day - timedelta(days=settings.baseline_days), day)
-    summary, intents = compute_coverage(day_traffic(con, day), traces, day, covered,
+    traces = sampled_traces(con, day - timedelta(days=settings.baseline_days), day, engine)
+    summary, intents = compute_coverage(day_traffic(con, day, engine=engine), traces, day, covered,
                                         intent_labels(con), settings)
     return CoverageDay(summary, intents, goldens.version, unplaced)
 
 
 def coverage_day(con: duckdb.DuckDBPyConnection, day: date, goldens: GoldenSet,
-                 settings: CoverageSettings = CoverageSettings()) -> list[Verdict]:
+                 settings: CoverageSettings = CoverageSettings(), engine: Engine | None = None) -> list[Verdict]:
     """Store the day's coverage (`golden_coverage`, `golden_coverage_intents`, that day's rows
     replaced) and its verdict: the covered share of the day's traffic against `min_share`."""
-    result = coverage_of_day(con, day, goldens, settings)
+    result = coverage_of_day(con, day, goldens, settings, engine)
     meta = {"release": result.release, "goldens": len(goldens.goldens) if goldens.version else 0,
             "goldens_unplaced": result.goldens_unplaced}
     replace_day(con, "golden_coverage", day, result.summary.assign(**meta))

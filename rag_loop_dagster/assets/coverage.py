@@ -20,7 +20,7 @@ from rag_loop.goldens.coverage import (
 )
 from rag_loop.store.files import write_parquet_atomically
 from rag_loop_dagster.assets.daily import DAILY, check_specs, daily, day_checks, partition_days, series_chart
-from rag_loop_dagster.assets.resources import DUCKDB_WRITER, RagLoopPaths
+from rag_loop_dagster.assets.resources import DUCKDB_WRITER, EngineResource, RagLoopPaths
 from rag_loop_dagster.assets.stage import stage_asset
 
 _DEFAULTS = CoverageSettings()
@@ -51,16 +51,18 @@ class CoverageConfig(Config):
                         "of, against its floor (WARN); not evaluated without a release or data."}),
              description="Per day and slice (language, tenant, query_type): the day's traffic, the "
                          "share in intents the newest golden release covers (Horvitz-Thompson over "
-                         "the sampled traces' intents), the largest uncovered intents and those "
+                         "the sampled traces' intents; the counts on the engine resource: DuckDB, or "
+                         "Spark over the trace lake), the largest uncovered intents and those "
                          "whose failure rate rises while uncovered.")
 def golden_coverage(context: AssetExecutionContext, config: CoverageConfig, duckdb: DuckDBResource,
-                    paths: RagLoopPaths) -> MaterializeResult:
+                    engine: EngineResource, paths: RagLoopPaths) -> MaterializeResult:
     settings = CoverageSettings(Limit(config.min_share, None, False, config.min_sample), config.baseline_days,
                                 config.rising_by, config.min_assessed)
     goldens = release_goldens(Path(paths.goldens_dir), config.release)
     context.log.info(f"golden_coverage: release {goldens.version or 'none'}")
+    on = engine.engine()  # the traffic-sized counts: DuckDB, or Spark over the trace lake
     with duckdb.get_connection() as con:
-        result = day_checks(context, [CHECK], lambda day: coverage_day(con, day, goldens, settings),
+        result = day_checks(context, [CHECK], lambda day: coverage_day(con, day, goldens, settings, on),
                             "golden_coverage",
                             lambda: series_chart(con, "SELECT day, covered_share FROM golden_coverage "
                                                       "WHERE slice = 'all' ORDER BY day",

@@ -229,13 +229,13 @@ def test_the_asset_writes_its_tables_and_its_check_warns_or_says_not_evaluated(t
     from dagster_duckdb import DuckDBResource
 
     from rag_loop_dagster.assets.coverage import golden_coverage
-    from rag_loop_dagster.assets.resources import RagLoopPaths
+    from rag_loop_dagster.assets.resources import DuckDBEngineResource, RagLoopPaths
     database = tmp_path / "rag.duckdb"
     with duckdb.connect(str(database)) as con:
         create_tables(con)  # the whole trace schema: the chart reads version changes from it
         world(con, [(f"t{i}", DAY, "en", "acme", "faq", 0.5, "A" if i < 10 else "B") for i in range(40)])
     write_release(tmp_path / "goldens", "v0001", [("g1", "t0", "A")])
-    resources = {"duckdb": DuckDBResource(database=str(database)),
+    resources = {"duckdb": DuckDBResource(database=str(database)), "engine": DuckDBEngineResource(),
                  "paths": RagLoopPaths(goldens_dir=str(tmp_path / "goldens"), reports_dir=str(tmp_path / "r"))}
     config = {"ops": {"golden_coverage": {"config": {"min_share": 0.5}}}}
     result = materialize([golden_coverage], resources=resources, partition_key=DAY.isoformat(), run_config=config)

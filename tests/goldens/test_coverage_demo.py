@@ -44,10 +44,12 @@ def test_the_asset_on_the_demo_feeds_the_workspaces_intents_sorted_by_uncovered_
     from rag_loop.workspace.app import create_app
     from rag_loop.workspace.store import Workspace
     from rag_loop_dagster.assets.coverage import golden_coverage
+    from rag_loop_dagster.assets.resources import DuckDBEngineResource
     from tests.workspace.conftest import client_of
     root, paths = demo_releases
     result = materialize([golden_coverage], partition_key=SURGE.isoformat(),
-                         resources={"duckdb": DuckDBResource(database=str(root / "rag.duckdb")), "paths": paths})
+                         resources={"duckdb": DuckDBResource(database=str(root / "rag.duckdb")), "paths": paths,
+                                    "engine": DuckDBEngineResource()})
     assert result.success
     [check] = result.get_asset_check_evaluations()
     assert check.metadata["n"].value == 200 and check.metadata["days_not_evaluated"].value == []
