@@ -20,8 +20,8 @@ from rag_loop.drift.figures import retrieval_figures
 from rag_loop.engines.engine import SparkEngine, spark_session
 from rag_loop.engines.functions import SPARK
 from rag_loop.selection.signals import SignalSettings, compute_signals
+from rag_loop.store.deployment import copy_small_tables, migrate
 from rag_loop.store.lake import Lake
-from rag_loop.store.lake_export import export_lake
 
 
 def main() -> None:
@@ -37,7 +37,8 @@ def main() -> None:
     if fresh:
         build_database(con, args.traces)
         compute_signals(con, SignalSettings())
-        export_lake(con, Lake.of(work / "lake"))
+        migrate(con, Lake.of(work / "lake"), "lake")  # lake-backed: the traces and signals in the lake
+        copy_small_tables(con, Lake.of(work / "lake"))
     day = con.execute("SELECT max(day) FROM trace_signals").fetchall()[0][0]
     session = spark_session("local[2]", {"spark.driver.memory": "2g"})
     session.sparkContext.setLogLevel("ERROR")

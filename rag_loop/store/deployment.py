@@ -21,6 +21,7 @@ from rag_loop.store.tables import create_tables, relation_kind, transaction
 # grow with traffic (the engine's `run` stores them)
 STAGE_TABLES = ("trace_signals", "failure_candidates")
 TRACE_SIZED = (*KEPT_IN_LAKE, *STAGE_TABLES)
+SMALL_JOINED = ("documents",)  # small tables the Spark engine's stages join, copied whole to the lake
 # a lake row's day, for the kept tables whose rows do not carry one (a child row carries its trace's)
 ROW_DAY = {"raw_traces": utc_day(), "otlp_spans": span_day(), "otlp_traces": utc_day("assembled_at")}
 
@@ -72,3 +73,17 @@ def migrate(con: duckdb.DuckDBPyConnection, lake: Lake, to: Literal["lake", "emb
                 con.execute(f'DROP VIEW "{name}__lake"')
             moved[name] = con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]
     return moved
+
+
+def copy_small_tables(con: duckdb.DuckDBPyConnection, lake: Lake) -> dict[str, int]:
+    """The small tables the stages join (`SMALL_JOINED`) written whole to the lake, one commit
+    each (they stay the database's: this is a copy for Spark's executors); returns their rows.
+    The trace-sized tables are in the lake already, or the run refuses (WrongHome): ingestion
+    writes them there, and `migrate` moves an embedded deployment's."""
+    for name in KEPT_IN_LAKE:
+        require_home(con, lake, name)
+    copied = {}
+    for name in SMALL_JOINED:
+        lake.write(name, con.sql(f'SELECT * FROM "{name}"').to_arrow_reader(), partitioned=False)
+        copied[name] = con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]
+    return copied

@@ -36,8 +36,8 @@ from rag_loop.ingest.pipeline import (
     trace_files,
     trace_table_summary,
 )
+from rag_loop.store.deployment import copy_small_tables
 from rag_loop.store.files import directory_fingerprint
-from rag_loop.store.lake_export import export_lake
 from rag_loop.store.tables import create_tables
 from rag_loop_dagster.assets.resources import DUCKDB_WRITER, EngineResource, RagLoopPaths, StorageResource
 from rag_loop_dagster.assets.sensors import request_for_input
@@ -149,18 +149,17 @@ def raw_traces(context: AssetExecutionContext, config: IngestConfig, duckdb: Duc
 
 
 @asset(group_name="ingestion", deps=["raw_traces", "trace_chunks", "trace_spans", "trace_feedback", "documents"],
-       description="The trace lake of a lake-backed deployment (RAG_LOOP_LAKE): raw_traces, trace_chunks, "
-                   "trace_spans and trace_feedback as Delta Lake tables partitioned by UTC day (a changed day "
-                   "replaced in one commit), and documents; what the Spark engine reads. After Spark "
-                   "ingestion the traces are in the lake already: only the documents are written. An "
-                   "embedded deployment has no lake: nothing to do.")
+       description="The trace lake of a lake-backed deployment (RAG_LOOP_LAKE): ingestion keeps the traces "
+                   "there as Delta Lake tables partitioned by UTC day; this copies the small tables the "
+                   "Spark engine's stages join (documents) there whole. An embedded deployment has no "
+                   "lake: nothing to do.")
 def trace_lake(duckdb: DuckDBResource, storage: StorageResource) -> MaterializeResult:
     lake = storage.lake()
     if lake is None:
         return MaterializeResult(metadata={"lake": "none: an embedded deployment keeps every table in "
                                                    "the DuckDB file (RAG_LOOP_LAKE gives it a lake)"})
     with duckdb.get_connection() as con:
-        report = export_lake(con, lake)
+        report = {f"{name}_rows": rows for name, rows in copy_small_tables(con, lake).items()}
     days = lake.days("raw_traces")
     return MaterializeResult(metadata={
         **report, "days": len(days), "first_day": str(days[0]) if days else "none",

@@ -1,8 +1,7 @@
-"""The trace lake's export from the database: every row of the trace tables lands in its UTC
-day of the Delta table, an unchanged day is not rewritten, a failed export leaves each table at
-a whole version and is redone; a stage on DuckDB is stored where the deployment keeps it (and
-`migrate` alone moves it); a Spark stage's view is fingerprinted by its files in the Delta log,
-and a column added reaches every day."""
+"""The trace lake of a lake-backed deployment: `migrate` puts every row of the trace tables in
+its UTC day of the Delta table, and a second one moves nothing; a stage on DuckDB is stored
+where the deployment keeps it (and `migrate` alone moves it), and so is what DuckDB ingests; a
+Spark stage's view is fingerprinted by its files in the Delta log."""
 
 from datetime import UTC, date, datetime, timedelta
 
@@ -15,13 +14,13 @@ from rag_loop.engines.engine import DuckDBEngine
 from rag_loop.engines.incremental import table_fingerprints
 from rag_loop.selection.signals import SignalSettings, compute_signals
 from rag_loop.store.ddl import utc_day
-from rag_loop.store.deployment import WrongHome, migrate
+from rag_loop.store.deployment import WrongHome, copy_small_tables, migrate
 from rag_loop.store.lake import Lake, create_lake_views, files_query, lake_view_uri
-from rag_loop.store.lake_export import DAY_OF, export_lake, export_table
 from rag_loop.store.tables import create_tables, relation_kind
 from tests.helpers import trace_line
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
+KEPT = ("raw_traces", "trace_chunks", "trace_feedback")
 traces = st.lists(st.tuples(st.integers(0, 5 * 86_400_000_000 - 1),  # µs into five days
                             st.integers(0, 3), st.booleans(), st.text(max_size=30)), max_size=40)
 
@@ -45,75 +44,46 @@ def _read(lake: Lake, table: str) -> str:
     return files_query(lake.files(table), lake.schema(table))
 
 
-def _same_rows(con, lake, table) -> bool:
+def _same_rows(con, lake, table, expected) -> bool:
+    """Whether the lake's `table` holds exactly the rows of the database's `expected`."""
     con.execute(f"CREATE OR REPLACE TEMP VIEW from_lake AS {_read(lake, table)}")
-    columns = ", ".join(f'"{c}"' for c, *_ in con.execute(f"DESCRIBE {table}").fetchall())
-    one_way = con.execute(f"SELECT count(*) FROM (SELECT {columns} FROM {table} EXCEPT ALL "
+    columns = ", ".join(f'"{c}"' for c, *_ in con.execute(f"DESCRIBE {expected}").fetchall())
+    one_way = con.execute(f"SELECT count(*) FROM (SELECT {columns} FROM {expected} EXCEPT ALL "
                           f"SELECT {columns} FROM from_lake)").fetchall()[0][0]
     other_way = con.execute(f"SELECT count(*) FROM (SELECT {columns} FROM from_lake EXCEPT ALL "
-                            f"SELECT {columns} FROM {table})").fetchall()[0][0]
+                            f"SELECT {columns} FROM {expected})").fetchall()[0][0]
     return one_way == other_way == 0
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=traces)
-def test_every_row_is_in_its_day_and_a_second_export_writes_nothing(tmp_path_factory, rows):
+def test_every_row_migrates_to_its_day_and_a_second_migrate_moves_nothing(tmp_path_factory, rows):
     root = tmp_path_factory.mktemp("lake")
     con = _world(root / "db.duckdb", rows)
     lake = Lake.of(root / "lake")
-    first = export_lake(con, lake)
+    for table in KEPT:
+        con.execute(f"CREATE TABLE before_{table} AS SELECT * FROM {table}")
+    migrate(con, lake, "lake")
     days = {(START + timedelta(microseconds=r[0])).date() for r in rows}
-    assert first == {"days_written": len(days), "days_unchanged": 0}
-    for table in (*DAY_OF, "documents"):
-        assert _same_rows(con, lake, table), table
+    for table in KEPT:
+        assert _same_rows(con, lake, table, f"before_{table}"), table
     assert set(lake.days("raw_traces")) == days
     assert con.execute(f"SELECT count(*) FROM ({_read(lake, 'raw_traces')}) "
                        "WHERE day <> CAST(timezone('UTC', \"timestamp\") AS DATE)").fetchall() == [(0,)]
-    versions = {table: lake.delta(table).version() for table in DAY_OF}
-    assert export_lake(con, lake) == {"days_written": 0, "days_unchanged": len(days)}
-    assert {table: lake.delta(table).version() for table in DAY_OF} == versions  # no commit at all
-
-
-def test_a_changed_day_alone_is_rewritten(tmp_path):
-    con = _world(tmp_path / "db.duckdb", [(0, 1, True, "a"), (86_400_000_000, 2, False, "b")])
-    lake = Lake.of(tmp_path / "lake")
-    export_lake(con, lake)
-    untouched = lake.files("raw_traces", [date(2026, 11, 1)])
-    con.execute("INSERT INTO raw_traces (trace_id, \"timestamp\", original_query, ingested_at) "
-                "VALUES ('late', '2026-11-02 10:00:00+00', 'c', '2026-11-03 00:00:00+00')")
-    assert export_lake(con, lake) == {"days_written": 1, "days_unchanged": 1}
-    assert lake.files("raw_traces", [date(2026, 11, 1)]) == untouched
-    assert _same_rows(con, lake, "raw_traces")
-
-
-def test_an_export_that_fails_half_way_leaves_whole_versions_and_is_redone(tmp_path, monkeypatch):
-    con = _world(tmp_path / "db.duckdb", [(0, 1, True, "a"), (86_400_000_000, 1, True, "b")])
-    lake = Lake.of(tmp_path / "lake")
-    export_lake(con, lake)
-    con.execute("UPDATE raw_traces SET original_query = original_query || '!', ingested_at = now()")
-    real_write, calls = Lake.write, []
-
-    def failing(self, table, *args, **kwargs):
-        calls.append(table)
-        if table == "raw_traces":
-            raise OSError("disk full")
-        real_write(self, table, *args, **kwargs)
-    monkeypatch.setattr(Lake, "write", failing)
-    with pytest.raises(OSError):
-        export_lake(con, lake)
-    monkeypatch.setattr(Lake, "write", real_write)
-    assert calls[-1] == "raw_traces"  # written last: its days say the other tables are written
-    queries = sorted(q for (q,) in con.execute(f"SELECT original_query FROM ({_read(lake, 'raw_traces')})").fetchall())
-    assert queries == ["a", "b"]  # the table's previous version, whole
-    assert export_lake(con, lake)["days_written"] == 2  # its days still differ: all redone
-    assert all(_same_rows(con, lake, table) for table in DAY_OF)
+    versions = {table: lake.delta(table).version() for table in KEPT}
+    assert migrate(con, lake, "lake") == {}
+    assert {table: lake.delta(table).version() for table in KEPT} == versions  # no commit at all
 
 
 def test_a_quote_in_the_path_is_no_sql(tmp_path):
     con = _world(tmp_path / "db.duckdb", [(0, 1, True, "a"), (86_400_000_000, 1, False, "b")])
+    for table in ("raw_traces", "trace_chunks"):
+        con.execute(f"CREATE TABLE before_{table} AS SELECT * FROM {table}")
     lake = Lake.of(tmp_path / "o'brien" / "lake")
-    assert export_lake(con, lake)["days_written"] == 2
-    assert _same_rows(con, lake, "raw_traces") and _same_rows(con, lake, "trace_chunks")
+    assert migrate(con, lake, "lake")["raw_traces"] == 2
+    assert _same_rows(con, lake, "raw_traces", "before_raw_traces")
+    assert _same_rows(con, lake, "trace_chunks", "before_trace_chunks")
+    assert copy_small_tables(con, lake) == {"documents": 0}
 
 
 def test_a_stage_on_duckdb_is_stored_where_the_deployment_keeps_it_and_never_moved(tmp_path):
@@ -157,7 +127,7 @@ def test_a_spark_stages_view_is_fingerprinted_by_its_files_without_reading_them(
     with _world(tmp_path / "w.duckdb", [(0, 1, False, "a"), (86_400_000_000, 1, False, "b")]) as con:
         lake = Lake.of(tmp_path / "o'brien" / "lake")
         con.execute(f"CREATE TABLE stage AS SELECT trace_id, {utc_day()} AS day FROM raw_traces")
-        export_table(con, lake, "stage")
+        lake.write("stage", con.sql("SELECT * FROM stage").to_arrow_table())
         hashed = table_fingerprints(con, "stage")
         con.execute("DROP TABLE stage")
         con.execute(f"CREATE VIEW stage AS {_read(lake, 'stage')}")
@@ -176,19 +146,3 @@ def test_a_spark_stages_view_is_fingerprinted_by_its_files_without_reading_them(
             with open(path, "wb") as garbage:
                 garbage.write(b"not a parquet file")
         assert set(table_fingerprints(con, "stage")) == set(before)
-
-
-def test_a_column_added_to_a_table_rewrites_every_day_and_older_files_read_as_null(tmp_path):
-    """A newer rag-loop adds a column: the next export writes every day again with it (the days'
-    rows did not change, their columns did). A file from before it reads NULL in that column."""
-    con = _world(tmp_path / "db.duckdb", [(0, 1, True, "a"), (86_400_000_000, 2, False, "b")])
-    lake = Lake.of(tmp_path / "lake")
-    export_lake(con, lake)
-    older = lake.files("raw_traces", [date(2026, 11, 1)])
-    con.execute("ALTER TABLE raw_traces ADD COLUMN added_later VARCHAR DEFAULT 'new'")
-    assert export_lake(con, lake) == {"days_written": 2, "days_unchanged": 0}
-    assert export_lake(con, lake) == {"days_written": 0, "days_unchanged": 2}
-    assert _same_rows(con, lake, "raw_traces")
-    newer = lake.files("raw_traces", [date(2026, 11, 2)])
-    assert con.execute(f"SELECT day, added_later FROM ({files_query([*older, *newer], lake.schema('raw_traces'))}) "
-                       "ORDER BY day").fetchall() == [(date(2026, 11, 1), None), (date(2026, 11, 2), "new")]
