@@ -23,7 +23,7 @@ import duckdb
 import pyarrow as pa
 
 from rag_loop.ingest.lines import Rejected, oversized_reason, preview
-from rag_loop.ingest.otlp.mapping import assemble_trace, is_request
+from rag_loop.ingest.otlp.mapping import request_record
 from rag_loop.ingest.otlp.spans import SpanBatch
 from rag_loop.ingest.parallel import ordered_map
 from rag_loop.ingest.records import BatchCounts, fits_model, load_batch, load_typed_records, quarantine_rejected
@@ -38,6 +38,7 @@ READY_SPANS_SQL = """
            s.source_line
     FROM otlp_spans s JOIN _ready r USING (trace_id)"""
 SPAN_ORDER = "s.trace_id, s.start_ns NULLS FIRST, s.span_id"
+_encode = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(..., ensure_ascii=False), built once
 
 
 @dataclass
@@ -230,10 +231,10 @@ def assemble_spans(spans: pa.Table) -> list[Assembled]:
         place = _record_span(trace)
         result = Assembled(trace[0]["trace_id"], trace[0]["has_root"], trace[0]["spans"],
                            place["source_file"], place["source_line"], place["span_id"])
-        if is_request(trace):
-            record = assemble_trace(result.trace_id, trace)
+        record = request_record(result.trace_id, trace)
+        if record is not None:
             result.retrieval_unreadable = record.get("retrieval_unreadable")
-            result.record = json.dumps(record, ensure_ascii=False)
+            result.record = _encode(record)
             result.typed = fits_model(record)
         else:
             result.state = "not_a_request"

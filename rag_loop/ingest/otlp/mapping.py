@@ -211,7 +211,17 @@ def _known_conventions(spans: list[Span]) -> list[Span]:
 def is_request(spans: list[Span]) -> bool:
     """A user request retrieves, calls an LLM, or its root carries a query; indexing traces
     (splitting and embedding the knowledge base) do none of these."""
-    spans = _known_conventions(spans)
+    return _is_request(_known_conventions(spans))
+
+
+def request_record(trace_id: str, spans: list[Span]) -> dict[str, Any] | None:
+    """`assemble_trace(trace_id, spans)` when `is_request(spans)`, else None (the spans'
+    conventions read once for both)."""
+    known = _known_conventions(spans)
+    return _assemble(trace_id, known) if _is_request(known) else None
+
+
+def _is_request(spans: list[Span]) -> bool:
     if any(span_kind(s["attrs"]) in ("RETRIEVER", "LLM", "RERANKER") for s in spans):
         return True
     root = _root(spans)
@@ -240,7 +250,11 @@ def _error(spans: list[Span]) -> str | None:
 
 def assemble_trace(trace_id: str, spans: list[Span]) -> dict[str, Any]:
     """Fold the spans of one trace (rows of `otlp_spans`, attributes decoded) into a record."""
-    spans = sorted(_known_conventions(spans), key=lambda s: (s["start_ns"] or 0, s["span_id"]))
+    return _assemble(trace_id, _known_conventions(spans))
+
+
+def _assemble(trace_id: str, spans: list[Span]) -> dict[str, Any]:
+    spans = sorted(spans, key=lambda s: (s["start_ns"] or 0, s["span_id"]))
     root = _root(spans)
     starts = [s["start_ns"] for s in spans if s["start_ns"]]
     ends = [s["end_ns"] for s in spans if s["end_ns"]]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from functools import lru_cache
 from typing import Any
 
 Span = dict[str, Any]
@@ -35,10 +36,12 @@ _JSON_SPACE = re.compile(r"[ \t\n\r]*")
 def _indexed_documents(attrs: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
     """OpenInference flattened documents: `<prefix>.N.document.<field>`."""
     found: dict[int, dict[str, Any]] = {}
+    head = prefix + "."
+    start = len(head)
     for key, value in attrs.items():
-        if key.startswith(prefix + "."):
-            index, _, field = key[len(prefix) + 1:].partition(".document.")
-            if index.isdigit() and field:
+        if key.startswith(head):
+            index, _, field = key[start:].partition(".document.")
+            if field and index.isdigit():
                 found.setdefault(int(index), {})[field] = value
     return [found[i] for i in sorted(found)]
 
@@ -52,14 +55,19 @@ def _output_documents(attrs: dict[str, Any]) -> list[dict[str, Any]]:
 
 def candidate(document: dict[str, Any], position: int, fallback_id: Any = None) -> dict[str, Any]:
     """A retrieved document (any convention) as a native chunk record, ids by `DOC_ID_KEYS`."""
-    metadata = json_value(document.get("metadata"))
+    metadata = document.get("metadata")
+    if isinstance(metadata, str):  # short texts (most) through the cache, long ones read each time
+        metadata = _metadata(metadata) if len(metadata) <= _CACHED_METADATA_CHARS else json_value(metadata)
     metadata = metadata if isinstance(metadata, dict) else {}
     merged = {**metadata, **{k: v for k, v in document.items() if k != "metadata" and v is not None}}
     text = merged.get("content", merged.get("text", merged.get("page_content")))
     text = text if isinstance(text, str) else None
     own_id = merged.get("id") if merged.get("id") is not None else fallback_id
-    doc_id, doc_id_from = next(((str(merged[k]), k) for k in DOC_ID_KEYS if merged.get(k)),
-                               (None, None))
+    doc_id = doc_id_from = None
+    for key in DOC_ID_KEYS:
+        if merged.get(key):
+            doc_id, doc_id_from = str(merged[key]), key
+            break
     if doc_id is None and own_id is not None:
         doc_id, doc_id_from = str(own_id), "id"
     chunk_id = merged.get("chunk_id") or own_id
@@ -75,6 +83,16 @@ def candidate(document: dict[str, Any], position: int, fallback_id: Any = None) 
         "selected": merged.get("selected") if isinstance(merged.get("selected"), bool) else None,
         "text": text,
     }
+
+
+_CACHED_METADATA_CHARS = 2048  # at most 4,096 cached: 8 MB of text
+
+
+@lru_cache(maxsize=4096)
+def _metadata(text: str) -> Any:
+    """A document's metadata JSON, read once per distinct text (the same chunks are retrieved
+    over and over, and a reranker repeats its retriever's); read-only: `candidate` copies it."""
+    return json_value(text)
 
 
 def str_or_none(value: Any) -> str | None:

@@ -29,6 +29,7 @@ from rag_loop.ingest.parallel import ordered_map
 DEFAULT_MAX_LINE_BYTES = 256 << 20
 _HEX_ID = re.compile(r"^[0-9a-fA-F]+$")
 _INT64_MAX = (1 << 63) - 1
+_encode = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(..., ensure_ascii=False), built once
 SPAN_COLUMNS = {
     "trace_id": pa.string(), "span_id": pa.string(), "parent_span_id": pa.string(),
     "name": pa.string(), "start_ns": pa.int64(), "end_ns": pa.int64(),
@@ -89,6 +90,10 @@ def attributes(items: Any) -> dict[str, Any]:
         key = item.get("key") if type(item) is dict else None
         if type(key) is not str:
             raise BadSpan("wrong_type: attributes[].key")
+        value = item.get("value")
+        if type(value) is dict and type(value.get("stringValue")) is str:  # most: attribute_value's first case
+            decoded[key] = value["stringValue"]
+            continue
         try:
             decoded[key] = attribute_value(item.get("value", {}))
         except (BadSpan, TypeError, ValueError, OverflowError) as error:
@@ -162,7 +167,7 @@ def span_row(span: Any, resource: str, line_no: int, max_record_bytes: int) -> d
     status = span.get("status") or {}
     if not isinstance(status, dict):
         raise BadSpan("wrong_type: status")
-    attrs = json.dumps(attributes(span.get("attributes")), ensure_ascii=False)
+    attrs = _encode(attributes(span.get("attributes")))
     if len(attrs) > max_record_bytes:
         raise BadSpan(oversized_reason(len(attrs), max_record_bytes))
     message = status.get("message")
@@ -186,7 +191,7 @@ def _events(events: Any) -> str | None:
             kept.append({"name": event.get("name"), "attrs": attributes(event.get("attributes"))})
         except (BadSpan, AttributeError):
             continue  # an unreadable event is not worth the span
-    return json.dumps(kept, ensure_ascii=False)
+    return _encode(kept)
 
 
 def _resource_spans(payload: Any) -> Iterator[tuple[str, Any]]:
@@ -197,8 +202,7 @@ def _resource_spans(payload: Any) -> Iterator[tuple[str, Any]]:
         if not isinstance(resource_span, dict):
             raise BadSpan("not_otlp: resourceSpans[] is not an object")
         try:
-            resource = json.dumps(attributes((resource_span.get("resource") or {}).get("attributes")),
-                                  ensure_ascii=False)
+            resource = _encode(attributes((resource_span.get("resource") or {}).get("attributes")))
         except (BadSpan, AttributeError) as error:
             raise BadSpan(f"not_otlp: resource {error}") from error
         for scope_span in resource_span.get("scopeSpans") or []:
