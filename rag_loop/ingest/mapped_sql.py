@@ -9,8 +9,10 @@ gives None: the mapping keeps the Python path (`field_map.map_record`).
 
 The SELECT gives each line the native trace as a struct of JSON leaves (`j`, the shape
 `native.typed_leaves_sql` types) and `exact`: true only when that is certainly what `map_record` makes
-of the line, with no mapping failure. A line that is not exact is mapped again by `map_record`,
-which says why it fails: the SQL must be exact where it says so, never complete. It is
+of the line, with no mapping failure, once the native typing's checks pass too (an unconverted
+leaf of a text, integer, boolean or number field is left to them: `_TYPE_CHECKED`). A line
+that is not exact is mapped again by `map_record`, which says why it fails: the SQL must be
+exact where it says so, never complete. It is
 conservative: a value kind, text shape or conversion it does not reproduce to the bit (a float
 where `int` is asked, an epoch beyond 2106 or with sub-microseconds, a text `float()` reads but
 the pattern below does not, an object as a leaf) sends the line to Python.
@@ -290,7 +292,7 @@ class _Builder:
             raw = self.level.ref(base + simple_steps(spec.path or "@"))
         if spec.values:
             self.constants[target] = max(len(_literal(v)) for v in spec.values.values())
-        value, exact = _converted(spec, raw, list_field)
+        value, exact = _converted(spec, raw, list_field, _target_type(target))
         state = value.removesuffix(".v")
         if self.level.var == "v" and value != state and exact == f"{state}.ok":  # converted: computed once
             column = f"_leaf{len(self.lists)}"
@@ -363,9 +365,25 @@ _TEXT = "json_extract_string(s.v, '$')"
 _BLANK = f"regexp_full_match({_TEXT}, ' *')"
 
 
-def _converted(spec: FieldSpec, raw: str, list_field: bool) -> tuple[str, str]:
+def _target_type(target: str) -> Any:
+    """The trace model's DuckDB type of a target (`latency_ms`, `chunks[].score`, `feedback.rating`)."""
+    kind: Any = duckdb_type(Trace)
+    for name in target.replace("[]", "").split("."):
+        kind = kind[name]
+        kind = kind[0] if isinstance(kind, list) else kind
+    return kind
+
+
+# a leaf of these types is checked where the native typing reads it (`leaves_type_ok_sql`: a
+# string, an integer written as one, true or false, a number; `record_problem_sql`: every
+# DOUBLE field finite): a clean line holds only JSON values Python reads alike there
+_TYPE_CHECKED = ("VARCHAR", "BIGINT", "BOOLEAN", "DOUBLE")
+
+
+def _converted(spec: FieldSpec, raw: str, list_field: bool, kind: Any) -> tuple[str, str]:
     """(value, exact): SQL of the field's JSON value after `type`, `values`, `format` and `hash`,
-    in `field_map._value`'s order, and SQL true when that is certainly Python's value."""
+    in `field_map._value`'s order, and SQL true when that is certainly Python's value (for a
+    target of type `kind`)."""
     later = spec.format is not None or spec.hash  # a None these meet is not None in Python
     state = f"{{'v': CASE WHEN json_type({raw}) <> 'NULL' THEN {raw} END, 'ok': true}}"
     start = state
@@ -389,6 +407,8 @@ def _converted(spec: FieldSpec, raw: str, list_field: bool) -> tuple[str, str]:
     if state == start and not list_field:  # no conversion: told by the JSON text, parsed no more
         text = f"{raw}::VARCHAR"
         value = f"CASE WHEN {text} <> 'null' THEN {raw} END"
+        if kind in _TYPE_CHECKED:
+            return value, "true"
         number = f"coalesce(isfinite(TRY_CAST({text} AS DOUBLE)), false)"  # not nan, inf, 1e400
         return value, (f"CASE WHEN {text} IS NULL OR {text} = 'null' OR left({text}, 1) IN ('\"', 't', 'f') "
                        f"THEN true ELSE {number} END")
