@@ -58,8 +58,8 @@ def test_a_lake_backed_deployment_on_s3_migrates_runs_a_stage_and_vacuums(tmp_pa
     file, `rag-loop lake migrate --to lake` onto s3:// (delta-rs and DuckDB's reader take the
     endpoint and keys from the AWS_* environment), trace_signals materialized by Dagster on the
     DuckDB engine into the s3 lake, read back through a fresh connection of the resource and by
-    `rag-loop summary`, a vacuum, and the way back. Ingestion straight into an s3 lake is
-    tests/store/test_lake_ingest.py's."""
+    `rag-loop summary`, a vacuum, ingestion of a new file into the s3 lake by the engine
+    resource, and the way back."""
     from dagster import materialize
 
     from rag_loop.ingest import ingest_directory
@@ -102,9 +102,15 @@ def test_a_lake_backed_deployment_on_s3_migrates_runs_a_stage_and_vacuums(tmp_pa
             assert _snapshot(con) | {"trace_signals": []} == before | {"trace_signals": []}
         assert materialize([trace_signals], resources=resources).success  # again: a new version, same rows
         assert lake.vacuum("trace_signals", retention_hours=0)  # the first version's files go
+        (traces / "b.jsonl").write_text(trace_line("t9", timestamp="2026-11-03T09:00:00Z") + "\n")
+        with resources["duckdb"].get_connection() as con:  # ingestion into the s3 lake, by the engine resource
+            assert resources["engine"].engine().ingest(con, traces).by_format()["native"].ingested == 1
+            assert relation_kind(con, "raw_traces") == "view"
+            assert con.execute("SELECT count(*) FROM raw_traces").fetchall() == [(10,)]
+            before = {t: rows for t, rows in _snapshot(con).items() if t != "trace_signals"}
         summary = CliRunner().invoke(main, ["summary", "--db", str(database)], env={"RAG_LOOP_LAKE": uri})
         assert summary.exit_code == 0, summary.output
-        assert "raw_traces                9 rows" in summary.output and "trace_signals             9 rows" \
+        assert "raw_traces               10 rows" in summary.output and "trace_signals             9 rows" \
             in summary.output
         back = CliRunner().invoke(main, ["lake", "migrate", "--to", "embedded", "--lake", uri, "--db", str(database)])
         assert back.exit_code == 0, back.output
