@@ -1,6 +1,6 @@
 """Online evaluation: are the estimates honest, and is the judge fast enough?
 
-    python bench/online_eval.py [--seeds 120] [--remote-traces 160] [--only throughput|history]
+    python bench/online_eval.py [--seeds 120] [--remote-traces 320] [--in-flight 64] [--only throughput|history]
                                 [--scores FILE] [--history 1000000] [--due 2000]
                                 [--omp-wait-policy default|passive]
 
@@ -14,13 +14,16 @@
    (goal >= 500/s on 2 cores), against a bare word-overlap scorer of the same cases in the
    same process, with the load average. `--scores FILE`: every verdict (trace, metric, status,
    score, passed, reason) written to a Parquet file, to compare two versions of the judge.
-3. Remote throughput: the LLM judge (DeepEval's metrics, reasons included) against a local
-   stand-in that answers in 200 ms, concurrency 16 and 64 calls in flight at most (goal >= 40
-   traces/s), Faithfulness alone and the three metrics, then with 15 % of calls refused (429,
-   500, 503, stalls): no case may be lost. Each figure as before issue 45 (its call path
-   re-enacted by `as_before`) and now, in turn in this process, beside the pace the calls
-   alone allow: as many bare calls of the same client through the same bound (`--only remote`
-   runs this part alone; `--remote-repeats` pairs).
+3. Remote throughput: the LLM judge (DeepEval's metrics, reasons included) against the stand-in
+   judge answering in 200 ms, served by a process of its own with connections kept alive
+   (`tests.helpers.standin_openai`), 16 cases open and `--in-flight` calls at most (64 by
+   default; the goal >= 40 traces/s), Faithfulness alone and the three metrics, then with 15 %
+   of calls refused (429, 500, 503, stalls past the 2 s timeout): no case may be lost. In turn
+   in this process: the path before issue 45 (23d8a6b, re-enacted), the path of 8fdf2f6 (one
+   client, typed replies: `--paths` picks), and now; beside each, the bound the calls allow
+   (calls in flight / 0.2 s / the calls a trace needed), the judge process's CPU per call, the
+   connections the stand-in saw, and the same number of bare calls through the judge's own
+   clients and bound (`--only remote` runs this part alone; `--remote-repeats` rounds).
 4. History (`--only history`, not run by default): `--due` demo traces due for judging, alone
    in a database and then beside `--history` traces of older days (a tenth of them selected and
    judged by the same judge version, as after months of daily runs): the run's seconds,
@@ -44,6 +47,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -172,9 +176,9 @@ async def _a_generate_before(self: llm.OpenAICompatibleModel, prompt: str, schem
         request["response_format"] = {"type": "json_schema", "json_schema": {
             "name": schema.__name__, "schema": schema.model_json_schema()}}
     retries = self.settings.max_retries
-    async with self._in_flight():
+    async with _semaphore(self):
         response = await asyncio.wait_for(
-            self.async_client.chat.completions.create(**request),
+            _one_client(self).chat.completions.create(**request),
             timeout=self.settings.timeout_seconds * (1 + retries) + llm.MAX_BACKOFF_SECONDS * retries + 1)
     usage = response.usage
     result = self._finish(key, response.choices[0].message.content or "", getattr(usage, "prompt_tokens", 0) or 0,
@@ -190,62 +194,145 @@ def _store_each(con: duckdb.DuckDBPyConnection, model: str, entries: dict) -> No
                     "VALUES (?, ?, ?, ?, ?)", [key, model, *entry])
 
 
+def _one_client(model: llm.OpenAICompatibleModel):
+    """One AsyncOpenAI client with the default pool (up to 1000 connections), as before this
+    session's change: every call probes every pooled connection."""
+    loop = asyncio.get_running_loop()
+    client = getattr(model, "_one_client", None)
+    if client is None or client[0] is not loop:
+        from openai import AsyncOpenAI
+        client = model._one_client = (loop, AsyncOpenAI(
+            base_url=model.settings.base_url, api_key="x", timeout=model.settings.timeout_seconds,
+            max_retries=model.settings.max_retries))
+    return client[1]
+
+
+def _semaphore(model: llm.OpenAICompatibleModel) -> asyncio.Semaphore:
+    """The call bound as it was (a semaphore of the run's loop)."""
+    loop = asyncio.get_running_loop()
+    gate = getattr(model, "_gate", None)
+    if gate is None or gate[0] is not loop:
+        gate = model._gate = (loop, asyncio.Semaphore(max(1, model.settings.max_in_flight)))
+    return gate[1]
+
+
+async def _ask_typed(self: llm.OpenAICompatibleModel, key: str, prompt: str, schema=None):
+    """The call of 8fdf2f6: one client, the reply built into a typed `ChatCompletion`."""
+    from openai.types.chat import ChatCompletion
+    retries = self.settings.max_retries
+    async with _semaphore(self):
+        response = await asyncio.wait_for(
+            _one_client(self).post("/chat/completions", body=self._request(prompt, schema), cast_to=ChatCompletion),
+            timeout=self.settings.timeout_seconds * (1 + retries) + llm.MAX_BACKOFF_SECONDS * retries + 1)
+    usage = response.usage
+    return self._finish(key, response.choices[0].message.content or "", getattr(usage, "prompt_tokens", 0) or 0,
+                        getattr(usage, "completion_tokens", 0) or 0, schema, cached=False)
+
+
+async def _end_one_client(self: llm.OpenAICompatibleModel) -> None:
+    """The one client closed as its loop ends (as the judge now closes its own)."""
+    client, self._one_client = getattr(self, "_one_client", None), None
+    if client is not None and client[0] is asyncio.get_running_loop():
+        await client[1].close()
+
+
+@contextmanager
+def as_typed() -> Iterator[None]:
+    """The remote path of 8fdf2f6 (before the call slots and byte replies), in this process."""
+    saved = llm.OpenAICompatibleModel._ask, llm.OpenAICompatibleModel.end_calls
+    llm.OpenAICompatibleModel._ask, llm.OpenAICompatibleModel.end_calls = _ask_typed, _end_one_client
+    try:
+        yield
+    finally:
+        llm.OpenAICompatibleModel._ask, llm.OpenAICompatibleModel.end_calls = saved
+
+
 @contextmanager
 def as_before() -> Iterator[None]:
     """The remote judging path of before issue 45, in this process: `concurrency` cases open
     (not the judge's call bound) and the call above. The offline judge is not concerned."""
-    saved = (judgments.open_cases, llm.OpenAICompatibleModel.a_generate, llm.store_judge_replies)
+    saved = (judgments.open_cases, llm.OpenAICompatibleModel.a_generate, llm.store_judge_replies,
+             llm.OpenAICompatibleModel.end_calls)
     judgments.open_cases = lambda settings, judge: settings.concurrency
     llm.OpenAICompatibleModel.a_generate = _a_generate_before
     llm.store_judge_replies = _store_each
+    llm.OpenAICompatibleModel.end_calls = _end_one_client
     try:
         yield
     finally:
-        judgments.open_cases, llm.OpenAICompatibleModel.a_generate, llm.store_judge_replies = saved
+        (judgments.open_cases, llm.OpenAICompatibleModel.a_generate, llm.store_judge_replies,
+         llm.OpenAICompatibleModel.end_calls) = saved
+
+
+@dataclass
+class RemoteFigures:
+    traces_per_s: float
+    judged: int
+    errored: int
+    refused: int
+    calls: int
+    traces: int
+    cpu_ms_per_call: float
+    connections: int
+    bare_traces_per_s: float
+    bare_cpu_ms_per_call: float
+    max_in_flight: int
 
 
 def remote_throughput(con: duckdb.DuckDBPyConnection, traces: int, flaky: float, metrics: list[OnlineMetric],
-                      in_flight: int = 16) -> tuple[float, int, int, int]:
-    """(traces/s, judged, errored, refused calls) of the LLM judge on the stand-in (200 ms); a
-    fresh model name each time, so that no reply comes from an earlier run's cache."""
+                      in_flight: int = 64, path: str = "now") -> RemoteFigures:
+    """The LLM judge on a 200 ms stand-in in its own process; a fresh model name each time, so
+    that no reply comes from an earlier run's cache. Then as many bare calls through the
+    judge's own clients and bound (distinct prompts, no DeepEval): the pace the calls allow."""
     # imported here: `tests` sets OMP_NUM_THREADS=1 for its workers, and imported before the
     # offline judge's model loads it made parts 1-2 measure a one-thread model (since 56a580d)
-    from tests.helpers.standin_openai import StandIn
+    from tests.helpers.standin_openai import StandInProcess
     con.execute("CREATE OR REPLACE TABLE failure_candidates AS SELECT trace_id, day, ['random'] AS streams, "
                 "true AS by_random, 1.0 AS inclusion_probability FROM trace_signals WHERE trace_id IN "
                 "(SELECT trace_id FROM trace_chunks) ORDER BY hash(trace_id) LIMIT ?", [traces])
     con.execute(ONLINE_DDL)
     con.execute("DELETE FROM trace_judgments")
-    with StandIn() as server:
-        server.delay, server.flaky, server.stall_seconds = 0.2, flaky, 3.0
+    with StandInProcess(delay=0.2, flaky=flaky, stall_seconds=3.0) as server:
         judge = LlmJudge(LlmJudgeSettings(base_url=server.base_url, model=f"stand-in-{time.time_ns()}",
-                                          timeout_seconds=2.0, max_retries=6, max_in_flight=4 * in_flight))
-        start = time.perf_counter()
-        report = judge_traces(con, judge, JudgingSettings(metrics, concurrency=in_flight))
-        seconds = time.perf_counter() - start
-        refused = len(server.refused)
-        calls = judge.usage.calls
-        bare = asyncio.run(bare_calls(server.base_url, calls, 4 * in_flight)) if calls else 0.0
+                                          timeout_seconds=2.0, max_retries=6, max_in_flight=in_flight))
+        with {"before": as_before, "typed": as_typed, "now": _nothing}[path]():
+            cpu, start = time.process_time(), time.perf_counter()
+            report = judge_traces(con, judge, JudgingSettings(metrics, concurrency=16))
+            seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+            stats = server.stats()
+            calls = judge.usage.calls
+            bare_cpu = time.process_time()
+            bare = asyncio.run(bare_calls(judge.model, calls, path != "now")) if calls else 0.0
+            bare_cpu = time.process_time() - bare_cpu
     judged_traces = con.execute("SELECT count(DISTINCT trace_id) FROM trace_judgments "
                                 "WHERE status = 'judged'").fetchall()[0][0]
-    return judged_traces / seconds, report.judged, report.errored, refused, calls, judged_traces / bare
+    return RemoteFigures(judged_traces / seconds, report.judged, report.errored, len(stats["refused"]), calls,
+                         judged_traces, 1000 * cpu / max(calls, 1), stats["connections"],
+                         judged_traces / bare if bare else 0.0, 1000 * bare_cpu / max(calls, 1),
+                         stats["max_in_flight"])
 
 
-async def bare_calls(base_url: str, calls: int, in_flight: int) -> float:
-    """Seconds for `calls` bare chat calls of the judge's client, `in_flight` at once, same
-    retries and timeout: the pace the endpoint and this machine allow, without the judge."""
-    from openai import AsyncOpenAI
-    from openai.types.chat import ChatCompletion
-    client, gate = AsyncOpenAI(base_url=base_url, api_key="x", max_retries=6, timeout=2.0), asyncio.Semaphore(in_flight)
-
+async def bare_calls(model: llm.OpenAICompatibleModel, calls: int, one_client: bool = False) -> float:
+    """Seconds for `calls` bare chat calls through the judge's clients and bound (or, for the
+    paths of before, its one client), distinct prompts, no DeepEval and no cache."""
     async def one(i: int) -> None:
-        async with gate:
-            await client.post("/chat/completions", cast_to=ChatCompletion, body={
-                "model": "bare", "messages": [{"role": "user", "content": f"bare call {i}"}]})
+        body = {"model": "bare", "messages": [{"role": "user", "content": f"bare call {i}"}]}
+        if one_client:
+            async with _semaphore(model):
+                await _one_client(model).post("/chat/completions", cast_to=bytes, body=body)
+            return
+        slots, clients = model._in_flight()
+        slot = await slots.get()
+        try:
+            await clients[slot % len(clients)].post("/chat/completions", cast_to=bytes, body=body)
+        finally:
+            slots.put_nowait(slot)
 
     start = time.perf_counter()
     await asyncio.gather(*(one(i) for i in range(calls)))
-    return time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    await model.end_calls()
+    return seconds
 
 
 HISTORY_TABLES = ("raw_traces", "trace_chunks", "documents", "document_chunks", "failure_candidates")
@@ -350,8 +437,10 @@ def history_check(con: duckdb.DuckDBPyConnection, folder: Path, history: int, du
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=120)
-    parser.add_argument("--remote-traces", type=int, default=160)
-    parser.add_argument("--remote-repeats", type=int, default=1, help="part 3's before / after pairs")
+    parser.add_argument("--remote-traces", type=int, default=320)
+    parser.add_argument("--remote-repeats", type=int, default=1, help="part 3's rounds of every path")
+    parser.add_argument("--in-flight", type=int, default=64, help="part 3's bound on judge calls at once")
+    parser.add_argument("--paths", default="before,typed,now", help="part 3's paths: before, typed, now")
     parser.add_argument("--only", choices=["throughput", "history", "remote"], default=None,
                         help="throughput: part 2 alone (every demo trace judged offline, the bare scorer); "
                              "history: part 4 (not run otherwise); remote: part 3 alone")
@@ -374,7 +463,7 @@ def main() -> None:
             con.close()
             return
         if args.only == "remote":
-            remote_part(con, args.remote_traces, args.remote_repeats)
+            remote_part(con, args.remote_traces, args.remote_repeats, args.in_flight, tuple(args.paths.split(",")))
             con.close()
             return
         verdicts, seconds, traces = judge_everything(con)
@@ -405,25 +494,30 @@ def main() -> None:
         print(f"\nestimates over {args.seeds} seeds x {checks['day'].nunique()} days "
               "(95 % intervals; goal coverage 0.93-0.97):")
         print(summary.round(4).to_string())
-        remote_part(con, args.remote_traces, args.remote_repeats)
+        remote_part(con, args.remote_traces, args.remote_repeats, args.in_flight, tuple(args.paths.split(",")))
         con.close()
 
 
-def remote_part(con: duckdb.DuckDBPyConnection, traces: int, repeats: int = 1) -> None:
+def remote_part(con: duckdb.DuckDBPyConnection, traces: int, repeats: int = 1, in_flight: int = 64,
+                paths: tuple[str, ...] = ("before", "typed", "now")) -> None:
     """Part 3: the remote judge, Faithfulness alone and three metrics, with and without
-    refusals, as before issue 45 and now, one after the other in this process (same load)."""
-    print("\nremote judge on a 200 ms stand-in, concurrency 16, 64 calls in flight at most "
-          "(goal >= 40 traces/s, no case lost); before = the path of 23d8a6b, re-enacted:")
+    refusals, along each path in turn in this process (same load)."""
+    print(f"\nremote judge on a 200 ms stand-in (own process, keep-alive), 16 cases open, {in_flight} calls in "
+          f"flight at most, {traces} traces (goal >= 40 traces/s, no case lost); before = 23d8a6b's path, "
+          "typed = 8fdf2f6's, both re-enacted; bound = calls in flight / 0.2 s / calls a trace needed:")
     for metrics in (METRICS[:1], METRICS):
         for flaky in (0.0, 0.15):
             for repeat in range(repeats):
-                for label in ("before", "after"):
-                    with as_before() if label == "before" else _nothing():
-                        rate, judged, errored, refused, calls, bare = remote_throughput(con, traces, flaky, metrics)
-                    print(f"  {label:6} {' + '.join(m.name for m in metrics)}, {flaky:.0%} of calls refused "
-                          f"(#{repeat + 1}): {rate:.1f} traces/s (its {calls} calls alone: {bare:.1f}); "
-                          f"{judged} judgements, {errored} errored, {refused} refusals retried; load average "
-                          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+                for path in paths:
+                    f = remote_throughput(con, traces, flaky, metrics, in_flight, path)
+                    calls_per_trace = f.calls / max(f.traces, 1)
+                    bound = in_flight / 0.2 / calls_per_trace if f.calls else float("nan")
+                    print(f"  {path:6} {' + '.join(m.name for m in metrics)}, {flaky:.0%} refused (#{repeat + 1}): "
+                          f"{f.traces_per_s:.1f} traces/s; bound {bound:.1f} ({calls_per_trace:.2f} calls a trace); "
+                          f"bare calls {f.bare_traces_per_s:.1f}; CPU {f.cpu_ms_per_call:.2f} ms a call "
+                          f"(bare {f.bare_cpu_ms_per_call:.2f}); {f.connections} connections, {f.max_in_flight} "
+                          f"in flight at most; {f.judged} judgements, {f.errored} errored, {f.refused} refusals "
+                          f"retried; load {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
 
 
 @contextmanager

@@ -63,7 +63,8 @@ def run_regression(con: duckdb.DuckDBPyConnection, goldens_dir: Path, judge: Jud
     judge.open(con)
     try:  # as online judging: a case's metrics at once, as many cases as the judge's calls allow
         run = score_cases(cases, lambda: judge.metrics(settings.thresholds),
-                          cases_at_once(settings.concurrency, judge), log, settings.deadline_seconds)
+                          cases_at_once(settings.concurrency, judge), log, settings.deadline_seconds,
+                          judge.end_calls)
     finally:  # what was paid for is kept, whatever happened
         judge.close(con)
     usage = judge.usage

@@ -13,7 +13,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -92,10 +92,13 @@ class RunResult:
 
 
 def score_cases(cases: Sequence[Case], make_metrics: Callable[[], list[BaseMetric]],
-                concurrency: int = 8, log: Log = quiet, deadline_seconds: float | None = None) -> RunResult:
-    """Every case × metric, concurrently; errors are caught per metric and kept. At the
-    deadline the cases still running are cancelled and their metrics stored as errored, so
-    the run ends with what it has (and what the judge was paid for is already cached)."""
+                concurrency: int = 8, log: Log = quiet, deadline_seconds: float | None = None,
+                end_calls: Callable[[], Awaitable[None]] | None = None) -> RunResult:
+    """Every case × metric, `concurrency` cases at once and a case's metrics concurrently;
+    errors are caught per metric and kept. At the deadline the cases still running are
+    cancelled and their metrics stored as errored, so the run ends with what it has (and what
+    the judge was paid for is already cached). `end_calls` runs before the event loop ends
+    (the judge closes its connections)."""
     started, start = datetime.now(UTC), time.perf_counter()
     rows: list[dict[str, Any]] = []
     finished: set[int] = set()
@@ -112,12 +115,16 @@ def score_cases(cases: Sequence[Case], make_metrics: Callable[[], list[BaseMetri
     async def run_all() -> None:
         gate = asyncio.Semaphore(concurrency)
         tasks = [asyncio.create_task(one_case(i, c, gate)) for i, c in enumerate(cases)]
-        if not tasks:
-            return
-        _, pending = await asyncio.wait(tasks, timeout=deadline_seconds)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+        try:
+            if not tasks:
+                return
+            _, pending = await asyncio.wait(tasks, timeout=deadline_seconds)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        finally:
+            if end_calls is not None:
+                await end_calls()
 
     asyncio.run(run_all())
     unfinished = [c for i, c in enumerate(cases) if i not in finished]

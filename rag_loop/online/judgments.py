@@ -445,6 +445,12 @@ def _judge_all(cases: Sequence[TraceCase], judge: Judge, metrics: Mapping[str, O
                                           retrieval_context=c.context or None) for c in cases}
 
     async def run_all() -> None:
+        try:
+            await judge_all()
+        finally:
+            await judge.end_calls()
+
+    async def judge_all() -> None:
         gate, start, left = asyncio.Semaphore(open_cases(settings, judge)), time.perf_counter(), 0
         for first in range(0, len(cases), settings.prepare_every):
             chunk = cases[first:first + settings.prepare_every]

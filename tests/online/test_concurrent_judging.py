@@ -75,8 +75,9 @@ class Endpoint:
 def _judge(endpoint: Endpoint, in_flight: int) -> LlmJudge:
     judge = LlmJudge(LlmJudgeSettings(base_url="http://judge.test/v1", model="mock", timeout_seconds=1.0,
                                       max_retries=4, max_in_flight=in_flight))
-    judge.model.async_clients = [AsyncOpenAI(base_url="http://judge.test/v1", api_key="x", max_retries=4,
-                                             http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(endpoint)))]
+    judge.model.make_async_clients = lambda: [AsyncOpenAI(
+        base_url="http://judge.test/v1", api_key="x", max_retries=4,
+        http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(endpoint)))]
     return judge
 
 

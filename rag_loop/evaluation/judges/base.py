@@ -81,6 +81,10 @@ class Judge(ABC):
     def prepare(self, cases: Sequence[Any]) -> None:  # noqa: B027
         """Cases about to be scored (DeepEval test cases): a judge may batch work for them."""
 
+    async def end_calls(self) -> None:  # noqa: B027
+        """The run's event loop is ending: close what its calls opened (pooled connections
+        belong to one loop; left to the garbage collector they are closed from another)."""
+
     def open(self, con: duckdb.DuckDBPyConnection) -> None:
         """Start a run: its usage counts from zero; load what the judge keeps between runs."""
         self.usage = JudgeUsage()

@@ -28,6 +28,7 @@ import asyncio
 import hashlib
 import json
 import os
+import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import cache
@@ -68,25 +69,34 @@ class OpenAICompatibleModel(DeepEvalBaseLLM):
         # reason) waits for that reply, a cache hit, instead of paying for it twice
         self._asking: dict[str, asyncio.Event] = {}
         self.usage = JudgeUsage()
-        self._slots: tuple[asyncio.AbstractEventLoop, asyncio.Queue[int]] | None = None
+        # per event loop (each run has its own, and a pooled connection belongs to one): the
+        # free slots of the bound on calls in flight and the asynchronous clients
+        self._calls: tuple[asyncio.AbstractEventLoop, asyncio.Queue[int], list[Any]] | None = None
         super().__init__(settings.model)
 
-    def load_model(self):
-        """The clients, made once per judge: one for DeepEval's synchronous calls, and one
-        asynchronous client per `CONNECTIONS_PER_CLIENT` slots of the bound on calls in flight."""
-        import httpx2
-        from openai import AsyncOpenAI, DefaultAsyncHttpxClient, OpenAI
+    def _options(self) -> dict[str, Any]:
         key = os.environ.get(self.settings.api_key_env) or "not-needed"
-        options = {"base_url": self.settings.base_url, "api_key": key,
-                   "timeout": self.settings.timeout_seconds, "max_retries": self.settings.max_retries}
+        return {"base_url": self.settings.base_url, "api_key": key,
+                "timeout": self.settings.timeout_seconds, "max_retries": self.settings.max_retries}
+
+    def load_model(self):
+        """The client of DeepEval's synchronous calls, made once per judge."""
+        from openai import OpenAI
+        self.client = OpenAI(**self._options())
+        return self.client
+
+    def make_async_clients(self) -> list[Any]:
+        """One asynchronous client per `CONNECTIONS_PER_CLIENT` slots of the bound on calls in
+        flight, each pool no larger than its share of the slots (made once per run's loop)."""
+        import httpx2
+        from openai import AsyncOpenAI, DefaultAsyncHttpxClient
         bound = max(1, self.settings.max_in_flight)
         clients = -(-bound // CONNECTIONS_PER_CLIENT)
         per_client = -(-bound // clients)
-        self.client = OpenAI(**options)
-        self.async_clients = [AsyncOpenAI(**options, http_client=DefaultAsyncHttpxClient(
-            limits=httpx2.Limits(max_connections=per_client, max_keepalive_connections=per_client)))
+        return [AsyncOpenAI(**self._options(), http_client=DefaultAsyncHttpxClient(
+            verify=_ssl_context(), limits=httpx2.Limits(max_connections=per_client,
+                                                        max_keepalive_connections=per_client)))
             for _ in range(clients)]
-        return self.client
 
     def get_model_name(self) -> str:
         return self.settings.model
@@ -149,15 +159,15 @@ class OpenAICompatibleModel(DeepEvalBaseLLM):
 
     async def _ask(self, key: str, prompt: str, schema: type[BaseModel] | None):
         retries = self.settings.max_retries
-        slots = self._in_flight()
+        slots, clients = self._in_flight()
         slot = await slots.get()
         try:
             # the client's own POST with its retries and timeouts; the body goes as it is, plain
             # JSON already: `chat.completions.create` first walks it against its typed
             # parameters (~40 steps, ~1 ms of the event loop a call, as much as the rest)
             body = await asyncio.wait_for(
-                self.async_clients[slot % len(self.async_clients)].post(
-                    "/chat/completions", body=self._request(prompt, schema), cast_to=bytes),
+                clients[slot % len(clients)].post("/chat/completions", body=self._request(prompt, schema),
+                                                  cast_to=bytes),
                 timeout=self.settings.timeout_seconds * (1 + retries) + MAX_BACKOFF_SECONDS * retries + 1)
         finally:
             slots.put_nowait(slot)
@@ -175,16 +185,25 @@ class OpenAICompatibleModel(DeepEvalBaseLLM):
             self.on_store(entries)
             self._stored_at = time.perf_counter()
 
-    def _in_flight(self) -> asyncio.Queue[int]:
-        """The bound on calls at once as free slots (a call's slot picks its client), one
-        queue per event loop (each run has its own loop)."""
+    def _in_flight(self) -> tuple[asyncio.Queue[int], list[Any]]:
+        """The bound on calls at once as free slots, and the clients a slot picks from, made
+        anew for each event loop (each run has its own loop; an earlier loop's pooled
+        connections cannot be used, nor closed, from another)."""
         loop = asyncio.get_running_loop()
-        if self._slots is None or self._slots[0] is not loop:
+        if self._calls is None or self._calls[0] is not loop:
             slots: asyncio.Queue[int] = asyncio.Queue()
             for slot in range(max(1, self.settings.max_in_flight)):
                 slots.put_nowait(slot)
-            self._slots = (loop, slots)
-        return self._slots[1]
+            self._calls = (loop, slots, self.make_async_clients())
+        return self._calls[1], self._calls[2]
+
+
+    async def end_calls(self) -> None:
+        """Close this loop's clients (and their connections) before the loop ends."""
+        calls, self._calls = self._calls, None
+        if calls is not None and calls[0] is asyncio.get_running_loop():
+            for client in calls[2]:
+                await client.close()
 
 
 def completion_parts(body: bytes) -> tuple[str, int, int]:
@@ -206,6 +225,14 @@ MAX_BACKOFF_SECONDS = 8.0  # the OpenAI client's longest wait between retries
 CONNECTIONS_PER_CLIENT = 8  # a client's pool: each call probes every pooled connection
 CACHE_FLUSH_EVERY = 256  # paid replies stored per batch at most ...
 CACHE_FLUSH_SECONDS = 2.0  # ... and at least this often
+
+
+@cache
+def _ssl_context() -> ssl.SSLContext:
+    """The TLS settings every client shares: each client would build its own (~50-200 ms, more
+    than a run's first calls), and a run makes its clients anew."""
+    import httpx2
+    return httpx2.create_ssl_context()
 
 
 @cache
@@ -290,6 +317,9 @@ class LlmJudge(Judge):
     @property
     def usage(self) -> JudgeUsage:
         return self.model.usage
+
+    async def end_calls(self) -> None:
+        await self.model.end_calls()
 
     def open(self, con: duckdb.DuckDBPyConnection) -> None:
         self.model.usage = JudgeUsage()
