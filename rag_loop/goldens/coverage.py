@@ -148,10 +148,21 @@ class CoverageDay:
 
 def _failure_rate(group: pd.DataFrame) -> tuple[int, float]:
     """The assessed traces of `group` (rows of `sampled_traces`) and their weighted failure rate."""
-    assessed = group[group["assessed"].astype(bool)]
+    assessed = group[group["assessed"]]
     weight = assessed["weight"].sum()
-    failed = assessed.loc[assessed["failed"].astype(bool), "weight"].sum()
+    failed = assessed.loc[assessed["failed"], "weight"].sum()
     return int(assessed["n"].sum()), (float(failed / weight) if len(assessed) and weight > 0 else np.nan)
+
+
+def _failure_rates(frame: pd.DataFrame) -> dict[str, tuple[int, float]]:
+    """`_failure_rate` of each intent of `frame`, in one pass."""
+    assessed = frame[frame["assessed"]]
+    if not len(assessed):
+        return {}
+    sums = assessed.assign(failed_weight=assessed["weight"].where(assessed["failed"], 0.0)).groupby(
+        "cluster_id").agg(n=("n", "sum"), weight=("weight", "sum"), failed=("failed_weight", "sum"))
+    return {intent: (int(r.n), float(r.failed / r.weight) if r.weight > 0 else np.nan)
+            for intent, r in zip(sums.index, sums.itertuples())}
 
 
 def compute_coverage(traffic: pd.DataFrame, traces: pd.DataFrame, day: date, covered: set[str] | None,
@@ -162,9 +173,11 @@ def compute_coverage(traffic: pd.DataFrame, traces: pd.DataFrame, day: date, cov
     (`sampled_traces`: grouped, with their count `n` and Σ 1/π `weight`) and the intents the
     release covers (None: no release)."""
     labels = labels or {}
+    traces = traces.astype({"assessed": bool, "failed": bool})
     days = pd.to_datetime(traces["day"]).dt.date if len(traces) else traces["day"]
     today, before = traces[days == day], traces[days < day]
     baseline_rate = _failure_rate(before)[1] if len(before) else np.nan
+    rates_today, rates_before = _failure_rates(today), _failure_rates(before)
     intent_rows, summary_rows = [], []
     exact = {(r.slice, r.slice_value): int(r.traffic) for r in traffic.itertuples()}
     for slice_name in ("all", *SLICES):
@@ -178,9 +191,8 @@ def compute_coverage(traffic: pd.DataFrame, traces: pd.DataFrame, day: date, cov
                        "label": labels.get(intent, ""), "n": int(members["n"].sum()), "volume": volume,
                        "share": volume / total if total > 0 else np.nan, "covered": is_covered}
                 if slice_name == "all":
-                    assessed, rate = _failure_rate(members)
-                    past = before[before["cluster_id"] == intent]
-                    own_n, own_rate = _failure_rate(past) if len(past) else (0, np.nan)
+                    assessed, rate = rates_today.get(intent, (0, np.nan))
+                    own_n, own_rate = rates_before.get(intent, (0, np.nan))
                     base = own_rate if own_n >= settings.min_assessed else baseline_rate
                     row |= {"assessed": assessed, "failure_rate": rate, "baseline_failure_rate": base,
                             "rising": bool(is_covered is not True and assessed >= settings.min_assessed
@@ -199,8 +211,7 @@ def compute_coverage(traffic: pd.DataFrame, traces: pd.DataFrame, day: date, cov
                 "covered_intents": None if covered is None else len(set(group["cluster_id"]) & covered),
                 "unassigned_share": float(group.loc[group["cluster_id"] == UNASSIGNED, "weight"].sum() / total)
                 if total > 0 else None,
-                "largest_uncovered": (uncovered.groupby("cluster_id")["weight"].sum()
-                                      .sort_values(ascending=False).head(3).index.tolist())})
+                "largest_uncovered": _largest(uncovered.groupby("cluster_id")["weight"].sum(), 3)})
     for (slice_name, value), count in exact.items():  # traffic with no sampled trace: no estimate
         if not any(r["slice"] == slice_name and r["slice_value"] == value for r in summary_rows):
             summary_rows.append({"slice": slice_name, "slice_value": value, "traffic": count, "n": 0,
@@ -214,8 +225,20 @@ def compute_coverage(traffic: pd.DataFrame, traces: pd.DataFrame, day: date, cov
     intents = pd.DataFrame(intent_rows, columns=INTENT_COLUMNS).astype(
         {"n": "int64", "volume": "float64", "share": "Float64", "covered": "boolean", "assessed": "Int64",
          "failure_rate": "Float64", "baseline_failure_rate": "Float64", "rising": "boolean"})
-    return summary, intents.sort_values(["slice", "slice_value", "volume", "cluster_id"],
-                                        ascending=[True, True, False, True], ignore_index=True)
+    order = intents.assign(_volume=intents["volume"].round(VOLUME_DIGITS))
+    order = order.sort_values(["slice", "slice_value", "_volume", "cluster_id"], ascending=[True, True, False, True])
+    return summary, intents.loc[order.index].reset_index(drop=True)
+
+
+# volumes are sums of 1/π in whatever order an engine adds them: equal volumes may differ in their
+# last bits, so they are ranked rounded (ties by cluster id), the same on every engine
+VOLUME_DIGITS = 9
+
+
+def _largest(volumes: pd.Series, top: int) -> list[str]:
+    """The ids of the `top` largest volumes (rounded, ties by id)."""
+    frame = pd.DataFrame({"id": volumes.index, "volume": volumes.to_numpy().round(VOLUME_DIGITS)})
+    return frame.sort_values(["volume", "id"], ascending=[False, True]).head(top)["id"].tolist()
 
 
 SUMMARY_COLUMNS = ["slice", "slice_value", "traffic", "n", "volume", "covered_share", "covered_traffic",

@@ -282,3 +282,15 @@ def test_the_summary_prints_coverage_per_day_and_the_largest_uncovered(tiny, cap
     printed = capsys.readouterr().out
     assert "2026-11-02   v0001       10        4           0.25" in printed
     assert printed.index("C label C") < printed.index("B label B")
+
+
+def test_equal_volumes_rank_by_intent_whatever_order_they_were_added_in():
+    """Volumes are sums an engine adds in its own order (0.1 + 0.2 is not 0.3 in floats): equal
+    ones rank by cluster id, so DuckDB and Spark list the same largest uncovered intents."""
+    from rag_loop.goldens.coverage import SAMPLED_COLUMNS, compute_coverage
+    rows = [(DAY, "en", "a", "q", "B", False, False, 1, 0.1), (DAY, "vi", "a", "q", "B", False, False, 1, 0.2),
+            (DAY, "en", "a", "q", "A", False, False, 1, 0.3)]
+    traffic = pd.DataFrame([("all", "all", 3)], columns=["slice", "slice_value", "traffic"])
+    summary, intents = compute_coverage(traffic, pd.DataFrame(rows, columns=SAMPLED_COLUMNS), DAY, set())
+    assert 0.1 + 0.2 > 0.3 and intents.query("slice == 'all'")["cluster_id"].tolist() == ["A", "B"]
+    assert summary.query("slice == 'all'")["largest_uncovered"].iloc[0] == ["A", "B"]
