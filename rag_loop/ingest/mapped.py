@@ -389,7 +389,9 @@ def _read_file(con: duckdb.DuckDBPyConnection, path: Path) -> bool:
     view `_mapped_numbered` (line_no, raw; blank lines NULL) over it; False, and nothing kept,
     when DuckDB would not split it exactly as the line reader. read_csv is told to skip a line
     it cannot read (not UTF-8, over its size limit) rather than fail, which would end the
-    transaction: the table must then hold every line and every byte of the file, in order."""
+    transaction: the table must then hold every line and every byte of the file, in order.
+    The file is scanned before DuckDB reads it, not meanwhile: read_csv still fails on a
+    carriage return, and on a cut gzip stream."""
     name = str(path)
     if any(c in name for c in "*?[{") or not name.isprintable():  # a glob, or not UTF-8: DuckDB cannot open it
         return False

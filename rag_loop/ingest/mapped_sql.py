@@ -318,13 +318,16 @@ class _Builder:
         fields = inner.object(spec.each, (), f"{target}[].", "i")
         self.constants.update(inner.constants)
         struct = _struct(duckdb_type(NESTED_MODELS[target]), fields)
-        parts = [f"'m': {struct}", f"'ok': {' AND '.join(['true', *inner.exact])}",
-                 *[f"'r{n}': {sql}" for n, (_, sql) in enumerate(inner.resolved)]]
-        self.lists.append((column, f"list_transform({listed}, lambda e, i: {{{', '.join(parts)}}})"))
-        self.exact.append(f"coalesce(list_bool_and(list_transform({column}, lambda x: x.ok)), true)")
-        for n, (inner_target, _) in enumerate(inner.resolved):
-            self.resolved.append((inner_target, f"list_bool_or(list_transform({column}, lambda x: x.r{n}))"))
-        return f"list_transform({column}, lambda x: x.m)"
+        self.lists.append((column, f"list_transform({listed}, lambda e, i: {struct})"))
+        checks = [check for check in inner.exact if check != "true"]
+        if checks:
+            self.exact.append(f"coalesce(list_bool_and(list_transform({listed}, lambda e, i: "
+                              f"{' AND '.join(checks)})), true)")
+        for inner_target, _ in inner.resolved:  # resolved: the element's field is not NULL
+            name = inner_target.rsplit(".", 1)[1]
+            self.resolved.append((inner_target,
+                                  f'list_bool_or(list_transform({column}, lambda x: x."{name}" IS NOT NULL))'))
+        return column
 
     def fields(self, spec: FieldSpec, target: str, position: str | None) -> str:
         if self.level.var != "v" or spec.type is not None or spec.position or "value" in spec.model_fields_set:

@@ -192,11 +192,11 @@ fields:
 """
 
 
-def _shaped_lines(n: int) -> list[str]:
+def _shaped_lines(count: int) -> list[str]:
     """Lines of SHAPED's log shape, one in 20 with each fault, a few trace ids repeated."""
     rng = __import__("random").Random(7)
     lines = []
-    for n in range(n):
+    for n in range(count):
         record = {"id": f"t{rng.randrange(380)}", "at": 1764547200000 + n * 1000, "who": {"session": "s", "turn": n},
                   "question": f"q{n}", "reply": "a", "latency": rng.random() * 100, "outcome": "OK",
                   "docs": [{"doc": f"d{k}", "s": rng.random()} for k in range(rng.randrange(4))],
