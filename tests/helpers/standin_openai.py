@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -60,6 +61,7 @@ class StandIn:
         self.requests: list[dict[str, Any]] = []
         self.mode = "ok"  # "ok" | "slow" (answers after 0.3 s) | "fail" | "hang"
         self.content: str | None = None  # a fixed reply instead of one that fits the schema
+        self.reply: Callable[[dict[str, Any]], str | None] | None = None  # a reply per request (None: as usual)
         self.delay = 0.0  # seconds before each answer
         self.flaky = 0.0  # share of requests refused with 429 / 500 / 503 or stalled
         self.stall_seconds = 3.0
@@ -134,8 +136,10 @@ class StandIn:
                         pass
                     return
                 schema = body.get("response_format", {}).get("json_schema", {}).get("schema", {})
-                content = owner.content if owner.content is not None else json.dumps(
-                    instance_of(schema, schema.get("$defs", {})))
+                content = owner.reply(body) if owner.reply is not None else None
+                if content is None:
+                    content = owner.content if owner.content is not None else json.dumps(
+                        instance_of(schema, schema.get("$defs", {})))
                 reply = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
                          "choices": [{"index": 0, "finish_reason": "stop",
                                       "message": {"role": "assistant", "content": content}}],

@@ -50,6 +50,7 @@ from deepeval.models.utils import EvaluationCost
 from deepeval.test_case import SingleTurnParams
 from pydantic import BaseModel
 
+from rag_loop.evaluation.few_shot import VERDICT_PROMPTS, FewShot
 from rag_loop.evaluation.judges.base import Judge, JudgeUsage, charge
 from rag_loop.evaluation.settings import DEFAULT_GEVAL, METRIC_NAMES, OFFLINE_THRESHOLDS, LlmJudgeSettings
 from rag_loop.store.ddl import JUDGE_CACHE_DDL
@@ -306,12 +307,28 @@ NATIVE_METRICS = {"Faithfulness": FaithfulnessMetric, "Answer Relevancy": Answer
                   "Contextual Relevancy": ContextualRelevancyMetric}
 
 
+@cache
+def with_examples(metric_class: type[BaseMetric]) -> type[BaseMetric]:
+    """`metric_class` whose verdict prompts start with its curators' examples (`few_shot_block`);
+    the same name, so DeepEval finds its templates."""
+    def _get_prompt(self, method, **kwargs):
+        prompt = super(subclass, self)._get_prompt(method, **kwargs)
+        block = getattr(self, "few_shot_block", "")
+        return block + prompt if block and method in VERDICT_PROMPTS and isinstance(prompt, str) else prompt
+
+    subclass = type(metric_class.__name__, (metric_class,), {"_get_prompt": _get_prompt,
+                                                             "__module__": metric_class.__module__})
+    return subclass
+
+
 class LlmJudge(Judge):
     """DeepEval's RAG metrics and GEval criteria, asked of an OpenAI-compatible model whose
-    replies are cached in `judge_cache` (a rerun costs nothing)."""
+    replies are cached in `judge_cache` (a rerun costs nothing). With `few_shot`, curators'
+    graded examples open each verdict prompt of their metric: a new judge version."""
 
-    def __init__(self, settings: LlmJudgeSettings, geval: Sequence[Mapping[str, Any]] = DEFAULT_GEVAL):
-        self.settings, self.geval = settings, [dict(g) for g in geval]
+    def __init__(self, settings: LlmJudgeSettings, geval: Sequence[Mapping[str, Any]] = DEFAULT_GEVAL,
+                 few_shot: FewShot | None = None):
+        self.settings, self.geval, self.few_shot = settings, [dict(g) for g in geval], few_shot
         self.model = OpenAICompatibleModel(settings)
 
     @property
@@ -337,10 +354,16 @@ class LlmJudge(Judge):
 
     def metrics(self, thresholds: Mapping[str, float | None],
                 geval: Sequence[Mapping[str, Any]] | None = None) -> list[BaseMetric]:
-        metrics: list[BaseMetric] = [
-            NATIVE_METRICS[name](model=self.model, threshold=thresholds.get(name, OFFLINE_THRESHOLDS[name]),
-                                 async_mode=True, include_reason=True)
-            for name in METRIC_NAMES if name in thresholds]
+        metrics: list[BaseMetric] = []
+        for name in METRIC_NAMES:
+            if name not in thresholds:
+                continue
+            block = self.few_shot.block(name) if self.few_shot is not None else ""
+            metric = (with_examples(NATIVE_METRICS[name]) if block else NATIVE_METRICS[name])(
+                model=self.model, threshold=thresholds.get(name, OFFLINE_THRESHOLDS[name]), async_mode=True,
+                include_reason=True)
+            metric.few_shot_block = block
+            metrics.append(metric)
         for spec in self.geval if geval is None else geval:
             metrics.append(GEval(
                 name=spec["name"], model=self.model, threshold=spec.get("threshold", 0.5),
@@ -351,6 +374,9 @@ class LlmJudge(Judge):
         return metrics
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": "openai-compatible", "model": self.settings.model,
-                "base_url": self.settings.base_url,
-                "geval": json.loads(json.dumps(self.geval, default=str))}
+        description = {"kind": "openai-compatible", "model": self.settings.model,
+                       "base_url": self.settings.base_url,
+                       "geval": json.loads(json.dumps(self.geval, default=str))}
+        if self.few_shot is not None and self.few_shot.examples:  # without examples: the version it was
+            description["few_shot"] = self.few_shot.describe()
+        return description
