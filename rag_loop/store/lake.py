@@ -204,15 +204,20 @@ class Lake:
                         partition_by=[DAY] if partitioned else None, schema_mode="merge",
                         storage_options=self.options())
 
-    def write_file(self, table: str, rows: pa.Table, day: date, name: str | None = None) -> LakeFile:
-        """`rows` (without `day`) as a new Parquet file of the table's `day` folder (named `name`,
-        default a fresh one), through the lake's Arrow filesystem (an object store's too), for
-        `commit_files`: no reader sees it until then."""
+    def write_file(self, table: str, rows: pa.Table | pa.RecordBatchReader, day: date,
+                   name: str | None = None) -> LakeFile:
+        """`rows` (without `day`; a stream is written batch by batch) as a new Parquet file of the
+        table's `day` folder (named `name`, default a fresh one), through the lake's Arrow
+        filesystem (an object store's too), for `commit_files`: no reader sees it until then."""
         system, base = self.filesystem()
         relative = f"{DAY}={day.isoformat()}/{name or new_file_name()}"
         system.create_dir(f"{base}/{table}/{DAY}={day.isoformat()}", recursive=True)
-        pq.write_table(rows.cast(delta_types(rows.schema)), f"{base}/{table}/{relative}", filesystem=system)
-        return LakeFile(relative, system.get_file_info(f"{base}/{table}/{relative}").size, rows.num_rows)
+        schema, count = delta_types(rows.schema), 0
+        with pq.ParquetWriter(f"{base}/{table}/{relative}", schema, filesystem=system) as writer:
+            for batch in rows.to_batches() if isinstance(rows, pa.Table) else rows:
+                writer.write_batch(batch.cast(schema))
+                count += batch.num_rows
+        return LakeFile(relative, system.get_file_info(f"{base}/{table}/{relative}").size, count)
 
     def discard(self, table: str, files: Iterable[LakeFile]) -> None:
         """Files `write_file` wrote that will not be committed, deleted (no version lists them)."""

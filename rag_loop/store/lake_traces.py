@@ -335,7 +335,7 @@ def write_lake_file(con: duckdb.DuckDBPyConnection, lake: Lake, table: str, quer
     """`query`'s rows as a new file of the lake table's `day` folder (`name`, default a fresh
     one), listed in `written` (to be committed, or deleted if the flush fails): no version lists
     it, so no reader sees it until the table's commit."""
-    file = lake.write_file(table, con.sql(query, params=parameters).to_arrow_table(), day, name)
+    file = lake.write_file(table, con.sql(query, params=parameters).to_arrow_reader(), day, name)
     written.append(file)
     return file
 
