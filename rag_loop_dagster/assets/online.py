@@ -15,6 +15,7 @@ from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
 from rag_loop.evaluation.alignment import Alignment, load_alignment
+from rag_loop.evaluation.few_shot import load_few_shot
 from rag_loop.evaluation.settings import OFFLINE_THRESHOLDS
 from rag_loop.evaluation.trust import TrustSettings
 from rag_loop.online.judgments import JudgingSettings, OnlineMetric
@@ -71,6 +72,9 @@ class JudgingConfig(Config):
                                            'judge_alignment, or "latest" (the newest that adopts one); '
                                            "a new judge version, which judges the selection again beside "
                                            "the old one. Empty: the thresholds above.")
+    few_shot: str = Field("", description='Curators\' graded examples in an LLM judge\'s verdict prompts: a '
+                                          'few_shot_id of judge_few_shot, or "latest" (the newest adopted); '
+                                          "a new judge version, as an alignment. Empty: none.")
 
     def settings(self, alignment: Alignment | None = None) -> JudgingSettings:
         metrics = [OnlineMetric(m["name"], m["threshold"], m["rate"]) for m in map(config_entry, self.metrics)]
@@ -107,9 +111,11 @@ def trace_judgments(context: AssetExecutionContext, config: JudgingConfig, duckd
     with duckdb.get_connection() as con:
         try:
             settings = config.settings(load_alignment(con, config.alignment))
+            few_shot = load_few_shot(con, config.few_shot)
+            shown = judge.judge(embedder).with_few_shot(few_shot)
         except ValueError as error:
             raise Failure(description=str(error)) from error
-        run = judge_traces(con, judge.judge(embedder), settings, log=context.log.info)
+        run = judge_traces(con, shown, settings, log=context.log.info)
         summary, reasons, total = judgment_summary(con, run.judge_version)
         bound = rejudging(con, run.judge_version)
         shift = judge_shift(con, run.judge_version)
@@ -119,6 +125,7 @@ def trace_judgments(context: AssetExecutionContext, config: JudgingConfig, duckd
         "dagster/row_count": total, "run_id": run.run_id, "judge": run.judge_id,
         "judge_version": run.judge_version, "planned": run.planned, "judged": run.judged,
         "alignment": settings.alignment.alignment_id if settings.alignment else "none",
+        "few_shot": few_shot.few_shot_id if few_shot is not None else "none",
         "unjudgeable": run.unjudgeable, "errored": run.errored, "unfinished": run.unfinished,
         "newly_judgeable": run.newly_judgeable, "still_unjudgeable": run.still_unjudgeable,
         "seconds": round(run.seconds, 2), "cost_usd": round(run.cost_usd, 6),

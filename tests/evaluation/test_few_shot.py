@@ -9,6 +9,7 @@ import json
 
 import duckdb
 import pandas as pd
+import pytest
 
 from rag_loop.evaluation.alignment import judge_version
 from rag_loop.evaluation.few_shot import (
@@ -20,6 +21,7 @@ from rag_loop.evaluation.few_shot import (
     store_few_shot,
 )
 from rag_loop.evaluation.judges.llm import LlmJudge
+from rag_loop.evaluation.judges.offline import OfflineJudge
 from rag_loop.evaluation.settings import LlmJudgeSettings
 from tests.helpers.standin_openai import StandIn, instance_of
 
@@ -77,9 +79,11 @@ def test_examples_come_from_the_pool_and_are_measured_on_held_out_grades_only(tm
     con = duckdb.connect(str(tmp_path / "db.duckdb"))
     store_few_shot(con, table, few_shot)
     assert load_few_shot(con, "latest") == load_few_shot(con, few_shot.few_shot_id) == few_shot
-    plain, shown_judge = _make(server)(None), _make(server)(few_shot)
-    assert judge_version(plain) != judge_version(shown_judge)  # a new judge version: the change protocol applies
+    plain = _make(server)(None)
+    assert judge_version(plain) != judge_version(plain.with_few_shot(few_shot))  # a new version: the protocol applies
     assert judge_version(plain) == judge_version(_make(server)(FewShot("none", "v1", {})))
+    with pytest.raises(ValueError, match="needs an LLM judge"):  # the offline judge learns thresholds instead
+        OfflineJudge().with_few_shot(few_shot)
 
 
 def test_examples_that_do_not_help_are_not_adopted():

@@ -15,6 +15,8 @@ import duckdb
 if TYPE_CHECKING:
     from deepeval.metrics import BaseMetric
 
+    from rag_loop.evaluation.few_shot import FewShot
+
 
 @dataclass
 class JudgeUsage:
@@ -80,6 +82,14 @@ class Judge(ABC):
 
     def prepare(self, cases: Sequence[Any]) -> None:  # noqa: B027
         """Cases about to be scored (DeepEval test cases): a judge may batch work for them."""
+
+    def with_few_shot(self, few_shot: FewShot | None) -> Judge:
+        """This judge with curators' graded examples in its prompts (None: as it is). A judge
+        without prompts cannot take them: it learns thresholds from grades (`alignment`)."""
+        if few_shot is None or not few_shot.examples:
+            return self
+        raise ValueError(f"{type(self).__name__} has no prompt to show curators' examples in: few-shot "
+                         "needs an LLM judge (this judge is aligned by its thresholds instead)")
 
     async def end_calls(self) -> None:  # noqa: B027
         """The run's event loop is ending: close what its calls opened (pooled connections

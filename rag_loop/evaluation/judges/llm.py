@@ -338,6 +338,12 @@ class LlmJudge(Judge):
     async def end_calls(self) -> None:
         await self.model.end_calls()
 
+    def with_few_shot(self, few_shot: FewShot | None) -> Judge:
+        """The same endpoint and criteria with these examples: a new judge version."""
+        if few_shot is None:
+            return self
+        return LlmJudge(self.settings, self.geval, few_shot)
+
     def open(self, con: duckdb.DuckDBPyConnection) -> None:
         self.model.usage = JudgeUsage()
         self.model.cache.update(load_judge_cache(con, self.settings.model))
