@@ -14,6 +14,7 @@ import csv
 import io
 import json
 import math
+import os
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -102,6 +103,16 @@ def _loaded(path: Path, mtime_ns: int, size: int) -> Mapping:
 
 def is_mapping_file(path: Path) -> bool:
     return path.name in MAPPING_FILE_NAMES
+
+
+def mapping_files(directory: Path) -> list[Path]:
+    """The mapping files under `directory`, hidden folders aside (as the trace files are
+    listed): a changed one is new input, e.g. the fix that lets its files be read."""
+    found = []
+    for folder, subfolders, names in os.walk(directory):
+        subfolders[:] = sorted(d for d in subfolders if not d.startswith("."))
+        found.extend(Path(folder) / name for name in sorted(names) if name in MAPPING_FILE_NAMES)
+    return found
 
 
 @dataclass

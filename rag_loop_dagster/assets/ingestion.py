@@ -26,6 +26,7 @@ from pydantic import Field
 
 from rag_loop.ingest.documents import load_knowledge_base
 from rag_loop.ingest.language import LanguageSettings, settings_from
+from rag_loop.ingest.mapped import mapping_files
 from rag_loop.ingest.otlp.assembly import DEFAULT_GRACE
 from rag_loop.ingest.pipeline import (
     DEFAULT_MAX_RECORD_BYTES,
@@ -198,12 +199,12 @@ def raw_traces_quarantine_rate(duckdb: DuckDBResource) -> AssetCheckResult:
 
 
 @sensor(job_name="ingest_job", minimum_interval_seconds=60,
-        description="Launches ingestion when trace files appear or change; a failed run's "
-                    "files are tried again.")
+        description="Launches ingestion when trace files or their mapping files appear or change; "
+                    "a failed run's files are tried again.")
 def new_trace_files_sensor(context: SensorEvaluationContext, paths: RagLoopPaths):
     if not paths.traces_dir:
         return SkipReason("no trace folder configured (RAG_LOOP_TRACES_DIR)")
-    fingerprint = directory_fingerprint(Path(paths.traces_dir), lambda d: trace_files(d)[0])
+    fingerprint = directory_fingerprint(Path(paths.traces_dir), lambda d: [*trace_files(d)[0], *mapping_files(d)])
     return request_for_input(context, "ingest_job", fingerprint, "trace files")
 
 

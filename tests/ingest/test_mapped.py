@@ -147,6 +147,27 @@ def test_a_mapping_that_cannot_be_used_sets_its_files_aside_until_it_is_fixed(tm
     assert con.execute("SELECT count(*) FROM quarantine WHERE reason LIKE '%latency_seconds%'").fetchall() == [(0,)]
 
 
+def test_a_changed_mapping_file_alone_launches_ingestion(tmp_path, mapping_path):
+    from dagster import DagsterInstance, build_sensor_context
+
+    from rag_loop_dagster.assets.ingestion import new_trace_files_sensor
+    from rag_loop_dagster.assets.resources import RagLoopPaths
+    if mapping_path == "python":
+        pytest.skip("the sensor does not map: once is enough")
+    folder = tmp_path / "traces"
+    _write(folder, "jsonl", RECORDS)
+    paths = {"paths": RagLoopPaths(traces_dir=str(folder))}
+    with DagsterInstance.ephemeral() as instance:
+        context = build_sensor_context(instance=instance, resources=paths)
+        first = new_trace_files_sensor(context)
+        context = build_sensor_context(instance=instance, cursor=context.cursor, resources=paths)
+        assert not hasattr(new_trace_files_sensor(context), "run_key")
+        mapping = folder / "rag-loop-mapping.yaml"
+        mapping.write_text(mapping.read_text().replace("acme", "beta"))  # e.g. the fix of a bad mapping
+        context = build_sensor_context(instance=instance, cursor=context.cursor, resources=paths)
+        assert new_trace_files_sensor(context).run_key not in (None, first.run_key)
+
+
 @pytest.mark.parametrize("text, why", [
     ("fields: {trace_id: id, timestamp: ts}", "original_query is required"),
     ("fields: {trace_id: id, timestamp: {path: ts, format: weekly}, original_query: q}", "strptime pattern"),
