@@ -40,7 +40,7 @@ from rag_loop.curation.labels import (
 from rag_loop.workspace.security import SHOWN_CHARS
 
 EXPORTS = ("knowledge.parquet", "intents.parquet")  # beside the queue exports, not one of them
-JSON_COLUMNS = ("retrieval_context", "variant_trace_ids", "signals", "judge_scores", "expected_sources",
+JSON_COLUMNS = ("retrieval_context", "variant_trace_ids", "signals", "judge_scores", "expected_sources", "incidents",
                 "tags", "details")
 FILTERS = ("priority", "language", "cluster_id", "suggested_failure_type")
 STATUSES = ("todo", "accept", "reject", "later")

@@ -47,7 +47,8 @@ def test_open_from_the_workspace_then_close(deployment):
     # the queue's next export puts its failing traces first: one row stands for t1
     export_for_workspace([{"trace_id": "t1", "batch": "b", "priority": "P0", "language": "vi",
                            "input": "lỗi ERR-977 là gì", "cluster_id": "A", "cluster_label": "err · 977",
-                           "cluster_size": 2, "suggested_failure_type": "retrieval", "incidents": ["INC-0001"]}],
+                           "cluster_size": 2, "suggested_failure_type": "retrieval", "incidents": ["INC-0001"],
+                           "rank_reason": "P0; a failing trace of open incident INC-0001: first"}],
                          {}, folder / "curation" / "queue", "b")
     release(folder / "goldens", "v0002", [("g-a", "t2", "A", ["INC-0001"])], "2026-11-15T00:00:00+00:00")
     page = ana.client.get("/incidents/INC-0001").text
@@ -57,6 +58,9 @@ def test_open_from_the_workspace_then_close(deployment):
     assert '<a href="/trace/t1">' in page  # in the queue
     assert "<code>t2</code>" in page and "g-a" in page  # not queued; its golden in v0002
     assert "<h2>Impact</h2>" in page and "<h2>Why offline tests missed it</h2>" in page  # the postmortem, rendered
+    trace = ana.client.get("/trace/t1").text  # the trace says why it is queued, and links its incident
+    assert "In the queue here because: P0; a failing trace of open incident INC-0001" in trace
+    assert '<a href="/incidents/INC-0001">INC-0001</a>' in trace
     listed = ana.client.get("/incidents").text
     assert 'href="/incidents/INC-0001"' in listed and "&lt;script&gt;" in listed
     for actions, release_, said in ((" ", "", "actions: say what it is"), ("x", "v0009", "no release &#39;v0009&#39;")):
