@@ -42,7 +42,9 @@ INCIDENT_ID = re.compile(r"INC-\d{4,12}")
 COMMAND_TIMEOUT_SECONDS = 600
 # the CLI, run as `rag-loop` runs it (rag_loop_dagster.jobs_cli adds only job commands to it)
 CLI = ("-c", "from rag_loop.cli import main; main()")
-_MARKDOWN = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable("table")
+# raw HTML off (shown as text), tables on, images off (a picture's Markdown stays text: the page
+# fetches nothing, and its policy would block another site's image anyway)
+_MARKDOWN = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable("table").disable("image")
 
 
 @dataclass(frozen=True)

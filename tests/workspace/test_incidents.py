@@ -3,13 +3,18 @@ process of their own on the incidents' tiny world; the pages read the summary, t
 the queue export and the releases, never the database."""
 
 import json
+import re
 
 import duckdb
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from markupsafe import escape
 
 from rag_loop.curation.queue_files import export_for_workspace
 from rag_loop.workspace.app import create_app
 from rag_loop.workspace.incidents import IncidentCommands, IncidentForm, open_request, postmortem_html
+from rag_loop.workspace.security import shown
 from rag_loop.workspace.store import Workspace
 from tests.incidents.world import release, tiny_world
 from tests.workspace.conftest import Curator
@@ -128,7 +133,47 @@ def test_the_form_is_checked_by_the_clis_parsers():
 
 def test_raw_html_in_a_postmortem_is_text(tmp_path):
     (tmp_path / "incident-INC-0001.md").write_text(
-        "# INC-0001\n\n<script>alert(1)</script>\n\n[x](javascript:alert(2)) <img src=x onerror=alert(3)>\n")
+        "# INC-0001\n\n<script>alert(1)</script>\n\n[x](javascript:alert(2)) <img src=x onerror=alert(3)> "
+        "![a picture](http://elsewhere.example/x.png)\n")
     html = str(postmortem_html(tmp_path, "INC-0001"))
     assert "<script>" not in html and "<img" not in html and 'href="javascript' not in html
     assert "&lt;script&gt;" in html and postmortem_html(tmp_path, "../INC-0001") is None
+    assert "elsewhere.example" in html  # an image is its text: nothing is fetched
+
+
+TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=300)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(title=TEXT, slices=TEXT, start=st.one_of(TEXT, st.just("2026-11-12")))
+def test_any_form_text_comes_back_escaped_or_refused_never_a_crash(tmp_path, title, slices, start):
+    """Whatever is typed, the opening form answers 422 with the CLI's reason (no launcher here:
+    nothing runs) and shows the text back as text."""
+    ana = Curator(create_app(Workspace(tmp_path / "curation", tmp_path / "reports", tmp_path / "goldens")), "ana")
+    reply = ana.client.post("/incidents", data={"csrf": ana.csrf, "from": start, "to": "2026-11-13",
+                                                "slices": slices, "title": title})
+    assert reply.status_code == 422
+    assert f'value="{escape(title)}"' in reply.text and f'value="{escape(start)}"' in reply.text
+    assert f'rows="2" dir="auto">{escape(slices)}</textarea>' in reply.text
+    assert "<script" not in reply.text.replace('<script src="/static/workspace.js" defer></script>', "")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(title=TEXT, value=TEXT, reason=TEXT)
+def test_any_production_text_in_an_incident_page_is_text(tmp_path, title, value, reason):
+    """An incident's summary and postmortem holding any text (as the runbook writes them, or
+    edited by hand): the page shows it escaped, and its Markdown renders no raw HTML."""
+    reports = tmp_path / "reports"
+    reports.mkdir(exist_ok=True)
+    (reports / "incident-INC-0001.json").write_text(json.dumps(
+        {"incident": {"incident_id": "INC-0001", "title": title, "status": "open"}, "slices": {"tenant": [value]},
+         "failing_traces": [{"trace_id": value, "cluster_id": value, "reasons": [reason]}]}))
+    (reports / "incident-INC-0001.md").write_text(f"# INC-0001: {title}\n\n{reason}\n", encoding="utf-8")
+    ana = Curator(create_app(Workspace(tmp_path / "curation", reports, tmp_path / "goldens")), "ana")
+    page = ana.client.get("/incidents/INC-0001")
+    assert page.status_code == 200
+    assert str(escape(shown(title, 200))) in page.text and str(escape(shown(value, 120))) in page.text
+    postmortem = page.text.split('<article class="postmortem" id="postmortem">', 1)[1].split("</article>", 1)[0]
+    assert not re.search(r"<(?!/?(h[1-6]|p|code|em|strong|ul|ol|li|a|br|hr|pre|blockquote|table|thead|tbody|tr|th|"
+                         r"td)\b)", postmortem)  # markdown-it's own tags only: no image, no raw HTML
+    assert not re.search(r'href="\s*(javascript|vbscript|data):', postmortem, re.IGNORECASE)
