@@ -66,15 +66,17 @@ def _plain(value):
 PORTED = ("trace_signals", "failure_candidates")
 
 
-def _on_both(spark, con: duckdb.DuckDBPyConnection, tmp_path, policy: SamplingPolicy) -> dict[str, tuple]:
+def _on_both(spark, con: duckdb.DuckDBPyConnection, tmp_path, policy: SamplingPolicy,
+             stages: tuple[str, ...] = PORTED) -> dict[str, tuple]:
     """Each ported stage's rows as the DuckDB engine left them in `con`, and as Spark computes
-    them on the lake: {stage: (on Spark, on DuckDB)}."""
-    expected = {stage: con.execute(f"SELECT * FROM {stage}").df() for stage in PORTED}
+    them on the lake (`stages` of them; the others' rows migrate to it): {stage: (on Spark, on DuckDB)}."""
+    expected = {stage: con.execute(f"SELECT * FROM {stage}").df() for stage in stages}
     migrate(con, Lake.of(tmp_path / "lake"), "lake")  # the deployment becomes lake-backed
     engine = SparkEngine(spark, tmp_path / "lake")
-    compute_signals(con, SignalSettings(), engine)
+    if "trace_signals" in stages:
+        compute_signals(con, SignalSettings(), engine)
     select_candidates(con, policy, engine)
-    return {stage: (con.execute(f"SELECT * FROM {stage}").df(), expected[stage]) for stage in PORTED}
+    return {stage: (con.execute(f"SELECT * FROM {stage}").df(), expected[stage]) for stage in stages}
 
 
 def _demo_policy() -> SamplingPolicy:
@@ -94,7 +96,6 @@ def test_the_stages_on_spark_are_duckdbs_on_the_demo_world(spark, demo_run, tmp_
         assert relation_kind(con, stage) == "view"  # of the lake's day files: no copy in the database
         assert_same_rows(on_spark, on_duckdb, "trace_id")
         assert con.execute(f"DESCRIBE {stage}").fetchall() == schemas[stage], stage  # the same types
-    _day_by_day_on_spark(spark, con, tmp_path / "lake", signals)
     slices = (("language",), ("query_type", "language"))
     on_duckdb = estimate_rates(con, slices)
     on_spark = estimate_rates(con, slices, engine=SparkEngine(spark, tmp_path / "lake"))
@@ -119,11 +120,12 @@ def test_the_stages_on_spark_are_duckdbs_on_the_demo_world(spark, demo_run, tmp_
 def test_a_budget_that_caps_the_random_stream_selects_the_same_rows_on_spark(spark, demo_run, tmp_path):
     """10 traces a day on the demo world (issue 42): every day's ~18 random draws are cut to the
     5 smallest, its random rate lowered to the 6th, the diagnostic streams thinned into the
-    other 5; Spark gives DuckDB's rows, the whole table and one day alone."""
+    other 5; Spark gives DuckDB's rows, the whole table and one day alone (over the signals
+    DuckDB computed: Spark's are DuckDB's, test_the_stages_on_spark_are_duckdbs_on_the_demo_world)."""
     con = demo_copy(demo_run, tmp_path)
     policy = replace(_demo_policy(), daily_budget_usd=0.03)
     select_candidates(con, policy)
-    on_spark, on_duckdb = _on_both(spark, con, tmp_path, policy)["failure_candidates"]
+    on_spark, on_duckdb = _on_both(spark, con, tmp_path, policy, ("failure_candidates",))["failure_candidates"]
     per_day = on_duckdb.groupby("day").agg(selected=("trace_id", "size"), random=("by_random", "sum"),
                                            rate=("p_random", "max"))
     assert len(per_day) == 14 and (per_day.selected == 10).all() and (per_day.random == 5).all()
@@ -133,40 +135,36 @@ def test_a_budget_that_caps_the_random_stream_selects_the_same_rows_on_spark(spa
     assert_same_rows(con.execute("SELECT * FROM failure_candidates").df(), on_duckdb, "trace_id")
 
 
-def test_a_days_run_on_spark_opens_no_other_days_chunk_or_feedback_file(spark, demo_run, tmp_path):
+def test_a_days_run_on_spark_opens_no_other_days_file_rewrites_only_its_days_and_engines_take_turns(
+        spark, demo_run, tmp_path):
     """Chunks and feedback carry their trace's day, the lake's partition: two days' signals on
-    Spark read the files of the days they need (those and the next) and never open another's.
-    Every other day's chunk and feedback file is made unreadable, and the days' rows are still
-    DuckDB's."""
+    Spark read the files of the days they need (those and the next) and never open another's
+    (every other day's chunk and feedback file is made unreadable meanwhile); their lake files
+    are rewritten, the other days' untouched, the rows are DuckDB's and the database's table a
+    view of the lake. Then a day on DuckDB, a day on Spark and the whole table on DuckDB: the
+    rows stay in the lake (the deployment's home for them), the same rows every time."""
     con = demo_copy(demo_run, tmp_path)
     lake, days = Lake.of(tmp_path / "lake"), [date(2026, 11, 9), date(2026, 11, 10)]
-    expected = con.execute("SELECT * FROM trace_signals").df()
+    signals = con.execute("SELECT * FROM trace_signals").df()
     migrate(con, lake, "lake")
+    files = {d: lake.files("trace_signals", [d]) for d in days}
+    others = lake.files("trace_signals", set(lake.days("trace_signals")) - set(days))
+    hidden = {}
     for table in ("trace_chunks", "trace_feedback"):
         for day in lake.days(table):
             if day not in (*days, date(2026, 11, 11)):
                 for path in lake.files(table, [day]):
+                    hidden[path] = Path(path).read_bytes()
                     Path(path).write_bytes(b"not a parquet file")
-    assert compute_signals(con, SignalSettings(), SparkEngine(spark, lake), days=days) == \
-        expected.day.dt.date.isin(days).sum() > 500
-    assert_same_rows(con.execute("SELECT * FROM trace_signals").df(), expected, "trace_id")
-    assert lake.days("trace_signals") == sorted(set(expected.day.dt.date))
-
-
-def _day_by_day_on_spark(spark, con: duckdb.DuckDBPyConnection, lake, signals: pd.DataFrame) -> None:
-    """Two days again on Spark: their lake files rewritten, the other days' untouched, the same
-    rows, and the database's table a view of the lake. Then a day on DuckDB, a day on Spark and
-    the whole table on DuckDB: the rows stay in the lake (the deployment's home for them), the
-    same rows every time."""
-    engine, days = SparkEngine(spark, lake), [date(2026, 11, 9), date(2026, 11, 10)]
-    lake = engine.lake
-    files = {d: lake.files("trace_signals", [d]) for d in days}
-    others = lake.files("trace_signals", set(lake.days("trace_signals")) - set(days))
-    assert compute_signals(con, SignalSettings(), engine, days=days) == (signals.day.dt.date.isin(days)).sum()
+    engine = SparkEngine(spark, lake)
+    assert compute_signals(con, SignalSettings(), engine, days=days) == signals.day.dt.date.isin(days).sum() > 500
     assert all(set(lake.files("trace_signals", [d])).isdisjoint(files[d]) for d in days)  # new files
     assert lake.files("trace_signals", set(lake.days("trace_signals")) - set(days)) == others
     assert relation_kind(con, "trace_signals") == "view"  # the rows stay in the lake
+    assert lake.days("trace_signals") == sorted(set(signals.day.dt.date))
     assert_same_rows(con.execute("SELECT * FROM trace_signals").df(), signals, "trace_id")
+    for path, content in hidden.items():
+        Path(path).write_bytes(content)
     compute_signals(con, SignalSettings(), DuckDBEngine(lake), days=days[1:])
     assert relation_kind(con, "trace_signals") == "view"
     assert_same_rows(con.execute("SELECT * FROM trace_signals").df(), signals, "trace_id")
