@@ -20,12 +20,15 @@ def spark():
     code cache, which these tests fill half way through: the JVM then stops compiling and runs
     the rest interpreted (the Spark tests took 121 s instead of 104 s), hence the larger cache.
     One compiler thread and the serial collector leave the other test worker its core (the
-    Spark modules alone: 142 instead of 151 CPU-seconds)."""
+    Spark modules alone: 142 instead of 151 CPU-seconds). Adaptive query execution off: it
+    re-plans each of these small queries' stages for nothing (it changes plans, never rows;
+    test_spark.py's Spark work took 41 instead of 44 JVM CPU-seconds)."""
     from rag_loop.engines.engine import spark_session
     java = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m -XX:+UseSerialGC -XX:CICompilerCount=1"
     session = spark_session("local[2]", {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2",
                                          "spark.driver.extraJavaOptions": java,
-                                         "spark.sql.codegen.wholeStage": "false", **_connect_server()})
+                                         "spark.sql.codegen.wholeStage": "false", "spark.sql.adaptive.enabled": "false",
+                                         **_connect_server()})
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
