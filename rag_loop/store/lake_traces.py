@@ -60,6 +60,9 @@ LOADED_BY_TABLE = {"raw_traces": "_lake_loaded", "otlp_spans": "_lake_loaded_spa
                    "otlp_traces": "_lake_loaded_pending"}
 LOADED = ("_lake_loaded", "_lake_loaded_pending", "_lake_loaded_spans")
 PENDING_BEFORE = "_lake_pending_before"  # the trace ids pending when the run began
+# tables whose rows a run only adds (none is changed or removed; first copy wins keeps the key
+# unique): what changed is the rows of a key not loaded, found without comparing whole rows
+APPEND_ONLY = {"otlp_spans": "trace_id, span_id"}
 # each kept table's rows with their day
 KEPT_DAY_OF = {table: f"SELECT *, {ROW_DAY[table]} AS day FROM {table}" if table in ROW_DAY
                else f"SELECT * FROM {table}" for table in KEPT_IN_LAKE}
@@ -291,8 +294,11 @@ class LakeTraces:
         loaded = f"SELECT trace_id FROM {LOADED_BY_TABLE.get(table, '_lake_loaded WHERE children')}"
         now = f'SELECT {columns} FROM "{table}" SEMI JOIN ({loaded}) USING (trace_id)'
         then = f'SELECT {columns} FROM "{before}"'
-        con.execute(f"CREATE OR REPLACE TEMP TABLE _lake_changed AS "
-                    f"SELECT DISTINCT trace_id FROM ({then} EXCEPT ALL {now})")
+        if table in APPEND_ONLY:
+            con.execute("CREATE OR REPLACE TEMP TABLE _lake_changed AS SELECT NULL::VARCHAR AS trace_id LIMIT 0")
+        else:
+            con.execute(f"CREATE OR REPLACE TEMP TABLE _lake_changed AS "
+                        f"SELECT DISTINCT trace_id FROM ({then} EXCEPT ALL {now})")
         replaced = {}  # a file rewritten: its name as listed -> its replacement's
         for day, name in con.execute(f'SELECT DISTINCT _day, _file FROM "{before}" '
                                      "SEMI JOIN _lake_changed USING (trace_id) ORDER BY ALL").fetchall():
@@ -302,6 +308,8 @@ class LakeTraces:
                 replaced[name] = write_lake_file(con, self.lake, table, remaining, day, added).relative
             removed.append(name)
         con.execute(f"""CREATE OR REPLACE TEMP TABLE _lake_added AS
+                        SELECT {columns} FROM "{table}" ANTI JOIN "{before}" USING ({APPEND_ONLY[table]})"""
+                    if table in APPEND_ONLY else f"""CREATE OR REPLACE TEMP TABLE _lake_added AS
                         SELECT {columns} FROM "{table}" ANTI JOIN ({loaded}) USING (trace_id)
                         UNION ALL
                         SELECT {columns} FROM "{table}" SEMI JOIN _lake_changed USING (trace_id)
