@@ -4,7 +4,9 @@ It answers `POST /v1/chat/completions` with canned JSON that fits the JSON schem
 sent in `response_format` (enums take their first value, so verdicts are "yes"), records
 every request, and can be switched to fail (HTTP 500) or to hang past the client's timeout,
 to answer after `delay` seconds, and to refuse a share `flaky` of requests at random with
-429 (retry-after-ms 20), 500, 503 or a stall past the client's timeout.
+429 (retry-after-ms 20), 500, 503 or a stall past the client's timeout (`refusals`: which
+kinds, in turn). `reply` answers a request its own way (a judge that follows few-shot
+examples); each request records when it arrived and was answered.
 
 It speaks HTTP/1.1 and every reply, errors included, carries its Content-Length, so a client
 keeps its connections alive (`connections` counts the ones opened). A stall closes its
