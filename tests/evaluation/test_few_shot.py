@@ -10,14 +10,18 @@ import json
 import duckdb
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rag_loop.evaluation.alignment import judge_version
 from rag_loop.evaluation.few_shot import (
     FEW_SHOT_HEADER,
     FewShot,
     FewShotSettings,
+    choose_examples,
     load_few_shot,
     measure_few_shot,
+    split_traces,
     store_few_shot,
 )
 from rag_loop.evaluation.judges.llm import LlmJudge
@@ -94,3 +98,20 @@ def test_examples_that_do_not_help_are_not_adopted():
     (row,) = table.to_dict("records")
     assert not row["adopted"] and row["gain"] == 0.0 and few_shot.examples == {}
     assert "no gain" in row["why"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.text(min_size=1, max_size=6), st.booleans()), min_size=1, max_size=60,
+                unique_by=lambda t: t[0]),
+       st.floats(0.0, 1.0), st.integers(0, 5), st.integers(0, 3))
+def test_examples_are_drawn_from_the_pool_and_never_from_held_out_traces(graded, share, per_metric, seed):
+    grades = pd.DataFrame([{"trace_id": t, "human_passed": p, "query": "q", "answer": "a", "context": ()}
+                           for t, p in graded])
+    pool, held = split_traces(list(grades["trace_id"]), share, seed)
+    assert pool.isdisjoint(held) and pool | held == set(grades["trace_id"])
+    shown = choose_examples(grades[grades["trace_id"].isin(pool)], per_metric, seed)
+    assert {e.trace_id for e in shown} <= pool and len(shown) == min(per_metric, len(pool))
+    # fails and passes alternate (fails first) while both remain: as balanced as the pool allows
+    in_pool = grades[grades["trace_id"].isin(pool)]["human_passed"].astype(bool)
+    fails, passes, k = int((~in_pool).sum()), int(in_pool.sum()), len(shown)
+    assert [e.passed for e in shown].count(False) == min(fails, max(-(-k // 2), k - passes))
