@@ -11,14 +11,16 @@ from rag_loop.store.tables import create_tables
 from tests.helpers import DEMO, RecordedRun, demo_config, fake_embedder, metadata_of
 
 SPARK_MODULES = "tests/engines/test_spark"
-# Scheduling hints, longest first: a wrong hint costs time, never a result. The long modules
-# that need no demo run start while the first worker builds it.
+# Scheduling hints, longest first: a wrong hint costs time, never a result. The Spark modules
+# (one worker's work for most of the run) start first, their tests that need no demo run
+# first; the long modules that need no demo run start on the other worker while it builds it.
 LONG_WITHOUT_DEMO = ("tests/e2e/test_own_traces.py", "tests/ingest/test_native_hostile.py",
                      "tests/ingest/otlp/test_frameworks.py", "tests/demo/test_generate.py",
                      "tests/ingest/test_native.py", "tests/selection/test_sampling.py")
-LONG_WITH_DEMO = (SPARK_MODULES, "tests/e2e/test_webserver.py", "tests/evaluation/test_regression.py")
-EARLY_BUILDER = "gw0"
+LONG_WITH_DEMO = ("tests/e2e/test_webserver.py", "tests/evaluation/test_regression.py")
+EARLY_BUILDER = "gw0"  # without Spark tests; with them, the worker that did not get them
 BUILT_ONCE = pytest.StashKey[list]()  # the session's shared builds its tests need, largest first
+WITH_SPARK = pytest.StashKey[bool]()  # whether the session has Spark tests (the first scope)
 
 
 def _scope(nodeid: str) -> str:
@@ -39,27 +41,37 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Every worker collects the same order: the long modules that need no demo run first
-    (the first worker builds it meanwhile, `_built_early`), then the long ones that need it,
-    then the rest by number of tests, as xdist would order them."""
+    """Every worker collects the same order: the Spark modules (xdist gives this first scope
+    to the first worker at once), those of their tests that need no demo run first; the long
+    modules that need no demo run (the other worker builds it meanwhile, `_built_early`), then
+    the long ones that need it, then the rest by number of tests, as xdist would order them."""
     sizes: dict[str, int] = {}
     for item in items:
         sizes[_scope(item.nodeid)] = sizes.get(_scope(item.nodeid), 0) + 1
-    hinted = [*LONG_WITHOUT_DEMO, *LONG_WITH_DEMO]
+    hinted = [SPARK_MODULES, *LONG_WITHOUT_DEMO, *LONG_WITH_DEMO]
 
     def rank(item) -> tuple:
         scope = _scope(item.nodeid)
+        if scope == SPARK_MODULES:
+            return 0, "demo_run" in item.fixturenames
         return (hinted.index(scope),) if scope in hinted else (len(hinted), -sizes[scope], scope)
     items.sort(key=rank)
     config.stash[BUILT_ONCE] = [f for f in ("drift_days", "demo_run") if any(f in i.fixturenames for i in items)]
+    config.stash[WITH_SPARK] = any(_scope(i.nodeid) == SPARK_MODULES for i in items)
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _built_early(request, worker_id):
-    """With several workers, the first builds the demo run (and its drift days) before its first
-    test, while the others run tests that need neither, instead of one waiting for the other."""
+    """With several workers, one builds the demo run (and its drift days) before its first
+    test, while the others run tests that need neither, instead of one waiting for the other:
+    the worker whose first test is not a Spark test (the other starts the Spark modules at
+    once, which need the demo run last), or the first worker in a session without them."""
     needed = request.config.stash.get(BUILT_ONCE, [])
-    if worker_id == EARLY_BUILDER and needed:
+    if worker_id == "master" or not needed:
+        return
+    first = getattr(request, "_pyfuncitem", None)  # the test this fixture is set up for
+    on_spark = first is not None and _scope(first.nodeid) == SPARK_MODULES
+    if (not on_spark) if request.config.stash.get(WITH_SPARK, False) else worker_id == EARLY_BUILDER:
         request.getfixturevalue(needed[0])  # drift_days builds on the demo run
 
 os.environ.setdefault("DEEPEVAL_TELEMETRY_OPT_OUT", "1")
