@@ -198,7 +198,6 @@ class OpenAICompatibleModel(DeepEvalBaseLLM):
             self._calls = (loop, slots, self.make_async_clients())
         return self._calls[1], self._calls[2]
 
-
     async def end_calls(self) -> None:
         """Close this loop's clients (and their connections) before the loop ends."""
         calls, self._calls = self._calls, None
