@@ -306,6 +306,9 @@ def remote_throughput(con: duckdb.DuckDBPyConnection, traces: int, flaky: float,
             bare_cpu = time.process_time() - bare_cpu
     judged_traces = con.execute("SELECT count(DISTINCT trace_id) FROM trace_judgments "
                                 "WHERE status = 'judged'").fetchall()[0][0]
+    for metric, error, n in con.execute("SELECT metric, error, count(*) FROM trace_judgments "
+                                        "WHERE status = 'errored' GROUP BY ALL").fetchall():
+        print(f"    errored ({path}): {n} x {metric}: {error}", flush=True)
     return RemoteFigures(judged_traces / seconds, report.judged, report.errored, len(stats["refused"]), calls,
                          judged_traces, 1000 * cpu / max(calls, 1), stats["connections"],
                          judged_traces / bare if bare else 0.0, 1000 * bare_cpu / max(calls, 1),
