@@ -82,8 +82,9 @@ class Engine(ABC):
     def ingest(self, con: duckdb.DuckDBPyConnection, directory: Path, **options: Any) -> IngestReport:
         """Ingest the new trace files of `directory` (the options of rag_loop.ingest.pipeline.
         ingest_directory) where the deployment keeps the traces: the database (embedded), or the
-        lake (rag_loop.ingest.lake). Ingestion runs on DuckDB whatever the engine (on Spark it
-        was 2–7× slower): the same rows and report either way."""
+        lake (rag_loop.ingest.lake). Ingestion runs on DuckDB whatever the engine (Spark's own
+        ingestion lost three of four measured runs, and could not write an object store): the
+        same rows and report either way."""
         if self.lake is None:
             return ingest_directory(con, directory, **options)
         return ingest_directory_into_lake(con, directory, self.lake, **options)
