@@ -13,12 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rag_loop.curation.labels import store_label_files
 from rag_loop.evaluation.alignment import judge_version
 from rag_loop.evaluation.few_shot import (
     FEW_SHOT_HEADER,
     FewShot,
     FewShotSettings,
     choose_examples,
+    graded_cases,
     load_few_shot,
     measure_few_shot,
     split_traces,
@@ -27,7 +29,9 @@ from rag_loop.evaluation.few_shot import (
 from rag_loop.evaluation.judges.llm import LlmJudge
 from rag_loop.evaluation.judges.offline import OfflineJudge
 from rag_loop.evaluation.settings import LlmJudgeSettings
+from tests.helpers import GOOD, write_labels
 from tests.helpers.standin_openai import StandIn, instance_of
+from tests.online.world import CHUNK, TEXT, build_world
 
 METRIC = "Answer Relevancy"
 
@@ -115,3 +119,16 @@ def test_examples_are_drawn_from_the_pool_and_never_from_held_out_traces(graded,
     in_pool = grades[grades["trace_id"].isin(pool)]["human_passed"].astype(bool)
     fails, passes, k = int((~in_pool).sum()), int(in_pool.sum()), len(shown)
     assert [e.passed for e in shown].count(False) == min(fails, max(-(-k // 2), k - passes))
+
+
+def test_graded_cases_carry_what_the_metric_looks_at(tmp_path):
+    con = build_world(tmp_path, [{"trace_id": "t1", "original_query": "How many leave days?",
+                                  "answer": "You get 15 days.", "chunks": [CHUNK]}])
+    grade = {"metric": METRIC, "judge_version": "v1", "judge_passed": True, "judge_score": 0.9,
+             "grade": "disagree"}
+    write_labels(tmp_path / "labels", "a.jsonl", [{**GOOD, "trace_id": "t1", "judge_grades": [grade]}])
+    assert store_label_files(con, tmp_path / "labels").stored == 1
+    (case,) = graded_cases(con).to_dict("records")
+    assert (case["trace_id"], case["metric"], case["human_passed"]) == ("t1", METRIC, False)
+    assert (case["query"], case["answer"]) == ("How many leave days?", "You get 15 days.")
+    assert case["context"] == (TEXT,)  # the knowledge base's text of the chunk the trace names
