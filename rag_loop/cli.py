@@ -247,6 +247,46 @@ def calibrate(file: Path, kind: str, base_url: str, model: str, api_key_env: str
     click.echo(f"stored as {stored} in {db} (judge_calibrations)")
 
 
+def _metric_threshold(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict:
+    """`--threshold "Contextual Relevancy=0.5"` (repeatable) over the pipeline's thresholds."""
+    thresholds = dict(DEFAULT_THRESHOLDS)
+    for item in value:
+        name, _, cut = item.rpartition("=")
+        try:
+            thresholds[name.strip()] = float(cut)
+        except ValueError:
+            raise click.BadParameter(f"{item!r}: expected METRIC=NUMBER") from None
+    return thresholds
+
+
+@main.command("few-shot")
+@click.option("--base-url", default=_LLM.base_url, show_default=True)
+@click.option("--model", default=_LLM.model, show_default=True)
+@click.option("--api-key-env", default=_LLM.api_key_env, show_default=True)
+@click.option("--threshold", "thresholds", multiple=True, callback=_metric_threshold,
+              help="METRIC=NUMBER, the verdict's pass threshold (repeatable); default: the pipeline's.")
+@click.option("--per-metric", type=int, default=4, show_default=True, help="Examples shown per metric.")
+@_db_option("Curators' grades are read from it; the measurement is stored in it (judge_few_shot).")
+def few_shot(base_url: str, model: str, api_key_env: str, thresholds: dict, per_metric: int, db: str) -> None:
+    """Measure curators' graded verdicts as few-shot examples in an LLM judge's prompts: shown
+    from half of each metric's graded traces, scored on the other half only, adopted where the
+    held-out kappa gains beyond chance. Costs two judge calls per held-out trace and metric.
+    Adopt with trace_judgments' `few_shot` setting (an id, or "latest")."""
+    from rag_loop.evaluation.few_shot import FewShotSettings, graded_cases, measure_few_shot, store_few_shot
+    from rag_loop.evaluation.judges.llm import LlmJudge
+    settings = LlmJudgeSettings(base_url=base_url, model=model, api_key_env=api_key_env)
+    with duckdb.connect(db) as con:
+        grades = graded_cases(con)
+        if grades.empty:
+            raise click.ClickException("no graded verdicts yet: curators grade the judge on the trace page")
+        table, published = measure_few_shot(grades, lambda shown: LlmJudge(settings, few_shot=shown),
+                                            thresholds, FewShotSettings(per_metric=per_metric))
+        store_few_shot(con, table, published)
+    for row in table.itertuples():
+        click.echo(f"{row.metric}: {'adopted' if row.adopted else 'not adopted'}: {row.why}")
+    click.echo(f"few_shot_id {published.few_shot_id} stored in {db} (judge_few_shot)")
+
+
 @main.command()
 @_db_option("The rag-loop database, read-only.")
 @click.option("--next-steps", is_flag=True, help="Then print what to do next (label, release, evaluate).")
