@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
+from itertools import chain
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -41,6 +42,7 @@ LAKE_VIEW = "rag-loop lake: "  # the comment on a database view of a lake table'
 # the lakes connections were attached to in this process, by root: their storage options, for
 # what finds a lake table by its URI alone (a view's marker)
 _ATTACHED: dict[str, Lake] = {}
+ROW_GROUP_ROWS = 1 << 20  # rows of a row group `write_file` writes (pyarrow's default)
 
 
 @dataclass(frozen=True)
@@ -212,11 +214,15 @@ class Lake:
         system, base = self.filesystem()
         relative = f"{DAY}={day.isoformat()}/{name or new_file_name()}"
         system.create_dir(f"{base}/{table}/{DAY}={day.isoformat()}", recursive=True)
-        schema, count = delta_types(rows.schema), 0
+        schema, count, pending = delta_types(rows.schema), 0, []
         with pq.ParquetWriter(f"{base}/{table}/{relative}", schema, filesystem=system) as writer:
-            for batch in rows.to_batches() if isinstance(rows, pa.Table) else rows:
-                writer.write_batch(batch.cast(schema))
-                count += batch.num_rows
+            for batch in chain(rows.to_batches() if isinstance(rows, pa.Table) else rows, [None]):
+                if batch is not None:
+                    pending.append(batch.cast(schema))
+                    count += batch.num_rows
+                if pending and (batch is None or sum(b.num_rows for b in pending) >= ROW_GROUP_ROWS):
+                    writer.write_table(pa.Table.from_batches(pending, schema))  # one row group: small
+                    pending = []  # batches compress badly as row groups of their own
         return LakeFile(relative, system.get_file_info(f"{base}/{table}/{relative}").size, count)
 
     def discard(self, table: str, files: Iterable[LakeFile]) -> None:
