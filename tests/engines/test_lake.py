@@ -55,7 +55,7 @@ def _same_rows(con, lake, table, expected) -> bool:
     return one_way == other_way == 0
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=traces)
 def test_every_row_migrates_to_its_day_and_a_second_migrate_moves_nothing(tmp_path_factory, rows):
     root = tmp_path_factory.mktemp("lake")
