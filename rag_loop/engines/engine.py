@@ -83,7 +83,8 @@ class Engine(ABC):
         """Ingest the new trace files of `directory` (the options of rag_loop.ingest.pipeline.
         ingest_directory) where the deployment keeps the traces: the database (embedded), or the
         lake (rag_loop.ingest.lake). Ingestion runs on DuckDB whatever the engine (Spark's own
-        ingestion lost three of four measured runs, and could not write an object store): the
+        ingestion lost every native and incremental run measured, tied an OTLP backfill, and could
+        not write an object store): the
         same rows and report either way."""
         if self.lake is None:
             return ingest_directory(con, directory, **options)

@@ -3,8 +3,8 @@ decided in DuckDB against the stored copies of the days concerned only, and the 
 appended to the Delta lake (one commit per table); the control database gets exactly the rows,
 and the caller exactly the report, that `ingest_directory` gives an embedded deployment. Both
 engines ingest this way: the traffic-sized stages run on Spark, ingestion does not (a Spark
-ingestion took 1.5–2.4× this one's time on a native first run and 2.5–5.4× on incremental runs,
-but 0.7× on an OTLP first run, and could not write an object store: bench/RESULTS.md,
+ingestion took 1.5–2.4× this one's time on a native first run and 1.8–5.4× on incremental runs,
+0.7–1.1× on an OTLP first run, and could not write an object store: bench/RESULTS.md,
 2026-12-04).
 
 1. The new files are listed as `ingest_directory` lists them.
