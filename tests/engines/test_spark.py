@@ -233,8 +233,8 @@ def test_the_spark_resource_on_a_spark_connect_url_stores_what_duckdb_does_and_a
         spark_connect_url, tmp_path):
     """raw_traces → trace_lake → trace_signals → failure_candidates → quality_estimates in a
     run worker whose Spark resource is a Spark Connect URL (the server: this session's JVM, on
-    loopback), over the OTLP fixtures, which Spark tasks ingest (test_spark_ingest.py compares
-    every ingestion table): the same rows as on DuckDB, and the same retrieval figures (whose
+    loopback), over the OTLP fixtures, ingested into the lake (tests/store/test_lake_ingest.py
+    compares every ingestion table): the same rows as on DuckDB, and the same retrieval figures (whose
     parts read several times the executors cache); trace_signals run again leaves the same
     rows and lake files. pyspark allows one kind of session per process: hence the worker's
     own process, as Dagster runs it."""
