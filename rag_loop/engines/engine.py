@@ -266,6 +266,8 @@ class SparkEngine(Engine):
         schema = self.lake.schema(name)
         if schema is None:
             table = con.table(name).arrow().read_all()  # with its schema: Spark Connect infers none from no rows
+            if table.num_rows == 0:  # one empty chunk a column: pyarrow cannot rebuild a column of none
+                table = table.schema.empty_table()
             return self.session.createDataFrame(table, schema=from_arrow_schema(table.schema))
         files = self.lake.files(name)
         partitioned = DAY in self.lake.delta(name).metadata().partition_columns
