@@ -221,7 +221,7 @@ def _verdicts(judge: Judge, cases: Sequence[Any], metric: str, threshold: float 
     from rag_loop.evaluation.judges.base import cases_at_once
     from rag_loop.evaluation.runner import score_cases
 
-    def make_metrics() -> list[Any]:
+    def make_metrics(case: Any) -> list[Any]:
         return [m for m in judge.metrics({metric: threshold}, []) if m.__name__ == metric]
 
     run = score_cases(cases, make_metrics, cases_at_once(concurrency, judge), end_calls=judge.end_calls)

@@ -11,10 +11,11 @@ from typing import Any
 import duckdb
 import pandas as pd
 
+from rag_loop.evaluation.alignment import judge_version
 from rag_loop.evaluation.calibration import latest_calibration
 from rag_loop.evaluation.gates import GateOutcome, baseline_run, compare, evaluate_gates, flips, load_results, summarize
 from rag_loop.evaluation.judges.base import Judge, JudgeUsage, cases_at_once
-from rag_loop.evaluation.runner import build_cases, release_of, score_cases, store_run
+from rag_loop.evaluation.runner import Case, build_cases, release_of, score_cases, store_run
 from rag_loop.evaluation.settings import EvalError, EvalSettings, load_app
 from rag_loop.evaluation.trust import JudgeTrust, apply_trust, judge_trust
 from rag_loop.logs import Log, quiet
@@ -36,6 +37,9 @@ class RegressionReport:
     # problems), the run's own (deadline, errored results) included
     failures: list[dict[str, Any]] = field(default_factory=list)
     trust: dict[str, JudgeTrust] = field(default_factory=dict)  # per gated metric, with a trust floor
+    judge_version: str = ""  # the version that scored the run (alignment and few-shot included)
+    alignment_id: str | None = None  # the thresholds fitted to curators' grades, if adopted
+    few_shot_id: str | None = None  # the curators' examples in the judge's prompts, if shown
 
     @property
     def blocked(self) -> bool:
@@ -58,11 +62,17 @@ def run_regression(con: duckdb.DuckDBPyConnection, goldens_dir: Path, judge: Jud
     else:
         app = None
     cases = build_cases(goldens, settings.mode, app, settings.rag_config, con)
-    description = judge.describe()
-    log(f"{release}: {len(cases)} cases, mode {settings.mode}, judge {description['model']}")
+    # the judge version: the judge as it is (curators' examples in its prompts, if shown) and the
+    # alignment of its thresholds; what online judging with the same settings records, and
+    # whose agreement with curators the trust floor looks up
+    judge_id, version = judge_version(judge, settings.alignment)
+    description = {**judge.describe(), "judge_version": version}
+    if settings.alignment is not None:
+        description["alignment"] = settings.alignment.describe()
+    log(f"{release}: {len(cases)} cases, mode {settings.mode}, judge {judge_id} version {version}")
     judge.open(con)
     try:  # as online judging: a case's metrics at once, as many cases as the judge's calls allow
-        run = score_cases(cases, lambda: judge.metrics(settings.thresholds),
+        run = score_cases(cases, lambda case: judge.metrics(settings.thresholds_for(_language(case))),
                           cases_at_once(settings.concurrency, judge), log, settings.deadline_seconds,
                           judge.end_calls)
     finally:  # what was paid for is kept, whatever happened
@@ -71,8 +81,7 @@ def run_regression(con: duckdb.DuckDBPyConnection, goldens_dir: Path, judge: Jud
     description["calibration"] = latest_calibration(con, description["model"])  # vs humans, if known
     trust: dict[str, JudgeTrust] = {}
     if settings.trust is not None:  # vs curators' grades of this judge version's online verdicts
-        from rag_loop.evaluation.alignment import judge_version
-        trust = judge_trust(con, [g.metric for g in settings.gates], judge_version(judge)[1], settings.trust)
+        trust = judge_trust(con, [g.metric for g in settings.gates], version, settings.trust)
         description["trust"] = {metric: t.words() for metric, t in trust.items()}
     run_id = store_run(con, run, cases, {
         "release_version": release, "release_sha256": sha256, "mode": settings.mode,
@@ -110,11 +119,18 @@ def run_regression(con: duckdb.DuckDBPyConnection, goldens_dir: Path, judge: Jud
     con.execute("UPDATE eval_runs SET blocked = ?, gate_failures = ?, gates_not_evaluated = ? WHERE run_id = ?",
                 [any(f["blocking"] for f in failures), json.dumps(failures), json.dumps(not_evaluated), run_id])
     report = RegressionReport(run_id, release, baseline_id, table, flipped, outcomes, usage,
-                              len(cases), run.errored, run.seconds, failures, trust)
+                              len(cases), run.errored, run.seconds, failures, trust, version,
+                              settings.alignment.alignment_id if settings.alignment is not None else None,
+                              (description.get("few_shot") or {}).get("few_shot_id"))
     if untrusted:
         raise EvalError(f"{run.errored}/{total} results errored (> {settings.max_error_rate:.0%}); "
                         f"run {run_id} is stored but cannot be trusted")
     return report
+
+
+def _language(case: Case) -> str | None:
+    """The golden's language (what a per-language aligned threshold is chosen by)."""
+    return (case.golden.get("additional_metadata") or {}).get("language")
 
 
 def _append(con: duckdb.DuckDBPyConnection, name: str, frame: pd.DataFrame) -> None:

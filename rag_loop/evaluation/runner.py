@@ -91,11 +91,12 @@ class RunResult:
     unfinished: int = 0  # cases the run's deadline cut off (their metrics are errored)
 
 
-def score_cases(cases: Sequence[Case], make_metrics: Callable[[], list[BaseMetric]],
+def score_cases(cases: Sequence[Case], make_metrics: Callable[[Case], list[BaseMetric]],
                 concurrency: int = 8, log: Log = quiet, deadline_seconds: float | None = None,
                 end_calls: Callable[[], Awaitable[None]] | None = None) -> RunResult:
-    """Every case × metric, `concurrency` cases at once and a case's metrics concurrently;
-    errors are caught per metric and kept. At the deadline the cases still running are
+    """Every case × metric, `concurrency` cases at once and a case's metrics concurrently
+    (`make_metrics(case)`: fresh metrics for that case, with its thresholds); errors are caught
+    per metric and kept. At the deadline the cases still running are
     cancelled and their metrics stored as errored, so the run ends with what it has (and what
     the judge was paid for is already cached). `end_calls` runs before the event loop ends
     (the judge closes its connections)."""
@@ -105,7 +106,7 @@ def score_cases(cases: Sequence[Case], make_metrics: Callable[[], list[BaseMetri
 
     async def one_case(index: int, case: Case, gate: asyncio.Semaphore) -> None:
         async with gate:
-            metrics = make_metrics()
+            metrics = make_metrics(case)
             outcomes = await asyncio.gather(*(_measure(m, case) for m in metrics))
         rows.extend(outcomes)
         finished.add(index)
@@ -131,7 +132,7 @@ def score_cases(cases: Sequence[Case], make_metrics: Callable[[], list[BaseMetri
     if unfinished:
         log(f"run deadline ({deadline_seconds:g} s) reached: {len(unfinished)} cases not scored")
         error = f"deadline: the run's limit of {deadline_seconds:g} s was reached first"
-        rows += [{**_row(m, c), "errored": True, "error": error} for c in unfinished for m in make_metrics()]
+        rows += [{**_row(m, c), "errored": True, "error": error} for c in unfinished for m in make_metrics(c)]
     frame = pd.DataFrame(rows)
     errored = int(frame["errored"].sum()) if len(frame) else 0
     return RunResult(frame, time.perf_counter() - start, errored, started, len(unfinished))

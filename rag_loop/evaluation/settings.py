@@ -6,10 +6,13 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rag_loop.evaluation.gates import Gate
 from rag_loop.evaluation.trust import TrustSettings
+
+if TYPE_CHECKING:
+    from rag_loop.evaluation.alignment import Alignment
 
 OFFLINE_JUDGE = "offline-evidence-rules-v3"  # bump when a rule changes: online judging re-judges
 
@@ -59,6 +62,9 @@ class EvalSettings:
     severe_below: float = 0.3
     deadline_seconds: float | None = None  # the run ends at this limit with what it has scored
     trust: TrustSettings | None = None  # a trust floor for the gates' judge (None: every gate blocks as set)
+    # thresholds fitted to curators' grades (as online judging's `alignment`): a new judge version,
+    # whose agreement the trust floor looks up
+    alignment: Alignment | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in ("live", "replay"):
@@ -69,6 +75,15 @@ class EvalSettings:
         if unknown:
             raise ValueError(f"gates on unknown metrics {sorted(unknown)}; metrics: "
                              f"{sorted(self.thresholds)} and GEval criteria as '<name> [GEval]'")
+
+    def thresholds_for(self, language: str | None) -> Mapping[str, float | None]:
+        """The pass thresholds of a golden in `language`: the alignment's (its language's own,
+        else the metric's) where it fitted one, else the configured ones; a monitoring metric
+        (None) stays one, as the regression eval configures it."""
+        if self.alignment is None:
+            return self.thresholds
+        return {metric: None if threshold is None else self.alignment.threshold(metric, language, threshold)
+                for metric, threshold in self.thresholds.items()}
 
 
 # GEval criteria a judge scores: name, criteria or evaluation_steps, rubric, threshold,

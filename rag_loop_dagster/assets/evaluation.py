@@ -20,6 +20,7 @@ from dagster import (
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
+from rag_loop.evaluation.alignment import Alignment, load_alignment
 from rag_loop.evaluation.gates import Gate, failure_words, verdict
 from rag_loop.evaluation.settings import (
     DEFAULT_GATES,
@@ -81,15 +82,23 @@ class EvalConfig(Config):
     untrusted_judge: Literal["warn", "block"] = Field(
         "warn", description="A failed gate whose judge is under the floor: reported, does not block "
                             "(warn), or blocks as before (block).")
+    alignment: str = Field("", description='Thresholds fitted to curators\' grades, as trace_judgments\' '
+                                           'setting: an alignment_id of judge_alignment, or "latest"; the '
+                                           "run's judge version, and the trust floor's, is the aligned one. "
+                                           "Empty: the thresholds above.")
+    few_shot: str = Field("", description='Curators\' graded examples in an LLM judge\'s verdict prompts, as '
+                                          'trace_judgments\' setting: a few_shot_id of judge_few_shot, or '
+                                          '"latest". Empty: none.')
 
-    def settings(self, rag_app: RagAppResource) -> EvalSettings:
+    def settings(self, rag_app: RagAppResource, alignment: "Alignment | None" = None) -> EvalSettings:
         thresholds = {**self.thresholds, **dict.fromkeys(self.monitoring_only)}
         gates = [Gate(**{**values, "slices": tuple(values.get("slices", ("all",)))})
                  for values in map(config_entry, self.gates)]
         return EvalSettings(self.release, self.mode, rag_app.target(), dict(rag_app.config),
                             thresholds, gates, self.baseline_run or None, self.concurrency,
                             self.max_error_rate, deadline_seconds=self.deadline_seconds,
-                            trust=TrustSettings(self.trust_min_kappa, self.trust_min_grades, self.untrusted_judge))
+                            trust=TrustSettings(self.trust_min_kappa, self.trust_min_grades, self.untrusted_judge),
+                            alignment=alignment)
 
 
 # A run its hard gates block ends with a Failure saying why, after everything is recorded:
@@ -130,15 +139,21 @@ def regression_eval(context: AssetExecutionContext, config: EvalConfig, duckdb: 
 def _evaluate(context: AssetExecutionContext, config: EvalConfig, duckdb: DuckDBResource,
               paths: RagLoopPaths, rag_app: RagAppResource, judge: JudgeResource,
               embedder: EmbedderResource) -> "tuple[RegressionReport, MaterializeResult]":
+    from rag_loop.evaluation.few_shot import load_few_shot
     from rag_loop.evaluation.regression import (
         run_regression,  # DeepEval: only when scoring
     )
     from rag_loop.reporting.reports import eval_report, export_eval_results
     from rag_loop.store.releases import read_goldens
-    settings = config.settings(rag_app)
     try:
         with duckdb.get_connection() as con:
-            report = run_regression(con, Path(paths.goldens_dir), judge.judge(embedder), settings,
+            try:  # as trace_judgments: the same settings give the same judge version
+                alignment = load_alignment(con, config.alignment)
+                shown = judge.judge(embedder).with_few_shot(load_few_shot(con, config.few_shot))
+            except ValueError as error:
+                raise EvalError(str(error)) from error
+            settings = config.settings(rag_app, alignment)
+            report = run_regression(con, Path(paths.goldens_dir), shown, settings,
                                     log=context.log.info,
                                     app=rag_app.app() if settings.mode == "live" else None)
             page = eval_report(con, report.run_id, Path(paths.reports_dir))
@@ -158,6 +173,8 @@ def _evaluate(context: AssetExecutionContext, config: EvalConfig, duckdb: DuckDB
         "in_workspace": paths.workspace(f"/evals/{report.run_id}"),
         "dagster/row_count": len(report.table), "run_id": report.run_id, "release": report.release,
         "baseline_run_id": report.baseline_run_id or "none", "cases": report.cases,
+        "judge_version": report.judge_version, "alignment": report.alignment_id or "none",
+        "few_shot": report.few_shot_id or "none",
         "errored": report.errored, "seconds": round(report.seconds, 2),
         "judge_calls": report.usage.calls, "judge_cache_hits": report.usage.cache_hits,
         "judge_tokens": report.usage.input_tokens + report.usage.output_tokens,
