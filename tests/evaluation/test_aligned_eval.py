@@ -1,6 +1,7 @@
 """The regression eval judges as the online loop does (issue 45): with the deployment's adopted
 alignment it scores with the fitted thresholds, records the aligned judge version, and the trust
-floor looks up that version's agreement with curators, not the plain judge's."""
+floor looks up that version's agreement with curators, not the plain judge's; with curators'
+examples shown to an LLM judge, likewise."""
 
 import json
 
@@ -8,10 +9,17 @@ import duckdb
 from dagster import materialize
 
 from rag_loop.evaluation.alignment import ALIGNMENT_COLUMNS, judge_version, load_alignment
-from rag_loop.evaluation.settings import EvalSettings
+from rag_loop.evaluation.few_shot import FEW_SHOT_HEADER, FewShot, GradeExample
+from rag_loop.evaluation.gates import Gate
+from rag_loop.evaluation.judges.llm import LlmJudge
+from rag_loop.evaluation.regression import run_regression
+from rag_loop.evaluation.settings import EvalSettings, LlmJudgeSettings
+from rag_loop.evaluation.trust import TrustSettings
 from rag_loop_dagster.assets.evaluation import regression_eval
 from tests.evaluation.test_blocked_run import evaluation  # noqa: F401
 from tests.evaluation.test_trust import _agreement
+from tests.helpers import DEMO_APP
+from tests.helpers.standin_openai import StandIn
 
 GATE = {"metric": "Faithfulness", "min_pass_rate": 0.8}  # the demo app's answers pass it at 0.75
 
@@ -83,3 +91,21 @@ def test_an_alignment_or_examples_that_are_not_stored_fail_the_run_saying_which(
         assert not result.success
         (failure,) = result.get_step_failure_events()
         assert failure.step_failure_data.user_failure_data.description.startswith(words)
+
+
+def test_an_eval_with_examples_shows_them_and_records_that_judge_version(small_release):
+    goldens_dir, con = small_release
+    examples = FewShot("f1", "v0", {"Answer Relevancy": (GradeExample("t9", "refund?", "No.", ("Policy.",), False),)})
+    with StandIn() as server:
+        plain = LlmJudge(LlmJudgeSettings(base_url=server.base_url, model="m", max_retries=0, timeout_seconds=5),
+                         geval=[])
+        shown = plain.with_few_shot(examples)
+        report = run_regression(con, goldens_dir, shown, EvalSettings(
+            **DEMO_APP, thresholds={"Answer Relevancy": 0.7}, gates=[Gate("Answer Relevancy", min_pass_rate=0.5)],
+            trust=TrustSettings()))
+    prompts = [r["body"]["messages"][0]["content"] for r in server.requests]
+    assert any(p.startswith(FEW_SHOT_HEADER) and "refund?" in p for p in prompts)  # the examples reached it
+    assert report.judge_version == judge_version(shown)[1] != judge_version(plain)[1]
+    assert report.few_shot_id == "f1" and report.trust["Answer Relevancy"].judge_version == report.judge_version
+    recorded = json.loads(con.execute("SELECT judge FROM eval_runs").fetchall()[0][0])
+    assert recorded["judge_version"] == report.judge_version and recorded["few_shot"]["few_shot_id"] == "f1"
