@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
+from functools import cache
 from datetime import date
 
 import duckdb
@@ -22,7 +23,14 @@ from rag_loop.store.ddl import (
 
 def create_tables(con: duckdb.DuckDBPyConnection) -> None:
     """Create every ingestion table that does not exist yet, and bring older ones up to date
-    (a view of that name, the trace lake's table in a lake-backed deployment, is left as it is)."""
+    (a view of that name, the trace lake's table in a lake-backed deployment, is left as it is).
+    An up-to-date database costs one catalog query and no write (`_up_to_date`)."""
+    if not _up_to_date(con):
+        _create_or_update(con)
+
+
+def _create_or_update(con: duckdb.DuckDBPyConnection) -> None:
+    """Every statement `create_tables` may need, each a no-op where it has nothing to do."""
     con.execute(INGESTION_DDL)
     if relation_kind(con, "otlp_pending") is None:
         con.execute(PENDING_FROM_SPANS)
@@ -50,6 +58,57 @@ def add_child_days(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(CHILD_DAY_BACKFILL.format(table=table))
         if not con.execute(f"SELECT count(*) FROM {table} WHERE day IS NULL").fetchall()[0][0]:
             con.execute(f"ALTER TABLE {table} ALTER COLUMN day SET NOT NULL")
+
+
+_CATALOG = """
+    SELECT t.table_name, c.column_name, c.is_nullable FROM duckdb_tables() t
+    JOIN duckdb_columns() c USING (database_name, schema_name, table_name)
+    WHERE t.database_name = current_database() AND t.schema_name = current_schema()
+      AND t.table_name IN (SELECT unnest($names))
+    UNION ALL
+    SELECT view_name, NULL, NULL FROM duckdb_views()
+    WHERE database_name = current_database() AND schema_name = current_schema() AND NOT internal
+      AND view_name IN (SELECT unnest($names))"""
+
+
+@cache
+def _ingestion_schema() -> dict[str, dict[str, bool]]:
+    """What `create_tables` makes of a new database: each table's columns and whether they are
+    nullable, read from the catalog of a scratch in-memory database (once a process)."""
+    with duckdb.connect() as scratch:
+        _create_or_update(scratch)
+        return _schema(scratch, [name for (name,) in scratch.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
+            "AND schema_name = current_schema()").fetchall()])
+
+
+def _schema(con: duckdb.DuckDBPyConnection, names: list[str]) -> dict[str, dict[str, bool] | None]:
+    """Each of the relations `names` that exists: its columns and their nullability, None for a view."""
+    schema: dict[str, dict[str, bool] | None] = {}
+    for name, column, nullable in con.execute(_CATALOG, {"names": names}).fetchall():
+        if column is None:
+            schema[name] = None
+        elif schema.setdefault(name, {}) is not None:
+            schema[name][column] = nullable
+    return schema
+
+
+def _up_to_date(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether every table a new database has is here (or a view of that name) with every
+    column, NOT NULL where a new database's is: then `create_tables` has nothing to do. A
+    column or table a newer version declares is missing here, and is added by the full path."""
+    expected = _ingestion_schema()
+    found = _schema(con, list(expected))
+    for name, columns in expected.items():
+        if name not in found:
+            return False
+        present = found[name]
+        if present is None:  # a view: left as it is
+            continue
+        if any(column not in present or (present[column] and not nullable)
+               for column, nullable in columns.items()):
+            return False
+    return True
 
 
 @contextmanager

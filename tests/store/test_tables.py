@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from rag_loop.engines.engine import DuckDBEngine
-from rag_loop.store.ddl import INGESTION_DDL
+from rag_loop.store.ddl import ADDED_COLUMNS, INGESTION_DDL
 from rag_loop.store.tables import create_tables, replace_days
 from tests.helpers import misplaced_child_rows
 
@@ -54,3 +54,26 @@ def test_an_older_database_gets_its_child_rows_days_from_their_traces():
     assert nullable == {"trace_chunks": False, "trace_spans": False, "trace_feedback": True}
     create_tables(con)  # again: nothing changes
     assert con.execute("SELECT count(*) FROM trace_chunks WHERE day IS NULL").fetchall() == [(0,)]
+
+
+
+def _catalog(con) -> set[tuple]:
+    return set(con.execute("SELECT table_name, column_name, data_type, is_nullable FROM duckdb_columns() "
+                           "WHERE NOT internal AND schema_name = current_schema()").fetchall())
+
+
+def test_a_database_from_before_a_table_or_column_gets_it():
+    """create_tables' shortcut for an up-to-date database (one catalog query) still gives a
+    database made before a table or a column was declared that table or column."""
+    con = duckdb.connect()
+    create_tables(con)
+    new = _catalog(con)
+    added = [(table, column.split()[0]) for table, columns in ADDED_COLUMNS.items() for column in columns]
+    for table, column in [*added, ("quarantine", "span_id"), ("trace_duplicates", "span_id")]:
+        con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+        create_tables(con)
+        assert _catalog(con) == new, (table, column)
+    for table in sorted({t for t, *_ in new}):
+        con.execute(f"DROP TABLE {table}")
+        create_tables(con)
+        assert _catalog(con) == new, table
