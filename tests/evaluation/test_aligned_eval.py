@@ -9,8 +9,8 @@ import duckdb
 from dagster import materialize
 
 from rag_loop.evaluation.alignment import ALIGNMENT_COLUMNS, judge_version, load_alignment
-from rag_loop.evaluation.few_shot import FEW_SHOT_HEADER, FewShot, GradeExample
 from rag_loop.evaluation.gates import Gate
+from rag_loop.evaluation.judges.examples import FEW_SHOT_HEADER, FewShot, GradeExample
 from rag_loop.evaluation.judges.llm import LlmJudge
 from rag_loop.evaluation.regression import run_regression
 from rag_loop.evaluation.settings import EvalSettings, LlmJudgeSettings

@@ -16,8 +16,6 @@ from hypothesis import strategies as st
 from rag_loop.curation.labels import store_label_files
 from rag_loop.evaluation.alignment import judge_version
 from rag_loop.evaluation.few_shot import (
-    FEW_SHOT_HEADER,
-    FewShot,
     FewShotSettings,
     choose_examples,
     graded_cases,
@@ -26,6 +24,7 @@ from rag_loop.evaluation.few_shot import (
     split_traces,
     store_few_shot,
 )
+from rag_loop.evaluation.judges.examples import FEW_SHOT_HEADER, FewShot
 from rag_loop.evaluation.judges.llm import LlmJudge
 from rag_loop.evaluation.judges.offline import OfflineJudge
 from rag_loop.evaluation.settings import LlmJudgeSettings

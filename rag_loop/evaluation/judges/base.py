@@ -15,7 +15,7 @@ import duckdb
 if TYPE_CHECKING:
     from deepeval.metrics import BaseMetric
 
-    from rag_loop.evaluation.few_shot import FewShot
+    from rag_loop.evaluation.judges.examples import FewShot
 
 
 @dataclass

@@ -50,8 +50,8 @@ from deepeval.models.utils import EvaluationCost
 from deepeval.test_case import SingleTurnParams
 from pydantic import BaseModel
 
-from rag_loop.evaluation.few_shot import VERDICT_PROMPTS, FewShot
 from rag_loop.evaluation.judges.base import Judge, JudgeUsage, charge
+from rag_loop.evaluation.judges.examples import VERDICT_PROMPTS, FewShot
 from rag_loop.evaluation.settings import DEFAULT_GEVAL, METRIC_NAMES, OFFLINE_THRESHOLDS, LlmJudgeSettings
 from rag_loop.store.ddl import JUDGE_CACHE_DDL
 
