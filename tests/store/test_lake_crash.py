@@ -1,7 +1,8 @@
 """A write to the trace lake killed (SIGKILL) at any point: the table stays at its previous
 version with its previous rows (or, killed after its commit, at the new one whole), DuckDB reads
-it through the version's file list and through its Arrow dataset, Spark through the file list;
-vacuum then removes the killed write's files and the next write succeeds.
+it through the version's file list and through its Arrow dataset (Spark through the file list:
+tests/engines/test_spark_lake_crash.py, in the Spark modules' JVM); vacuum then removes the
+killed write's files and the next write succeeds.
 
 The child process replaces four days (300,000 rows) in one `Lake.write`; the table's target file
 size is small, so the write leaves files on disk one after another while it runs, and the test
@@ -26,7 +27,6 @@ import pytest
 from deltalake import write_deltalake
 
 from rag_loop.store.lake import Lake, files_query
-from tests.engines.conftest import needs_spark, spark  # noqa: F401  (the session fixture)
 from tests.helpers import PROJECT
 
 pytestmark = pytest.mark.slow
@@ -154,16 +154,6 @@ def test_a_killed_write_leaves_the_previous_version_for_duckdb(killed):
             assert by_files == expected, (point, SEED)
             assert summary(con, "dataset") == expected, (point, SEED)
             assert lake.days("t") == (DAYS[:3] if expected == OLD else DAYS)
-
-
-@needs_spark
-def test_spark_reads_the_previous_version_by_its_files(killed, spark):  # noqa: F811
-    point, lake, orphans = next(k for k in killed if k[0] == "six-files")  # its files beside the version's
-    frame = spark.read.option("basePath", str(lake.path("t"))).parquet(*lake.files("t"))
-    frame.createOrReplaceTempView("killed")
-    got = spark.sql("SELECT count(*), count(DISTINCT day), count_if(trace_id LIKE 'old-%'), sum(n), "
-                    "min(day), max(day) FROM killed").collect()[0]
-    assert orphans and tuple(got) == OLD
 
 
 def test_vacuum_removes_the_killed_write_files_and_the_next_write_succeeds(killed):
