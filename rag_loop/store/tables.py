@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
-from functools import cache
 from datetime import date
+from functools import cache
 
 import duckdb
 import pandas as pd
