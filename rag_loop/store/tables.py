@@ -24,21 +24,30 @@ from rag_loop.store.ddl import (
 def create_tables(con: duckdb.DuckDBPyConnection) -> None:
     """Create every ingestion table that does not exist yet, and bring older ones up to date
     (a view of that name, the trace lake's table in a lake-backed deployment, is left as it is).
-    An up-to-date database costs one catalog query and no write (`_up_to_date`)."""
-    if not _up_to_date(con):
-        _create_or_update(con)
+    One catalog query tells what is missing (`_missing`): an up-to-date database costs only it,
+    a new one the tables' DDL besides."""
+    expected = _ingestion_schema()
+    found = _schema(con, list(expected))
+    if _missing(expected, found):
+        _create_or_update(con, found)
 
 
-def _create_or_update(con: duckdb.DuckDBPyConnection) -> None:
-    """Every statement `create_tables` may need, each a no-op where it has nothing to do."""
+def _create_or_update(con: duckdb.DuckDBPyConnection, found: dict[str, dict[str, bool] | None]) -> None:
+    """The statements `create_tables` needs, given what `_schema` `found` before: the tables' DDL
+    (a no-op for those that exist), the columns added since the first release that a table lacks
+    (a new one too: they are not in its DDL), the child tables' days (`add_child_days`)."""
     con.execute(INGESTION_DDL)
-    if relation_kind(con, "otlp_pending") is None:
+    if "otlp_pending" not in found:
         con.execute(PENDING_FROM_SPANS)
     for table, columns in ADDED_COLUMNS.items():
-        if relation_kind(con, table) == "table":
-            for column in columns:
+        present = found.get(table, {})  # a new table has the DDL's columns only
+        if present is None:  # a view: left as it is
+            continue
+        for column in columns:
+            if column.split()[0] not in present:
                 con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column}")
-    add_child_days(con)
+    if any(found.get(table) is not None for table in CHILD_TABLES):
+        add_child_days(con)
 
 
 def add_child_days(con: duckdb.DuckDBPyConnection) -> None:
@@ -76,7 +85,7 @@ def _ingestion_schema() -> dict[str, dict[str, bool]]:
     """What `create_tables` makes of a new database: each table's columns and whether they are
     nullable, read from the catalog of a scratch in-memory database (once a process)."""
     with duckdb.connect() as scratch:
-        _create_or_update(scratch)
+        _create_or_update(scratch, {})
         return _schema(scratch, [name for (name,) in scratch.execute(
             "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
             "AND schema_name = current_schema()").fetchall()])
@@ -93,22 +102,20 @@ def _schema(con: duckdb.DuckDBPyConnection, names: list[str]) -> dict[str, dict[
     return schema
 
 
-def _up_to_date(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether every table a new database has is here (or a view of that name) with every
-    column, NOT NULL where a new database's is: then `create_tables` has nothing to do. A
-    column or table a newer version declares is missing here, and is added by the full path."""
-    expected = _ingestion_schema()
-    found = _schema(con, list(expected))
+def _missing(expected: dict[str, dict[str, bool]], found: dict[str, dict[str, bool] | None]) -> bool:
+    """Whether a table a new database has (`expected`) is not `found` (nor a view of that
+    name), or lacks a column, or has it nullable where a new database's is NOT NULL: then
+    `create_tables` has work to do. A column or table a newer version declares is missing."""
     for name, columns in expected.items():
         if name not in found:
-            return False
+            return True
         present = found[name]
         if present is None:  # a view: left as it is
             continue
         if any(column not in present or (present[column] and not nullable)
                for column, nullable in columns.items()):
-            return False
-    return True
+            return True
+    return False
 
 
 @contextmanager
