@@ -59,15 +59,24 @@ POLICIES = st.builds(
     share=st.sampled_from([None, 0.0, 0.3, 0.5, 1.0]))
 
 
-@settings(max_examples=25, deadline=None)
-@example(sizes=[1, 1, 1998], shares=[0.0, 0.0, 0.002], seed=0, policy=SamplingPolicy(  # no signal in pandas' sample
+TRAFFIC = st.tuples(st.lists(st.integers(1, 3000), min_size=1, max_size=3),  # sizes of the days
+                    st.lists(st.sampled_from([0.0, 0.002, 0.05, 0.5]), min_size=3, max_size=3),  # flagged shares
+                    st.integers(0, 3))  # seed
+
+
+# a policy and one to three traffic samples (of one to three days) an example: each policy's SQL is compiled once
+# (DuckDBEngine's cache), ~0.5 s a compile, for more traffic than one example a policy would see
+@settings(max_examples=15, deadline=None)
+@example(traffics=[([1, 1, 1998], [0.0, 0.0, 0.002], 0)], policy=SamplingPolicy(  # no signal in pandas' sample
     salt="a", random_rate=0.0, signal_rates={"thumbs_down": 1.0}, query_type_rates={}, risk_level_rates={},
     judge_cost_usd=0.001, daily_budget_usd=0.001, random_budget_share=None))
-@given(sizes=st.lists(st.integers(1, 3000), min_size=1, max_size=3),
-       shares=st.lists(st.sampled_from([0.0, 0.002, 0.05, 0.5]), min_size=3, max_size=3),
-       policy=POLICIES, seed=st.integers(0, 3))
-def test_every_day_fits_the_capacity_and_the_random_stream_is_its_smallest_draws(sizes, shares, policy, seed):
-    frame = traffic(sizes, shares[:len(sizes)], seed)
+@given(traffics=st.lists(TRAFFIC, min_size=1, max_size=3), policy=POLICIES)
+def test_every_day_fits_the_capacity_and_the_random_stream_is_its_smallest_draws(traffics, policy):
+    for sizes, shares, seed in traffics:
+        fits_the_capacity(traffic(sizes, shares[:len(sizes)], seed), policy)
+
+
+def fits_the_capacity(frame: pd.DataFrame, policy: SamplingPolicy) -> None:
     con = _connect(frame)
     select_candidates(con, policy)
     selected = _selected(con)
