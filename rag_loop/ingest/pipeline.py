@@ -8,6 +8,7 @@ its `ingested_files` row, so a crash never leaves half a file behind.
 from __future__ import annotations
 
 import os
+import re
 import time
 import zlib
 from collections import Counter
@@ -110,12 +111,18 @@ class IngestReport:
         return total
 
 
+OTLP_EXPORT = re.compile(rb'^\s*\{\s*"resourceSpans"\s*:')  # an export request's one key
+
+
 def detect_format(path: Path, lines: int = 10) -> str:
     """`otlp` when more of the first lines are OTLP exports than native records (a Collector
-    file may start with a cut-off line; junk lines count for neither), else `native`."""
+    file may start with a cut-off line; junk lines count for neither), else `native`. A line
+    that opens as an export request is not a native record whatever its spans hold (a hostile
+    `"trace_id"` key inside a span)."""
     head = first_lines(path, lines)
     otlp = sum(b'"resourceSpans"' in line for line in head)
-    native = sum(line.lstrip().startswith(b"{") and b'"trace_id"' in line for line in head)
+    native = sum(line.lstrip().startswith(b"{") and b'"trace_id"' in line and not OTLP_EXPORT.match(line)
+                 for line in head)
     return "otlp" if otlp > native else "native"
 
 

@@ -1,5 +1,6 @@
 """One bad file never blocks the others: odd names, unreadable files, links, reader crashes."""
 
+import json
 import os
 
 import duckdb
@@ -108,3 +109,15 @@ def test_hostile_directories_never_stop_a_run(tmp_path_factory, files):
                 assert good[path] <= kept, (path, file_report)
         records = con.execute("SELECT count(*) FROM quarantine").fetchall()[0][0] + len(kept)
         assert records >= sum(len(good[p]) for p in read)
+
+
+def test_an_export_line_whose_span_holds_a_trace_id_key_is_read_as_otlp(tmp_path):
+    """A hostile span (`"traceId": {"trace_id": null}`) puts a native record's key inside an
+    OTLP export line: the line is still an export, so the file is OTLP (found by hypothesis in
+    tests/ingest/otlp/test_hostile.py), while a native record stays native."""
+    span = {"traceId": {"trace_id": None}, "spanId": "0000000100000001", "name": "chain"}
+    export = json.dumps({"resourceSpans": [{"resource": {}, "scopeSpans": [{"spans": [span]}]}]})
+    (tmp_path / "spans.jsonl").write_text(export + "\n")
+    (tmp_path / "native.jsonl").write_text(json.dumps({"trace_id": "t", "query": "resourceSpans"}) + "\n")
+    assert pipeline.detect_format(tmp_path / "spans.jsonl") == "otlp"
+    assert pipeline.detect_format(tmp_path / "native.jsonl") == "native"
