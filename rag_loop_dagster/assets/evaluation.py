@@ -20,7 +20,7 @@ from dagster import (
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
-from rag_loop.evaluation.alignment import Alignment, load_alignment
+from rag_loop.evaluation.alignment import Alignment
 from rag_loop.evaluation.gates import Gate, failure_words, verdict
 from rag_loop.evaluation.settings import (
     DEFAULT_GATES,
@@ -30,7 +30,7 @@ from rag_loop.evaluation.settings import (
 )
 from rag_loop.evaluation.trust import TrustSettings
 from rag_loop.reporting import plots
-from rag_loop_dagster.assets.online import DEFAULT_METRICS
+from rag_loop_dagster.assets.online import DEFAULT_METRICS, JudgeVersionConfig
 from rag_loop_dagster.assets.resources import (
     DUCKDB_WRITER,
     EmbedderResource,
@@ -59,7 +59,7 @@ class GateConfig(Config):
                             "fail the gate (block).")
 
 
-class EvalConfig(Config):
+class EvalConfig(JudgeVersionConfig):
     release: str = Field("latest", description='A release version (v0002) or "latest".')
     mode: str = Field("live", description='"live": ask the rag_app; "replay": score what '
                                           "production answered.")
@@ -82,13 +82,6 @@ class EvalConfig(Config):
     untrusted_judge: Literal["warn", "block"] = Field(
         "warn", description="A failed gate whose judge is under the floor: reported, does not block "
                             "(warn), or blocks as before (block).")
-    alignment: str = Field("", description='Thresholds fitted to curators\' grades, as trace_judgments\' '
-                                           'setting: an alignment_id of judge_alignment, or "latest"; the '
-                                           "run's judge version, and the trust floor's, is the aligned one. "
-                                           "Empty: the thresholds above.")
-    few_shot: str = Field("", description='Curators\' graded examples in an LLM judge\'s verdict prompts, as '
-                                          'trace_judgments\' setting: a few_shot_id of judge_few_shot, or '
-                                          '"latest". Empty: none.')
 
     def settings(self, rag_app: RagAppResource, alignment: "Alignment | None" = None) -> EvalSettings:
         thresholds = {**self.thresholds, **dict.fromkeys(self.monitoring_only)}
@@ -139,7 +132,6 @@ def regression_eval(context: AssetExecutionContext, config: EvalConfig, duckdb: 
 def _evaluate(context: AssetExecutionContext, config: EvalConfig, duckdb: DuckDBResource,
               paths: RagLoopPaths, rag_app: RagAppResource, judge: JudgeResource,
               embedder: EmbedderResource) -> "tuple[RegressionReport, MaterializeResult]":
-    from rag_loop.evaluation.few_shot import load_few_shot
     from rag_loop.evaluation.regression import (
         run_regression,  # DeepEval: only when scoring
     )
@@ -148,8 +140,8 @@ def _evaluate(context: AssetExecutionContext, config: EvalConfig, duckdb: DuckDB
     try:
         with duckdb.get_connection() as con:
             try:  # as trace_judgments: the same settings give the same judge version
-                alignment = load_alignment(con, config.alignment)
-                shown = judge.judge(embedder).with_few_shot(load_few_shot(con, config.few_shot))
+                alignment, few_shot = config.from_grades(con)
+                shown = judge.judge(embedder).with_few_shot(few_shot)
             except ValueError as error:
                 raise EvalError(str(error)) from error
             settings = config.settings(rag_app, alignment)

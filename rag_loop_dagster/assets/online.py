@@ -1,6 +1,7 @@
 """Online evaluation: the selected production traces judged (`trace_judgments`), and judged
 quality per day as SLIs with SLO checks (`online_quality`, daily like the drift assets)."""
 
+import duckdb
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
@@ -16,6 +17,7 @@ from pydantic import Field
 
 from rag_loop.evaluation.alignment import Alignment, load_alignment
 from rag_loop.evaluation.few_shot import load_few_shot
+from rag_loop.evaluation.judges.examples import FewShot
 from rag_loop.evaluation.settings import OFFLINE_THRESHOLDS
 from rag_loop.evaluation.trust import TrustSettings
 from rag_loop.online.judgments import JudgingSettings, OnlineMetric
@@ -53,7 +55,24 @@ DEFAULT_METRICS = [
 ]
 
 
-class JudgingConfig(Config):
+class JudgeVersionConfig(Config):
+    """What curators' grades make of a judge, set alike on trace_judgments and regression_eval:
+    the same settings give the same judge version (and so the same trust floor)."""
+
+    alignment: str = Field("", description='Thresholds fitted to curators\' grades: an alignment_id of '
+                                           'judge_alignment, or "latest" (the newest that adopts one); '
+                                           "a new judge version (online, it judges the selection again "
+                                           "beside the old one). Empty: the configured thresholds.")
+    few_shot: str = Field("", description='Curators\' graded examples in an LLM judge\'s verdict prompts: a '
+                                          'few_shot_id of judge_few_shot, or "latest" (the newest adopted); '
+                                          "a new judge version, as an alignment. Empty: none.")
+
+    def from_grades(self, con: duckdb.DuckDBPyConnection) -> tuple[Alignment | None, FewShot | None]:
+        """The stored alignment and examples these settings name; a ValueError names one not stored."""
+        return load_alignment(con, self.alignment), load_few_shot(con, self.few_shot)
+
+
+class JudgingConfig(JudgeVersionConfig):
     metrics: list[OnlineMetricConfig] = Field(DEFAULT_METRICS, description="Referenceless metrics.")
     geval: list[OnlineGEvalConfig] = Field([], description="Referenceless GEval criteria (no "
                                                            "expected_output); offline, none has a stand-in.")
@@ -68,13 +87,6 @@ class JudgingConfig(Config):
                                                                "left is judged by the next run.")
     max_error_rate: float = Field(0.05, description="Above this share of errored judgements the "
                                                     "run is marked over its error budget.")
-    alignment: str = Field("", description='Thresholds fitted to curators\' grades: an alignment_id of '
-                                           'judge_alignment, or "latest" (the newest that adopts one); '
-                                           "a new judge version, which judges the selection again beside "
-                                           "the old one. Empty: the thresholds above.")
-    few_shot: str = Field("", description='Curators\' graded examples in an LLM judge\'s verdict prompts: a '
-                                          'few_shot_id of judge_few_shot, or "latest" (the newest adopted); '
-                                          "a new judge version, as an alignment. Empty: none.")
 
     def settings(self, alignment: Alignment | None = None) -> JudgingSettings:
         metrics = [OnlineMetric(m["name"], m["threshold"], m["rate"]) for m in map(config_entry, self.metrics)]
@@ -110,8 +122,8 @@ def trace_judgments(context: AssetExecutionContext, config: JudgingConfig, duckd
     from rag_loop.online.overlap import changed_with_the_app, judge_shift
     with duckdb.get_connection() as con:
         try:
-            settings = config.settings(load_alignment(con, config.alignment))
-            few_shot = load_few_shot(con, config.few_shot)
+            alignment, few_shot = config.from_grades(con)
+            settings = config.settings(alignment)
             shown = judge.judge(embedder).with_few_shot(few_shot)
         except ValueError as error:
             raise Failure(description=str(error)) from error
