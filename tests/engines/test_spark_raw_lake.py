@@ -46,10 +46,12 @@ def test_a_lake_from_before_a_column_takes_it_in_the_next_run(session, tmp_path)
                          embedded.execute("SELECT * FROM trace_signals").df(), "trace_id")
 
 
-def test_an_empty_control_table_with_a_timestamp_is_a_frame_with_its_columns(session, tmp_path):
+def test_an_empty_control_table_is_a_frame_with_its_columns(session, tmp_path):
     """A small table of the control database with no rows yet (e.g. no release, no label) is
-    read by a Spark stage as its columns and no rows, timestamps included."""
+    read by a Spark stage as its columns and no rows, lists and structs included (pyarrow
+    cannot rebuild such a column from no chunks at all)."""
     with duckdb.connect() as con:
-        con.execute("CREATE TABLE labels_seen (trace_id VARCHAR, labelled_at TIMESTAMPTZ, n BIGINT)")
+        con.execute("CREATE TABLE labels_seen (trace_id VARCHAR, labelled_at TIMESTAMPTZ, tags VARCHAR[], "
+                    "grade STRUCT(metric VARCHAR, passed BOOLEAN))")
         frame = SparkEngine(session, tmp_path / "lake")._frame(con, "labels_seen")
-        assert frame.columns == ["trace_id", "labelled_at", "n"] and frame.count() == 0
+        assert frame.columns == ["trace_id", "labelled_at", "tags", "grade"] and frame.count() == 0
