@@ -125,11 +125,7 @@ def sampled_traces(con: duckdb.DuckDBPyConnection, first: date, last: date,
     traffic they stand for (`weight`, Σ 1/π), on `engine` (default DuckDB)."""
     if not (has_table(con, "raw_traces") and has_table(con, "failure_candidates")):
         return pd.DataFrame(columns=SAMPLED_COLUMNS)
-    # an optional table without rows changes nothing: left out (Spark cannot ship an empty one
-    # with an instant column from the control database)
-    window = CoverageWindow(first, last, tuple(t for t in OPTIONAL if has_table(con, t) and
-                                               con.execute(f'SELECT count(*) FROM (SELECT 1 FROM "{t}" LIMIT 1)')
-                                               .fetchall()[0][0]))
+    window = CoverageWindow(first, last, tuple(t for t in OPTIONAL if has_table(con, t)))
     frame = (engine or DuckDBEngine()).frame(con, window.inputs(), sampled_expression, window)
     frame["day"] = pd.to_datetime(frame["day"]).dt.date
     frame = frame.astype({"assessed": bool, "failed": bool, "n": "int64", "weight": "float64"})
