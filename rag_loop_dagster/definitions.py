@@ -11,6 +11,8 @@ from rag_loop_dagster.assets.drift import DRIFT_ASSETS, drift_job, drift_schedul
 from rag_loop_dagster.assets.evaluation import (
     judge_calibration,
     judge_calibrations,
+    judge_few_shot,
+    judge_few_shot_examples,
     regression_eval,
     regression_eval_job,
 )
@@ -47,7 +49,8 @@ def build_definitions(resources: Mapping[str, object] | None = None) -> Definiti
         assets=[knowledge_base, raw_traces, trace_lake, trace_signals, trace_novelty, failure_candidates,
                 quality_estimates, trace_judgments, online_quality, query_embeddings, intent_clusters, curation_queue,
                 curated_labels, golden_release, golden_releases, regression_eval, judge_calibration,
-                judge_calibrations, incidents, incident_traces, *DRIFT_ASSETS, golden_coverage, dashboard],
+                judge_calibrations, judge_few_shot, judge_few_shot_examples, incidents, incident_traces,
+                *DRIFT_ASSETS, golden_coverage, dashboard],
         asset_checks=[raw_traces_quarantine_rate],
         jobs=[ingest_job, rag_loop_job, label_job, release_goldens, regression_eval_job, drift_job,
               coverage_job, dashboard_job, lake_maintenance_job],

@@ -97,7 +97,7 @@ class EvalConfig(JudgeVersionConfig):
 # A run its hard gates block ends with a Failure saying why, after everything is recorded:
 # Dagster's own error for a failed blocking check names only the check ("1 blocking asset check
 # failed with ERROR severity: regression_eval: hard_gates"), and that is what the run's page showed.
-@stage_asset(group_name="evaluation", deps=["golden_releases", "judge_calibrations"],
+@stage_asset(group_name="evaluation", deps=["golden_releases", "judge_calibrations", "judge_few_shot_examples"],
        parts={"eval_runs": "One row per eval run: release, target, judge, calibration, verdict",
               "eval_results": "Score per case × metric of each run",
               "eval_summary": "Per run, metric and slice: mean, median, pass rate, p10, deltas",
@@ -232,6 +232,16 @@ judge_calibrations = AssetSpec(
     "judge_calibrations", group_name="evaluation", kinds={"duckdb"},
     description="The judge against human labels, one row per `rag-loop calibrate FILE` run "
                 "(written by the CLI, outside Dagster); each eval run records the latest.")
+judge_few_shot = AssetSpec(
+    "judge_few_shot", group_name="evaluation", kinds={"duckdb"}, deps=["current_labels"],
+    description="Curators' graded verdicts tried as an LLM judge's few-shot examples, one row per "
+                "measurement and metric: the examples, kappa without and with them on held-out grades "
+                "only, adopted or not and why. Written by `rag-loop few-shot` (it pays the endpoint), "
+                "outside Dagster.")
+judge_few_shot_examples = AssetSpec(
+    "judge_few_shot_examples", group_name="evaluation", kinds={"duckdb"}, deps=["judge_few_shot"],
+    description="The adopted examples of each few_shot_id, as the judge shows them; trace_judgments' and "
+                "regression_eval's `few_shot` setting reads them (a new judge version).")
 
 # the online judge's thresholds by default: what an alignment starts from where the judged rows
 # do not say (they record the threshold of each verdict)

@@ -12,7 +12,8 @@ incidents = AssetSpec(
                 "Written by `rag-loop incident open|close`; the postmortem is reports/incident-INC-NNNN.md.")
 incident_traces = AssetSpec(
     "incident_traces", group_name="curation", kinds={"duckdb"},
-    description="An incident's requests: trace, whether it failed and why (bad signals, failing judged "
-                "metrics, a failure label, a thumbs-down), whether selection chose it, its intent. The "
+    description="An incident's failing requests (the others are counted in `incidents`): trace, why it "
+                "failed (bad signals, failing judged metrics, a failure label, a thumbs-down), whether "
+                "selection chose it, its intent. The "
                 "open incidents' failing traces are P0 in curation_queue; a golden built from one "
                 "records the incident.")

@@ -98,7 +98,7 @@ class JudgingConfig(JudgeVersionConfig):
 
 
 
-@stage_asset(group_name="online", deps=[failure_candidates, "documents"],
+@stage_asset(group_name="online", deps=[failure_candidates, "documents", "judge_few_shot_examples"],
              parts={"judgment_runs": "One row per judging run: planned, judged, unjudgeable, "
                                      "errored, cost, over its error budget or not; newly "
                                      "judgeable and still unjudgeable rows",
