@@ -274,8 +274,20 @@ class Lake:
             return []
         # full: files no version ever listed (a killed write's) too, by their age; without it
         # delta-rs removes only the files a version removed
-        return delta.vacuum(retention_hours=retention_hours, dry_run=False,
-                            enforce_retention_duration=False, full=True)
+        removed = delta.vacuum(retention_hours=retention_hours, dry_run=False,
+                               enforce_retention_duration=False, full=True)
+        return removed + (self._remove_partial_uploads(table, retention_hours) if self.local else [])
+
+    def _remove_partial_uploads(self, table: str, retention_hours: int) -> list[str]:
+        """A local write killed mid-file leaves the file's upload as `<name>#<n>` (object_store
+        writes there, then renames), which full vacuum does not consider: removed by age too."""
+        folder, cutoff = self.path(table), time.time() - retention_hours * 3600
+        partial = [p for p in folder.glob("**/*.parquet#*")
+                   if "_delta_log" not in p.parts and p.name.rpartition("#")[2].isdigit()
+                   and p.stat().st_mtime <= cutoff]
+        for path in partial:
+            path.unlink(missing_ok=True)
+        return [p.relative_to(folder).as_posix() for p in partial]
 
     def staging(self) -> Path:
         """A fresh folder for one run's intermediate files (a local lake's `.staging`)."""

@@ -172,3 +172,14 @@ def test_vacuum_removes_the_killed_write_files_and_the_next_write_succeeds(kille
             assert con.execute("SELECT trace_id FROM dataset WHERE day = ?", [DAYS[3]]).fetchall() == [("after",)]
             assert con.execute("SELECT count(*) FROM dataset WHERE day < ?", [DAYS[3]]).fetchall()[0][0] == \
                 (300 if before == OLD else 3 * ROWS_PER_DAY)
+
+
+def test_vacuum_removes_a_killed_local_upload(tmp_path):
+    """A write killed inside a file leaves object_store's upload `<name>#<n>`, which delta-rs's
+    full vacuum leaves on disk; the lake's vacuum removes it once older than the retention."""
+    lake = make_table(tmp_path)
+    upload = next(lake.path("t").glob("day=*/")) / "part-00003-killed.snappy.parquet#1"
+    upload.write_bytes(b"PAR1 half")
+    assert lake.vacuum("t", retention_hours=1) == [] and upload.exists()
+    assert lake.vacuum("t", retention_hours=0) == [upload.relative_to(lake.path("t")).as_posix()]
+    assert on_disk(lake) == listed(lake)
