@@ -61,6 +61,7 @@ def _curation_options(command: Callable) -> Callable:
 
 
 @click.group()
+@click.version_option(package_name="rag-loop", prog_name="rag-loop")
 def main() -> None:
     """rag-loop: turn production RAG traffic into regression tests."""
 

@@ -80,6 +80,9 @@ def run_job(name: str, run_config: Mapping[str, Any] | None = None, partition_ra
     ended: list[str] = []
     with output_to(log_file):
         from rag_loop_dagster.definitions import defs
+        jobs = sorted(job.name for job in defs.resolve_all_job_defs() if not job.name.startswith("__"))
+        if name not in jobs:
+            raise click.BadParameter(f"no job {name!r}; the jobs: {', '.join(jobs)}", param_hint="JOB")
         job = defs.resolve_job_def(name)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -239,7 +242,10 @@ def release_command(notes: str, released_by: str, settle_seconds: float | None, 
 def eval_command(release: str, mode: str | None, config_file: Path | None, log_file: Path | None) -> None:
     """Evaluate a golden release on the rag_app with the judge (the regression_eval_job job).
     Prints the verdict, each gate that failed (metric, slice, by how much against the baseline)
-    and the report's path; a blocking gate that fails makes the exit status 1."""
+    and the report's path; a blocking gate that fails makes the exit status 1.
+
+    The RAG service under test: RAG_LOOP_RAG_APP_URL, an HTTP endpoint that gets one JSON POST
+    per golden (its fields: docs/regression-eval.md), else the config's Python rag_app."""
     values: dict[str, Any] = {"release": release, **({"mode": mode} if mode else {})}
     config = _merged(_config(config_file), {"regression_eval": values})
     sys.exit(0 if run_job("regression_eval_job", config, log_file=log_file) else 1)

@@ -57,6 +57,7 @@ def test_the_summary_shows_a_failed_check_and_next_steps_that_work_when_pasted(t
     printed = CliRunner().invoke(cli, ["summary", "--next-steps"], env={"RAG_LOOP_HOME": str(tmp_path / "own")})
     assert printed.exit_code == 0, printed.output
     assert "Check raw_traces_quarantine_rate: ERROR: 1 of 3 records quarantined (33.3%" in printed.output
-    assert f"RAG_LOOP_HOME={tmp_path / 'own'} .venv/bin/rag-loop label" in printed.output
+    serve = printed.output.index(f"RAG_LOOP_HOME={tmp_path / 'own'} .venv/bin/rag-loop serve")
+    assert serve < printed.output.index(f"RAG_LOOP_HOME={tmp_path / 'own'} .venv/bin/rag-loop label")  # serve first
     assert f"RAG_LOOP_HOME={tmp_path / 'own'} .venv/bin/rag-loop release --notes" in printed.output
     assert ".venv/bin/rag-loop eval --release latest" in printed.output

@@ -102,7 +102,9 @@ def print_summary(path: str, next_steps: bool = False, where: Home | None = None
 
 NEXT_STEPS = """
 Next steps (everything below stays in this deployment's home, {home}):
-  1. Label the curation queue in the terminal (one row per intent, newest export first):
+  1. Label the curation queue in the browser workspace (queue, traces, sources, grading the judge):
+       RAG_LOOP_HOME={home} .venv/bin/rag-loop serve
+     or in the terminal (one row per intent, newest export first):
        RAG_LOOP_HOME={home} .venv/bin/rag-loop label
      or fill the export in {queue} (CSV or JSONL) and save it in {labels}
   2. Release the labelled goldens (immutable, hashed vNNNN in {goldens}):
