@@ -105,6 +105,12 @@ class LlmJudgeSettings:
     max_in_flight: int = 16  # judge calls at once, over every case and metric of a run
     input_cost_per_million: float = 0.0
     output_cost_per_million: float = 0.0
+    # an attempt is given up and tried again after this many times the 95th percentile of the
+    # run's answered attempts (at least `min_attempt_seconds`; the last attempt waits the full
+    # timeout), so a stalled call does not hold a slot of the bound for the whole timeout;
+    # None: every attempt waits the full timeout
+    attempt_deadline_factor: float | None = 3.0
+    min_attempt_seconds: float = 1.0
 
 
 class EvalError(RuntimeError):

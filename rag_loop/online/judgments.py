@@ -432,7 +432,8 @@ def _judge_all(cases: Sequence[TraceCase], judge: Judge, metrics: Mapping[str, O
                 else:
                     to_measure.append((metric, row))
             if to_measure:
-                built = _metrics_for(judge, [m for m, _ in to_measure])
+                built = _metrics_for(judge, [m for m, _ in to_measure],
+                                     {m.name: row["threshold"] for m, row in to_measure})
                 rows += await asyncio.gather(*(_measure(built.get(m.name), test_cases[case.trace_id], row, now)
                                                for m, row in to_measure))
         write(rows)
@@ -478,11 +479,15 @@ def open_cases(settings: JudgingSettings, judge: Judge) -> int:
     return cases_at_once(settings.concurrency, judge)
 
 
-def _metrics_for(judge: Judge, wanted: Sequence[OnlineMetric]) -> dict[str, Any]:
-    """Fresh DeepEval metrics of the judge, by name (GEval ones from the online criteria)."""
-    thresholds = {m.name: m.threshold for m in wanted if m.geval is None}
-    geval = [{**m.geval, "threshold": m.threshold if m.threshold is not None else 0.5}
+def _metrics_for(judge: Judge, wanted: Sequence[OnlineMetric],
+                 thresholds: Mapping[str, float | None]) -> dict[str, Any]:
+    """Fresh DeepEval metrics of the judge, by name (GEval ones from the online criteria), with
+    the thresholds the case's verdicts are given with (`thresholds`: an aligned judge's may be
+    its language's), so that a metric's own pass / fail (which asks the judge for a reason only
+    when failing) is the row's."""
+    geval = [{**m.geval, "threshold": thresholds[m.name] if thresholds[m.name] is not None else 0.5}
              for m in wanted if m.geval is not None]
+    thresholds = {m.name: thresholds[m.name] for m in wanted if m.geval is None}
     return {metric.__name__: metric for metric in judge.metrics(thresholds, geval=geval)
             if metric.__name__ in {m.name for m in wanted}}
 

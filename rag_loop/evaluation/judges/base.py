@@ -24,6 +24,7 @@ class JudgeUsage:
 
     calls: int = 0
     cache_hits: int = 0
+    retries: int = 0  # attempts tried again (a refusal, a timeout, a dropped connection)
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0

@@ -20,6 +20,14 @@ grow with the bound on calls in flight or do work the judge does not need, and a
 - The reply is read as bytes and the two fields used are taken from its JSON, instead of
   building a typed `ChatCompletion` (~0.15 ms). Retries, backoff and status errors are still
   the OpenAI client's.
+
+Under refusals the pace is that of the calls, not of their waits. The judge retries a call
+itself, with the OpenAI client's rules (429, 408, 409, 5xx, timeouts, dropped connections;
+Retry-After honoured, else exponential backoff with jitter), so that a slot is held only while
+a request is on the wire: the wait between two attempts frees it. An attempt is given up after
+`AttemptDeadline` (three times the 95th percentile of the run's answered attempts, at least 1 s)
+rather than the client's full timeout, and the last attempt waits the full timeout: a stalled
+call costs ~1 s of a slot, not the timeout plus the backoff.
 """
 
 from __future__ import annotations
@@ -27,9 +35,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import os
+import random
 import ssl
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from typing import Any
@@ -73,6 +84,8 @@ class OpenAICompatibleModel(DeepEvalBaseLLM):
         # per event loop (each run has its own, and a pooled connection belongs to one): the
         # free slots of the bound on calls in flight and the asynchronous clients
         self._calls: tuple[asyncio.AbstractEventLoop, asyncio.Queue[int], list[Any]] | None = None
+        self.deadline = AttemptDeadline(settings.timeout_seconds, settings.attempt_deadline_factor,
+                                        settings.min_attempt_seconds)
         super().__init__(settings.model)
 
     def _options(self) -> dict[str, Any]:
@@ -94,7 +107,8 @@ class OpenAICompatibleModel(DeepEvalBaseLLM):
         bound = max(1, self.settings.max_in_flight)
         clients = -(-bound // CONNECTIONS_PER_CLIENT)
         per_client = -(-bound // clients)
-        return [AsyncOpenAI(**self._options(), http_client=DefaultAsyncHttpxClient(
+        options = {**self._options(), "max_retries": 0}  # retried by `_post`, which frees the slot between attempts
+        return [AsyncOpenAI(**options, http_client=DefaultAsyncHttpxClient(
             verify=_ssl_context(), limits=httpx2.Limits(max_connections=per_client,
                                                         max_keepalive_connections=per_client)))
             for _ in range(clients)]
@@ -160,20 +174,42 @@ class OpenAICompatibleModel(DeepEvalBaseLLM):
 
     async def _ask(self, key: str, prompt: str, schema: type[BaseModel] | None):
         retries = self.settings.max_retries
-        slots, clients = self._in_flight()
-        slot = await slots.get()
-        try:
-            # the client's own POST with its retries and timeouts; the body goes as it is, plain
-            # JSON already: `chat.completions.create` first walks it against its typed
-            # parameters (~40 steps, ~1 ms of the event loop a call, as much as the rest)
-            body = await asyncio.wait_for(
-                clients[slot % len(clients)].post("/chat/completions", body=self._request(prompt, schema),
-                                                  cast_to=bytes),
-                timeout=self.settings.timeout_seconds * (1 + retries) + MAX_BACKOFF_SECONDS * retries + 1)
-        finally:
-            slots.put_nowait(slot)
+        body = await asyncio.wait_for(  # a bound on the whole call, whatever its attempts do
+            self._post(self._request(prompt, schema)),
+            timeout=self.settings.timeout_seconds * (1 + retries) + MAX_BACKOFF_SECONDS * retries + 1)
         text, input_tokens, output_tokens = completion_parts(body)
         return self._finish(key, text, input_tokens, output_tokens, schema, cached=False)
+
+    async def _post(self, request: dict[str, Any]) -> bytes:
+        """The reply's body, after up to `max_retries` more attempts: each holds a slot of the
+        bound while on the wire and is given up at `deadline` (the last at the full timeout);
+        the wait before the next attempt frees the slot. The client's own POST: the body goes
+        as it is, plain JSON already (`chat.completions.create` first walks it against its
+        typed parameters, ~1 ms of the event loop a call)."""
+        retries = self.settings.max_retries
+        slots, clients = self._in_flight()
+        for attempt in range(retries + 1):
+            last = attempt == retries
+            seconds = self.settings.timeout_seconds if last else self.deadline.seconds()
+            slot = await slots.get()
+            start = time.perf_counter()
+            try:
+                body = await clients[slot % len(clients)].post(
+                    "/chat/completions", body=request, cast_to=bytes, options={"timeout": seconds})
+            except Exception as exc:  # noqa: BLE001 - `retry_wait` tells which are worth another attempt
+                wait = retry_wait(exc, attempt)
+                if is_timeout(exc):
+                    self.deadline.observe(seconds)
+                if wait is None or last:
+                    raise
+                self.usage.retries += 1
+            else:
+                self.deadline.observe(time.perf_counter() - start)
+                return body
+            finally:
+                slots.put_nowait(slot)
+            await asyncio.sleep(wait)
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def flush_replies(self, force: bool = False) -> None:
         """Hand the paid replies not yet stored to `on_store`, in one batch, when there are
@@ -222,6 +258,83 @@ def completion_parts(body: bytes) -> tuple[str, int, int]:
 
 
 MAX_BACKOFF_SECONDS = 8.0  # the OpenAI client's longest wait between retries
+INITIAL_BACKOFF_SECONDS = 0.5  # ... and its first
+MAX_RETRY_AFTER_SECONDS = 60.0  # a longer Retry-After is not waited for (the OpenAI client's rule)
+
+
+def is_timeout(exc: BaseException) -> bool:
+    from openai import APITimeoutError
+    return isinstance(exc, APITimeoutError)
+
+
+def retry_wait(exc: BaseException, attempt: int) -> float | None:
+    """Seconds to wait before another attempt after `exc` (the `attempt`-th, from 0), or None if
+    none is worth it: the OpenAI client's rules, applied here so that the wait frees the slot.
+    A refusal that says whether to retry (x-should-retry) or when (retry-after-ms, Retry-After
+    up to 60 s) is obeyed; 408, 409, 429 and 5xx, timeouts and dropped connections wait 0.5 s
+    doubling per attempt (at most 8 s), less up to a quarter at random."""
+    from openai import APIConnectionError, APIStatusError
+    if isinstance(exc, APIStatusError):
+        headers = exc.response.headers
+        after = _retry_after(headers)
+        if after is not None and after > MAX_RETRY_AFTER_SECONDS:
+            return None
+        said = headers.get("x-should-retry")
+        if said == "false" or (said != "true" and exc.status_code not in (408, 409, 429)
+                               and exc.status_code < 500):
+            return None
+        if after is not None and after > 0:
+            return after
+    elif not isinstance(exc, APIConnectionError):  # a bad request, a bug: not retried
+        return None
+    return min(INITIAL_BACKOFF_SECONDS * 2.0 ** attempt, MAX_BACKOFF_SECONDS) * (1 - 0.25 * random.random())
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    """The server's Retry-After in seconds (retry-after-ms, then Retry-After as seconds or a date)."""
+    from email.utils import mktime_tz, parsedate_tz
+    for header, divisor in (("retry-after-ms", 1000), ("retry-after", 1)):
+        value = headers.get(header)
+        if value is not None:
+            try:
+                delay = float(value) / divisor
+            except ValueError:
+                continue
+            return delay if math.isfinite(delay) else None
+    date = parsedate_tz(headers.get("retry-after") or "")
+    return None if date is None else float(mktime_tz(date) - time.time())
+
+
+class AttemptDeadline:
+    """How long one attempt of a call may take before it is given up and tried again: `factor`
+    times the 95th percentile of the recent answered attempts, at least `floor`, at most the
+    client's timeout (which it is until `warmup` attempts were answered, or with no factor).
+
+    An attempt given up counts as one that took its deadline: when more than 1 in 20 are, the
+    percentile reaches the deadline and the next is `factor` times longer, so an endpoint that
+    slows down as a whole is soon waited for in full again, not retried into the ground."""
+
+    def __init__(self, timeout: float, factor: float | None, floor: float, window: int = 256,
+                 warmup: int = 32, every: int = 16):
+        self.timeout, self.factor, self.floor, self.warmup, self.every = timeout, factor, floor, warmup, every
+        self.latencies: deque[float] = deque(maxlen=window)
+        self._seconds, self._since = timeout, 0
+
+    def seconds(self) -> float:
+        return self._seconds
+
+    def observe(self, seconds: float) -> None:
+        """An attempt answered after `seconds`, or given up at its deadline of `seconds`."""
+        self.latencies.append(seconds)
+        self._since += 1
+        if self.factor is None or len(self.latencies) < self.warmup or self._since < self.every:
+            return
+        self._since = 0
+        ordered = sorted(self.latencies)
+        p95 = ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
+        self._seconds = min(self.timeout, max(self.floor, self.factor * p95))
+
+
 CONNECTIONS_PER_CLIENT = 8  # a client's pool: each call probes every pooled connection
 CACHE_FLUSH_EVERY = 256  # paid replies stored per batch at most ...
 CACHE_FLUSH_SECONDS = 2.0  # ... and at least this often
@@ -306,17 +419,60 @@ NATIVE_METRICS = {"Faithfulness": FaithfulnessMetric, "Answer Relevancy": Answer
                   "Contextual Relevancy": ContextualRelevancyMetric}
 
 
+# what a passing verdict's reason says instead of a call: its verdicts counted (the judge is
+# asked why only when a verdict fails, the one a curator reads; a pass's reason rarely is)
+_PASSING_VERDICTS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "Faithfulness": ("verdicts", ("yes", "borderline"), "claims of the answer supported by the context"),
+    "Answer Relevancy": ("verdicts", ("yes", "borderline"), "statements of the answer relevant to the question"),
+    "Contextual Relevancy": ("verdicts_list", ("yes",), "statements of the context relevant to the question"),
+    "Contextual Recall": ("verdicts", ("yes",), "sentences of the expected output found in the context"),
+    "Contextual Precision": ("verdicts", ("yes",), "retrieved contexts useful for the expected output")}
+
+
+def passing_reason(metric: BaseMetric) -> str:
+    """A passing verdict's reason without a call: the score against the threshold and the
+    verdicts that passed, counted as DeepEval scores them (e.g. "passed: 1.00 >= 0.75; 4 of 4
+    claims of the answer supported by the context")."""
+    attribute, passing, what = _PASSING_VERDICTS.get(metric.__name__, ("verdicts", ("yes",), "verdicts"))
+    if getattr(metric, "penalize_ambiguous_claims", False):
+        passing = ("yes",)
+    verdicts = list(getattr(metric, attribute, None) or [])
+    if attribute == "verdicts_list":  # one list of verdicts per context (Contextual Relevancy)
+        verdicts = [v for group in verdicts for v in group.verdicts]
+    counted = sum(str(getattr(v.verdict, "value", v.verdict)).lower() in passing for v in verdicts)
+    return (f"passed: {metric.score:.2f} >= {metric.threshold:g}; {counted} of {len(verdicts)} {what} "
+            "(the judge gives its reason for failing verdicts only)")
+
+
+def _passes(metric: BaseMetric) -> bool:
+    threshold, score = getattr(metric, "threshold", None), getattr(metric, "score", None)
+    return threshold is not None and score is not None and score >= threshold
+
+
 @cache
-def with_examples(metric_class: type[BaseMetric]) -> type[BaseMetric]:
-    """`metric_class` whose verdict prompts start with its curators' examples (`few_shot_block`);
-    the same name, so DeepEval finds its templates."""
+def judged(metric_class: type[BaseMetric]) -> type[BaseMetric]:
+    """`metric_class` as this judge runs it: its verdict prompts start with the curators'
+    examples (`few_shot_block`, if any), and its reason is asked of the judge only for a
+    failing verdict (a passing one gets `passing_reason`, no call: one call less per metric
+    and trace). The same name, so DeepEval finds its templates."""
     def _get_prompt(self, method, **kwargs):
         prompt = super(subclass, self)._get_prompt(method, **kwargs)
         block = getattr(self, "few_shot_block", "")
         return block + prompt if block and method in VERDICT_PROMPTS and isinstance(prompt, str) else prompt
 
-    subclass = type(metric_class.__name__, (metric_class,), {"_get_prompt": _get_prompt,
-                                                             "__module__": metric_class.__module__})
+    async def _a_generate_reason(self, *args, **kwargs):
+        if self.include_reason and _passes(self):
+            return passing_reason(self)
+        return await super(subclass, self)._a_generate_reason(*args, **kwargs)
+
+    def _generate_reason(self, *args, **kwargs):
+        if self.include_reason and _passes(self):
+            return passing_reason(self)
+        return super(subclass, self)._generate_reason(*args, **kwargs)
+
+    subclass = type(metric_class.__name__, (metric_class,), {
+        "_get_prompt": _get_prompt, "_a_generate_reason": _a_generate_reason,
+        "_generate_reason": _generate_reason, "__module__": metric_class.__module__})
     return subclass
 
 
@@ -364,7 +520,7 @@ class LlmJudge(Judge):
             if name not in thresholds:
                 continue
             block = self.few_shot.block(name) if self.few_shot is not None else ""
-            metric = (with_examples(NATIVE_METRICS[name]) if block else NATIVE_METRICS[name])(
+            metric = judged(NATIVE_METRICS[name])(
                 model=self.model, threshold=thresholds.get(name, OFFLINE_THRESHOLDS[name]), async_mode=True,
                 include_reason=True)
             metric.few_shot_block = block
