@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from dagster_duckdb import DuckDBResource
 
+from rag_loop.store.deployment import record_lake
 from rag_loop.store.lake import Lake, expose_lake_tables, files_query
 from rag_loop_dagster.assets.lake import lake_maintenance_job
 from rag_loop_dagster.assets.resources import DeltaLakeStorageResource, EmbeddedStorageResource
@@ -78,8 +79,9 @@ def test_maintenance_compacts_and_vacuums_every_table(tmp_path):
     before = {t: read(lake, t) for t in ("raw_traces", "trace_chunks")}
     assert lake.tables() == ["raw_traces", "trace_chunks"]
     database = tmp_path / "lake.duckdb"
-    with duckdb.connect(str(database)) as con:  # the control database's view of raw_traces
+    with duckdb.connect(str(database)) as con:  # a lake-backed database's view of raw_traces
         expose_lake_tables(con, lake, {"raw_traces": ["trace_id", "n", "day"]})
+        record_lake(con, lake)
     result = run(tmp_path / "lake", vacuum_retention_hours=0)
     assert result.success
     with duckdb.connect(str(database)) as con:  # made again over the compacted file: still readable

@@ -28,13 +28,13 @@ import pandas as pd
 import pyarrow as pa
 
 from rag_loop.engines.functions import DUCKDB, SPARK, Functions
-from rag_loop.engines.literals import from_sentinel_era, same_sql, to_sentinel_era
+from rag_loop.engines.literals import Placed, same_sql, to_placeholders
 from rag_loop.ingest.lake import ingest_directory_into_lake
 from rag_loop.ingest.pipeline import IngestReport, ingest_directory
 from rag_loop.store.ddl import CHILD_TABLES
 from rag_loop.store.deployment import require_home
-from rag_loop.store.lake import DAY, Lake, expose_lake_tables, in_lake
-from rag_loop.store.tables import add_child_days, transaction
+from rag_loop.store.lake import DAY, Lake, expose_lake_tables
+from rag_loop.store.tables import add_child_days, has_table, transaction
 
 # Spark settings every session needs: instants in UTC (the day of a trace), Parquet timestamps
 # that DuckDB reads as instants, no UI; ANSI mode stays on (a bad cast fails instead of
@@ -105,8 +105,7 @@ class DuckDBEngine(Engine):
     (lake-backed: written there in one commit, the database holding a view of it)."""
 
     functions = DUCKDB
-    _compiled: dict[Hashable, str] = {}  # SQL per stage shape (`_sql`): Ibis compiles in 50-250 ms
-    _movable: dict[Build, bool] = {}  # per stage: its dates can be moved (`_moves_back`)
+    _compiled: dict[Hashable, str | None] = {}  # SQL per stage shape (`_sql`; None: compiled each time)
 
     def __init__(self, lake: Lake | Path | None = None):
         self.lake = None if lake is None else Lake.of(lake)
@@ -123,7 +122,7 @@ class DuckDBEngine(Engine):
     def _store(self, con: duckdb.DuckDBPyConnection, name: str, sql: str, days: Collection[date] | None) -> int:
         """The stage's rows (of `days`, replacing theirs; all when None) stored in its home."""
         self._lambdas(con)
-        require_home(con, self.lake, name)
+        require_home(con, self.lake)
         if self.lake is not None:
             return self._store_in_lake(self.lake.attach(con), name, sql, days)
         if days is None:
@@ -139,7 +138,7 @@ class DuckDBEngine(Engine):
     def _store_in_lake(self, con: duckdb.DuckDBPyConnection, name: str, sql: str,
                        days: Collection[date] | None) -> int:
         wanted = sql if days is None else f"SELECT * FROM ({sql}) WHERE day IN (SELECT unnest($days::DATE[]))"
-        shown = in_lake(con, self.lake, name)  # a lake table the database does not show (another database's) goes whole
+        shown = has_table(con, name)  # a lake table the database does not show (another database's) goes whole
         rows = con.sql(wanted, params=None if days is None else {"days": sorted(days)})
         columns = rows.columns
         self.lake.write(name, rows.to_arrow_reader(), days=days if shown else None)
@@ -154,28 +153,29 @@ class DuckDBEngine(Engine):
     def _sql(self, con: duckdb.DuckDBPyConnection, name: str, inputs: Sequence[str], build: Build,
              settings: Any) -> str:
         """The stage's SQL, compiled once per stage, input schemas and settings up to their dates
-        (rag_loop.engines.literals). A stage's first compile with dates is checked against
-        compiling its settings as given; a stage whose check fails is compiled as given."""
+        and placed numbers (rag_loop.engines.literals.to_placeholders). A shape's first compile
+        is checked against compiling its settings as given; a shape whose check fails is compiled
+        as given."""
         if set(inputs) & set(CHILD_TABLES):  # a database from before their `day`, not ingested into since
             add_child_days(con)
-        canonical, days = to_sentinel_era(settings)
-        if days and build not in self._movable:
-            self._movable[build] = self._moves_back(con, inputs, build, settings)
-        if days and not self._movable[build]:
-            canonical, days = settings, 0
+        canonical, placed = to_placeholders(settings)
         key = (name, build, repr(canonical), tuple(tuple(con.execute(f'DESCRIBE "{t}"').fetchall()) for t in inputs))
         if key not in self._compiled:
             if len(self._compiled) > 64:
                 self._compiled.clear()
-            self._compiled[key] = self._compile(con, inputs, build, canonical)
-        sql = from_sentinel_era(self._compiled[key], days)
+            template = self._compile(con, inputs, build, canonical)
+            if placed is not None and not self._moves_back(con, inputs, build, settings, template, placed):
+                template = None
+            self._compiled[key] = template
+        template = self._compiled[key]
+        sql = template if template is None or placed is None else placed.back(template, "duckdb")
         return sql if sql is not None else self._compile(con, inputs, build, settings)
 
-    def _moves_back(self, con: duckdb.DuckDBPyConnection, inputs: Sequence[str], build: Build, settings: Any) -> bool:
-        """Whether the stage compiled on its settings moved to the sentinel era, moved back, is
-        the stage compiled on the settings (up to the names Ibis makes up afresh)."""
-        canonical, days = to_sentinel_era(settings)
-        back = from_sentinel_era(self._compile(con, inputs, build, canonical), days)
+    def _moves_back(self, con: duckdb.DuckDBPyConnection, inputs: Sequence[str], build: Build, settings: Any,
+                    template: str, placed: Placed) -> bool:
+        """Whether the stage compiled on its canonical settings (`template`), moved back, is the
+        stage compiled on the settings (up to the names Ibis makes up afresh)."""
+        back = placed.back(template, "duckdb")
         return back is not None and same_sql(back, self._compile(con, inputs, build, settings))
 
     def _compile(self, con: duckdb.DuckDBPyConnection, inputs: Sequence[str], build: Build, settings: Any) -> str:
@@ -282,7 +282,7 @@ class SparkEngine(Engine):
         return reader.parquet(*files)
 
     def materialize(self, con: duckdb.DuckDBPyConnection, name: str, expression: ir.Table) -> int:
-        require_home(con, self.lake, name)
+        require_home(con, self.lake)
         self._write_days(name, expression, self.lake.files(name))
         return self._expose(con, name, expression)
 
@@ -290,8 +290,8 @@ class SparkEngine(Engine):
                      days: Collection[date]) -> int:
         """As `Engine.replace_days`. A lake table the database does not show (another
         database's) is replaced whole."""
-        require_home(con, self.lake, name)
-        replaced = days if in_lake(con, self.lake, name) else self.lake.days(name)
+        require_home(con, self.lake)
+        replaced = days if has_table(con, name) else self.lake.days(name)
         self._write_days(name, expression, self.lake.files(name, replaced))
         self._expose(con, name, expression)
         return _rows_of_days(con, name, days)

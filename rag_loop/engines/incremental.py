@@ -21,7 +21,7 @@ from typing import Any
 import duckdb
 
 from rag_loop.store.ddl import utc_day
-from rag_loop.store.lake import Lake, lake_view_uri
+from rag_loop.store.deployment import TRACE_SIZED, recorded_lake
 from rag_loop.store.tables import has_table
 
 Fingerprints = dict[date, str]
@@ -85,13 +85,13 @@ def table_fingerprints(con: duckdb.DuckDBPyConnection, table: str, columns: str 
                        day: str = "day") -> Fingerprints:
     """Per day of `table` (`day`: a SQL expression of a date or an instant), its row count and
     the xor of its rows' hashes (of `columns`, default every column); empty when the table does
-    not exist. A Spark stage's rows (a view of the lake table) are fingerprinted by its
-    files (`Lake.day_fingerprints`): no scan of the history on the run's machine."""
+    not exist. A lake-backed deployment's trace-sized table (a view of the lake's) is
+    fingerprinted by its files (`Lake.day_fingerprints`): no scan of the history on the run's machine."""
     if not has_table(con, table):
         return {}
-    uri = lake_view_uri(con, table) if columns is None and day == "day" else None
-    if uri is not None:
-        return _lake_fingerprints(uri)
+    lake = recorded_lake(con) if columns is None and day == "day" and table in TRACE_SIZED else None
+    if lake is not None:
+        return lake.day_fingerprints(table)
     hashed = f"hash({columns})" if columns else "hash(t)"
     rows = con.execute(f"SELECT CAST({day} AS DATE) AS day, count(*), bit_xor({hashed}) FROM {table} t "
                        "GROUP BY 1").fetchall()
@@ -104,18 +104,11 @@ def traffic_fingerprints(con: duckdb.DuckDBPyConnection) -> Fingerprints:
     spans and feedback are stored with it) and its language (decided after storing: a database
     from before gets its traces' languages later). Traces kept in the trace lake (a lake-backed deployment's)
     are fingerprinted by their files: every change of a day's traces commits a new one."""
-    uri = lake_view_uri(con, "raw_traces")
-    if uri is not None:
-        return _lake_fingerprints(uri)
+    lake = recorded_lake(con)
+    if lake is not None:
+        return lake.day_fingerprints("raw_traces")
     return table_fingerprints(con, "raw_traces", 'trace_id, "timestamp", ingested_at, language',
                               day=utc_day())
-
-
-def _lake_fingerprints(uri: str) -> Fingerprints:
-    """Per day of the lake table at `uri`, its files in the current version (from the log),
-    read with the storage options of the deployment's lake (`Lake.of_table`)."""
-    lake, name = Lake.of_table(uri)
-    return lake.day_fingerprints(name)
 
 
 def whole_fingerprint(con: duckdb.DuckDBPyConnection, table: str) -> str | None:

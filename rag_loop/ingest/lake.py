@@ -55,9 +55,10 @@ from rag_loop.ingest.pipeline import (
 from rag_loop.ingest.records import BatchCounts
 from rag_loop.logs import Log, quiet
 from rag_loop.store.ddl import CHILD_TABLES, span_day, utc_day
+from rag_loop.store.deployment import migrate, require_home
 from rag_loop.store.files import quoted, write_parquet
 from rag_loop.store.lake import Lake
-from rag_loop.store.lake_traces import LakeTraces, expose_kept_tables
+from rag_loop.store.lake_traces import LakeTraces
 from rag_loop.store.tables import create_tables
 
 # what a file stages (table: folder), each row with the file's `file_order` added
@@ -75,11 +76,12 @@ def ingest_directory_into_lake(con: duckdb.DuckDBPyConnection, directory: Path, 
                                languages: LanguageSettings = EVERY_LANGUAGE) -> IngestReport:
     """`ingest_directory(con, directory, ...)` with raw_traces, its child tables, otlp_spans and
     otlp_traces kept in the Delta lake `lake` (a Lake, or a local folder) as the module says:
-    the database's empty tables become views of the lake's tables on the first run; tables with
-    rows are refused (WrongHome: `rag-loop lake migrate` moves them)."""
+    a new database becomes the lake's on the first run; one that records another home is
+    refused (WrongHome: `rag-loop lake migrate` moves its tables)."""
     lake = Lake.of(lake)
     lake.attach(con)
-    expose_kept_tables(con, lake)
+    require_home(con, lake)
+    migrate(con, lake, "lake")  # a kept table a newer release added, made empty in the file since: to the lake
     traces = LakeTraces(lake)
 
     def read_files(pool: LazyPool) -> IngestReport:

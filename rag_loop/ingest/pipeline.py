@@ -41,7 +41,6 @@ from rag_loop.ingest.otlp.spans import read_spans
 from rag_loop.ingest.parallel import LazyPool
 from rag_loop.ingest.records import BatchCounts, load_batch, quarantine_rejected
 from rag_loop.logs import Log, quiet
-from rag_loop.store.ddl import KEPT_IN_LAKE
 from rag_loop.store.deployment import require_home
 from rag_loop.store.tables import create_tables
 
@@ -187,8 +186,7 @@ def ingest_directory(con: duckdb.DuckDBPyConnection, directory: Path,
     Large OTLP files and many ready traces are parsed and assembled by `workers` processes
     (default: one per core; 1: all in this process).
     """
-    for table in KEPT_IN_LAKE:  # a lake-backed deployment's traces are not this path's to write
-        require_home(con, None, table)
+    require_home(con, None)  # a lake-backed deployment's traces are not this path's to write
     return run_ingestion(
         con, lambda pool: _ingest_directory(con, directory, max_record_bytes, log, batch_bytes, pool),
         max_record_bytes, log, memory_limit, grace, now, workers, languages=languages)

@@ -38,10 +38,9 @@ from rag_loop.store.files import quoted
 from rag_loop.store.tables import relation_kind, transaction
 
 DAY = "day"
-LAKE_VIEW = "rag-loop lake: "  # the comment on a database view of a lake table's files
-# the lakes connections were attached to in this process, by root: their storage options, for
-# what finds a lake table by its URI alone (a view's marker)
-_ATTACHED: dict[str, Lake] = {}
+# the connection's variable holding the root and storage options of the lake it was attached to
+# (`attach`): in the connection's memory only, never in the database file
+OPTIONS_VARIABLE = "rag_loop_lake_options"
 ROW_GROUP_ROWS = 1 << 20  # rows of a row group `write_file` writes (pyarrow's default)
 
 
@@ -70,14 +69,6 @@ class Lake:
             return lake
         text = str(lake)
         return cls(text if "://" in text else str(Path(text).absolute()))
-
-    @classmethod
-    def of_table(cls, uri: str) -> tuple[Lake, str]:
-        """The lake and name of the table at `uri`: the lake of that root a connection was
-        attached to in this process (`attach`: the deployment's, with its storage options), else
-        one from the URI alone (an object store's options then come from the AWS environment)."""
-        root, name = uri.rstrip("/").rsplit("/", 1)
-        return _ATTACHED.get(root.rstrip("/")) or cls.of(root), name
 
     @property
     def local(self) -> bool:
@@ -124,9 +115,10 @@ class Lake:
     def attach(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
         """`con` able to read the lake's files: an object store's through its Arrow filesystem
         (DuckDB's own httpfs cannot be installed offline); a local lake needs nothing. Every
-        connection that reads a lake-backed deployment's views is attached once; the lake is
-        remembered (`of_table`)."""
-        _ATTACHED[self.root.rstrip("/")] = self
+        connection that reads a lake-backed deployment's views is attached once; the connection
+        keeps the lake's storage options in memory (rag_loop.store.deployment.recorded_lake)."""
+        con.execute(f"SET VARIABLE {OPTIONS_VARIABLE} = MAP(?::VARCHAR[], ?::VARCHAR[])",
+                    [["root", *self.storage_options], [self.root, *self.storage_options.values()]])
         if not self.local:
             from fsspec.implementations.arrow import ArrowFSWrapper
             system, _ = self.filesystem()
@@ -383,39 +375,23 @@ def _duckdb_types(schema: pa.Schema) -> dict[str, str]:
 
 def create_lake_views(con: duckdb.DuckDBPyConnection, lake: Lake, columns: Mapping[str, Sequence[str]],
                       catalog: str | None = None) -> None:
-    """(Re)create the marked view of each lake table (name: its columns, in that order) over
-    its current version's files, in the database's schema or in `catalog`'s (a name a temp
-    table of the connection shadows); inside the caller's transaction. A writer of the table
-    makes its view again after each commit: the view lists that version's files."""
+    """(Re)create the view of each lake table (name: its columns, in that order) over its
+    current version's files, in the database's schema or in `catalog`'s (a name a temp table of
+    the connection shadows); inside the caller's transaction. A writer of the table makes its
+    view again after each commit: the view lists that version's files."""
     for name, listed in columns.items():
         view = f'"{catalog}".main."{name}"' if catalog else f'"{name}"'
         schema = lake.schema(name)
         if schema is None:
             raise FileNotFoundError(f"no table {name} in the lake {lake.root}")
         con.execute(f"CREATE OR REPLACE VIEW {view} AS {files_query(lake.files(name), schema, listed, con)}")
-        comment = (LAKE_VIEW + lake.uri(name)).replace("'", "''")
-        con.execute(f"COMMENT ON VIEW {view} IS '{comment}'")
 
 
 def expose_lake_tables(con: duckdb.DuckDBPyConnection, lake: Lake, columns: Mapping[str, Sequence[str]]) -> None:
-    """The database's table of each name (if any) replaced by the marked view of the lake's
-    table of that name (name: its columns), all in one transaction."""
+    """The database's table of each name (if any) replaced by the view of the lake's table of
+    that name (name: its columns), all in one transaction."""
     with transaction(con):
         for name in columns:
             if relation_kind(con, name) == "table":
                 con.execute(f'DROP TABLE "{name}"')
         create_lake_views(con, lake, columns)
-
-
-def lake_view_uri(con: duckdb.DuckDBPyConnection, name: str) -> str | None:
-    """The lake table whose files the database's view `name` reads, as its marker says; None
-    for a table, or a view not marked."""
-    comments = con.execute("SELECT comment FROM duckdb_views() WHERE view_name = ? AND NOT internal "
-                           "AND schema_name = current_schema()", [name]).fetchall()
-    comment = comments[0][0] if comments else None
-    return comment.removeprefix(LAKE_VIEW) if comment and comment.startswith(LAKE_VIEW) else None
-
-
-def in_lake(con: duckdb.DuckDBPyConnection, lake: Lake, name: str) -> bool:
-    """Whether the database's `name` is a view of this lake's table `name`."""
-    return lake_view_uri(con, name) == lake.uri(name)

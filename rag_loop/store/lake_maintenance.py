@@ -7,7 +7,8 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
-from rag_loop.store.lake import Lake, create_lake_views, lake_view_uri
+from rag_loop.store.deployment import TRACE_SIZED, recorded_lake
+from rag_loop.store.lake import Lake, create_lake_views
 
 
 def _version_files(lake: Lake, table: str) -> tuple[int, int]:
@@ -20,13 +21,17 @@ def _version_files(lake: Lake, table: str) -> tuple[int, int]:
 
 
 def lake_views(con: duckdb.DuckDBPyConnection, lake: Lake, table: str) -> list[str]:
-    """The database's view of the lake's `table` (of its name, marked as the table's), made
-    again over its current version's files with the columns it has; returns it, or nothing."""
-    if lake_view_uri(con, table) != lake.uri(table):
+    """The database's view of the lake's `table` (a trace-sized table of a database that
+    records this lake), made again over its current version's files with the columns it has;
+    returns it, or nothing."""
+    recorded = recorded_lake(con)
+    if table not in TRACE_SIZED or recorded is None or recorded.root != lake.root:
         return []
     # the columns from the catalog: a view whose files are gone is made again too
     columns = [c for (c,) in con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = ? AND "
                                          "schema_name = current_schema() ORDER BY column_index", [table]).fetchall()]
+    if not columns:  # the database shows no such table (yet)
+        return []
     create_lake_views(con, lake, {table: columns})
     return [table]
 

@@ -1,7 +1,7 @@
 """raw_traces, its child tables, otlp_spans and otlp_traces in a lake-backed deployment's Delta
 lake during an ingestion run (rag_loop.ingest.lake), so that a day's traces, chunks, trace
 states and OTLP spans never pass into the control database. They are partitioned by day
-(rag_loop.store.lake); the database has marked views of their current versions' files under the
+(rag_loop.store.lake); the database has views of their current versions' files under the
 tables' names. A span's day is its start's (`span_day`), not its trace's: the trace is not known
 until it is assembled; a trace state's is the day it was assembled on.
 
@@ -40,7 +40,7 @@ import duckdb
 import pyarrow as pa
 
 from rag_loop.store.ddl import ADDED_COLUMNS, CHILD_TABLES, KEPT_IN_LAKE, span_day
-from rag_loop.store.deployment import ROW_DAY, require_home
+from rag_loop.store.deployment import ROW_DAY
 from rag_loop.store.files import quoted
 from rag_loop.store.lake import (
     DAY,
@@ -48,11 +48,8 @@ from rag_loop.store.lake import (
     LakeFile,
     create_lake_views,
     delta_types,
-    expose_lake_tables,
-    in_lake,
     new_file_name,
 )
-from rag_loop.store.tables import create_tables
 
 # the temp tables of the trace ids whose rows are loaded (a child table's: `_lake_loaded WHERE children`);
 # `_lake_loaded_pending`: the pending ids whose states were looked up (load_pending)
@@ -63,29 +60,6 @@ PENDING_BEFORE = "_lake_pending_before"  # the trace ids pending when the run be
 # tables whose rows a run only adds (none is changed or removed; first copy wins keeps the key
 # unique): what changed is the rows of a key not loaded, found without comparing whole rows
 APPEND_ONLY = {"otlp_spans": "trace_id, span_id"}
-# each kept table's rows with their day
-KEPT_DAY_OF = {table: f"SELECT *, {ROW_DAY[table]} AS day FROM {table}" if table in ROW_DAY
-               else f"SELECT * FROM {table}" for table in KEPT_IN_LAKE}
-
-
-def expose_kept_tables(con: duckdb.DuckDBPyConnection, lake: Lake | Path) -> None:
-    """Each kept table (KEPT_IN_LAKE) as a view of this lake's Delta table of its name. The
-    home of a table is the deployment's configuration, never a run's decision (rag_loop.store.
-    deployment): a kept table of the database with rows, or a view of another lake, is refused
-    (WrongHome: `rag-loop lake migrate` moves it), before anything is written. An empty one (a
-    new database's) becomes a view of the lake's table, written empty (one commit each; rows
-    another database left there go); the views replace the tables in one transaction."""
-    lake = Lake.of(lake)
-    create_tables(con)
-    for table in KEPT_IN_LAKE:
-        require_home(con, lake, table)
-    columns = {}
-    for table in [table for table in KEPT_IN_LAKE if not in_lake(con, lake, table)]:
-        rows = con.sql(f"SELECT * FROM ({KEPT_DAY_OF[table]}) WHERE day IS NOT NULL")
-        lake.write(table, rows.to_arrow_reader(), days=None)
-        columns[table] = [name for (name, *_) in con.execute(f'DESCRIBE "{table}"').fetchall()]
-    if columns:
-        expose_lake_tables(con, lake, columns)
 
 
 def relative_file(path: str | Path) -> str:

@@ -25,7 +25,7 @@ from dagster import (
 )
 
 from rag_loop.engines.incremental import DayState, Fingerprints, compute_changed
-from rag_loop.store.lake import lake_view_uri
+from rag_loop.store.deployment import TRACE_SIZED, recorded_lake
 from rag_loop.store.tables import has_table
 
 DAY_STATE = "day_state"  # the metadata entry a day-by-day asset records its DayState in
@@ -100,6 +100,6 @@ def _recorded_state(context: AssetExecutionContext) -> DayState | None:
 def stored_in(con: duckdb.DuckDBPyConnection, name: str) -> str:
     """Where the table's rows are, for the asset's metadata: in the trace lake (a Spark run's;
     the database has a view of its files), or in the control database."""
-    uri = lake_view_uri(con, name)
-    return f"trace lake: {uri} (a Delta table; the control database holds a view of its files)" if uri \
-        else "control database"
+    lake = recorded_lake(con) if name in TRACE_SIZED else None
+    return f"trace lake: {lake.uri(name)} (a Delta table; the control database holds a view of its files)" \
+        if lake else "control database"

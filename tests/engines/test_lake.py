@@ -1,7 +1,7 @@
 """The trace lake of a lake-backed deployment: `migrate` puts every row of the trace tables in
 its UTC day of the Delta table, and a second one moves nothing; a stage on DuckDB is stored
 where the deployment keeps it (and `migrate` alone moves it), and so is what DuckDB ingests; a
-Spark stage's view is fingerprinted by its files in the Delta log."""
+lake-backed deployment's stage is fingerprinted by its files in the Delta log."""
 
 from datetime import UTC, date, datetime, timedelta
 
@@ -14,8 +14,8 @@ from rag_loop.engines.engine import DuckDBEngine
 from rag_loop.engines.incremental import table_fingerprints
 from rag_loop.selection.signals import SignalSettings, compute_signals
 from rag_loop.store.ddl import utc_day
-from rag_loop.store.deployment import WrongHome, copy_small_tables, migrate
-from rag_loop.store.lake import Lake, create_lake_views, files_query, lake_view_uri
+from rag_loop.store.deployment import WrongHome, copy_small_tables, migrate, record_lake
+from rag_loop.store.lake import Lake, create_lake_views, files_query
 from rag_loop.store.tables import create_tables, relation_kind
 from tests.helpers import trace_line
 
@@ -120,29 +120,28 @@ def test_a_stage_on_duckdb_is_stored_where_the_deployment_keeps_it_and_never_mov
         assert con.execute("SELECT * FROM trace_signals ORDER BY trace_id").fetchall() == embedded
 
 
-def test_a_spark_stages_view_is_fingerprinted_by_its_files_without_reading_them(tmp_path):
-    """A marked view of a lake table (as the Spark engine leaves a stage) gets per-day
-    fingerprints from the Delta log: a rewritten day alone changes, and no data file is opened.
-    An unmarked view is hashed as a table is."""
+def test_a_lake_backed_stage_is_fingerprinted_by_its_files_without_reading_them(tmp_path):
+    """In a database that records a lake, a trace-sized table (a view of the lake's, as a stage
+    leaves it) gets per-day fingerprints from the Delta log: a rewritten day alone changes, and
+    no data file is opened. The same view in a database that records no lake is hashed as a
+    table is: the deployment, not the view, says where the rows live."""
     with _world(tmp_path / "w.duckdb", [(0, 1, False, "a"), (86_400_000_000, 1, False, "b")]) as con:
         lake = Lake.of(tmp_path / "o'brien" / "lake")
-        con.execute(f"CREATE TABLE stage AS SELECT trace_id, {utc_day()} AS day FROM raw_traces")
-        lake.write("stage", con.sql("SELECT * FROM stage").to_arrow_table())
-        hashed = table_fingerprints(con, "stage")
-        con.execute("DROP TABLE stage")
-        con.execute(f"CREATE VIEW stage AS {_read(lake, 'stage')}")
-        assert table_fingerprints(con, "stage") == hashed  # not marked: read and hashed
-        con.execute("DROP VIEW stage")
-        create_lake_views(con, lake, {"stage": ["trace_id", "day"]})
-        assert lake_view_uri(con, "stage") == lake.uri("stage")
-        before = table_fingerprints(con, "stage")
+        con.execute(f"CREATE TABLE trace_signals AS SELECT trace_id, {utc_day()} AS day FROM raw_traces")
+        lake.write("trace_signals", con.sql("SELECT * FROM trace_signals").to_arrow_table())
+        hashed = table_fingerprints(con, "trace_signals")
+        con.execute("DROP TABLE trace_signals")
+        create_lake_views(con, lake, {"trace_signals": ["trace_id", "day"]})
+        assert table_fingerprints(con, "trace_signals") == hashed  # no lake recorded: read and hashed
+        record_lake(con, lake)
+        before = table_fingerprints(con, "trace_signals")
         assert set(before) == {date(2026, 11, 1), date(2026, 11, 2)} and before != hashed
-        lake.write("stage", con.sql("SELECT 'c' AS trace_id, DATE '2026-11-02' AS day").to_arrow_table(),
+        lake.write("trace_signals", con.sql("SELECT 'c' AS trace_id, DATE '2026-11-02' AS day").to_arrow_table(),
                    days=[date(2026, 11, 2)])
-        after = table_fingerprints(con, "stage")
+        after = table_fingerprints(con, "trace_signals")
         assert after[date(2026, 11, 1)] == before[date(2026, 11, 1)]
         assert after[date(2026, 11, 2)] != before[date(2026, 11, 2)]
-        for path in lake.files("stage"):
+        for path in lake.files("trace_signals"):
             with open(path, "wb") as garbage:
                 garbage.write(b"not a parquet file")
-        assert set(table_fingerprints(con, "stage")) == set(before)
+        assert set(table_fingerprints(con, "trace_signals")) == set(before)

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from rag_loop.cli import main
-from rag_loop.store.deployment import TRACE_SIZED, WrongHome, require_home
+from rag_loop.store.deployment import TRACE_SIZED, WrongHome, recorded_lake, require_home
 from rag_loop.store.lake import Lake
 from rag_loop.store.tables import relation_kind
 from tests.engines.test_lake import _world
@@ -36,18 +36,20 @@ def test_migrate_moves_every_row_both_ways_and_a_second_run_moves_nothing(tmp_pa
         assert all(relation_kind(con, t) == "view" for t in before)
         assert _snapshot(con) == before
         assert lake.days("raw_traces") == [date(2026, 11, 1), date(2026, 11, 2)]
+        assert recorded_lake(con) == lake  # the home is recorded once, with no storage option to hide
         with pytest.raises(WrongHome, match="migrate --to embedded"):
-            require_home(con, None, "raw_traces")
+            require_home(con, None)
         with pytest.raises(WrongHome, match="another trace lake"):
-            require_home(con, Lake.of(tmp_path / "elsewhere"), "raw_traces")
+            require_home(con, Lake.of(tmp_path / "elsewhere"))
     back = runner.invoke(main, ["lake", "migrate", "--to", "embedded", "--lake", lake.root, "--db", str(database)])
     assert back.exit_code == 0 and "rows moved to the DuckDB file" in back.output
     with duckdb.connect(str(database)) as con:
         assert all(relation_kind(con, t) == "table" for t in before)
         assert _snapshot(con) == before
+        assert recorded_lake(con) is None
         with pytest.raises(WrongHome, match="migrate --to lake"):
-            require_home(con, lake, "raw_traces")
-        require_home(con, None, "raw_traces")
+            require_home(con, lake)
+        require_home(con, None)
     missing = runner.invoke(main, ["lake", "migrate", "--to", "lake", "--lake", lake.root,
                                    "--db", str(tmp_path / "none.duckdb")])
     assert missing.exit_code != 0 and "no database" in missing.output

@@ -20,9 +20,8 @@ import rag_loop.ingest.pipeline as pipeline
 from rag_loop.engines.incremental import traffic_fingerprints
 from rag_loop.ingest import IngestReport, ingest_directory
 from rag_loop.ingest.lake import ingest_directory_into_lake
-from rag_loop.store.ddl import KEPT_IN_LAKE
-from rag_loop.store.deployment import migrate
-from rag_loop.store.lake import Lake, lake_view_uri
+from rag_loop.store.deployment import migrate, recorded_lake
+from rag_loop.store.lake import Lake
 from rag_loop.store.lake_traces import LakeTraces
 from tests.helpers import DEMO, trace_line
 from tests.helpers.otlp import AFTER, hostile_span, request_spans
@@ -55,7 +54,7 @@ def on_both(cons, directory, lake, now=NOW) -> tuple[IngestReport, IngestReport]
     assert in_lake.files == embedded.files
     assert (in_lake.ignored, in_lake.assembly, in_lake.languages) == \
         (embedded.ignored, embedded.assembly, embedded.languages)
-    assert all(lake_view_uri(cons[1], table) == Lake.of(lake).uri(table) for table in KEPT_IN_LAKE)
+    assert recorded_lake(cons[1]).root == Lake.of(lake).root
     return embedded, in_lake
 
 

@@ -18,6 +18,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from rag_loop.store.ddl import utc_day
+from rag_loop.store.deployment import record_lake
 from rag_loop.store.lake import Lake, expose_lake_tables, files_query
 from tests.helpers import trace_line
 from tests.helpers.s3 import s3_server
@@ -156,7 +157,7 @@ def test_ingested_raw_traces_round_trip_through_the_s3_lake(s3, lake, tmp_path):
 
 
 def test_files_query_and_views_read_the_version_on_s3(s3, lake, tmp_path):
-    """files_query over the version's s3:// file list, and a control database's marked view of
+    """files_query over the version's s3:// file list, and a control database's view of
     it, read by a connection the lake attached (its Arrow filesystem): the dataset's rows."""
     lake.write("t", pa.concat_tables([rows(D1, 3), rows(D2, 2)]), days={D1, D2})
     with duckdb.connect(str(tmp_path / "control.duckdb")) as con:
@@ -193,8 +194,9 @@ def test_the_maintenance_job_on_an_s3_lake(s3, lake, tmp_path):
                         storage_options=lake.options())
     lake.write("documents", pa.table({"doc_id": ["a"]}), partitioned=False)
     database = tmp_path / "control.duckdb"
-    with duckdb.connect(str(database)) as con:  # the control database's view of raw_traces
-            expose_lake_tables(lake.attach(con), lake, {"raw_traces": ["trace_id", "n", "day"]})
+    with duckdb.connect(str(database)) as con:  # a lake-backed database's view of raw_traces
+        expose_lake_tables(lake.attach(con), lake, {"raw_traces": ["trace_id", "n", "day"]})
+        record_lake(con, lake)
     s3.client().put_object(Bucket=s3.bucket, Key=f"{lake.root.split('/', 3)[3]}/notes/readme.txt", Body=b"x")
     assert lake.tables() == ["documents", "raw_traces"]
     assert len(lake.stored_files("raw_traces")) == 4
