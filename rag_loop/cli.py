@@ -542,11 +542,14 @@ def migrate_lake(to: str, uri: str, db: str) -> None:
     """Move the trace-sized tables between the DuckDB file and the lake. Idempotent: what is in
     its home already stays; each table is written in one lake commit, then swapped in one
     database transaction. Runs never move tables: they refuse, and point here."""
-    from rag_loop.store.deployment import migrate
+    from rag_loop.store.deployment import WrongHome, migrate
     from rag_loop.store.lake import Lake
     lake = Lake.of(uri)
     with _writable_db(db) as con:
-        moved = migrate(lake.attach(con), lake, to)
+        try:
+            moved = migrate(lake.attach(con), lake, to)
+        except WrongHome as error:
+            raise click.ClickException(str(error)) from error
     for table, rows in moved.items():
         click.echo(f"{table}: {rows} rows moved to the {'lake' if to == 'lake' else 'DuckDB file'}")
     click.echo(f"{len(moved)} tables moved" if moved else "nothing to move: every table is in its home")

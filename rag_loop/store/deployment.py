@@ -113,9 +113,7 @@ def migrate(con: duckdb.DuckDBPyConnection, lake: Lake, to: Literal["lake", "emb
         if recorded is None:
             record_lake(con, lake)
         return moved
-    if recorded is None:
-        return moved
-    for name in TRACE_SIZED:
+    for name in TRACE_SIZED:  # a view of the name is the lake's table (a database from before the record too)
         if relation_kind(con, name) != "view":
             continue
         with transaction(con):
@@ -127,7 +125,8 @@ def migrate(con: duckdb.DuckDBPyConnection, lake: Lake, to: Literal["lake", "emb
                 con.execute(f'CREATE TABLE "{name}" AS SELECT * FROM "{name}__lake"')
             con.execute(f'DROP VIEW "{name}__lake"')
         moved[name] = con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]
-    record_lake(con, None)
+    if recorded is not None:
+        record_lake(con, None)
     return moved
 
 

@@ -32,6 +32,9 @@ def test_migrate_moves_every_row_both_ways_and_a_second_run_moves_nothing(tmp_pa
     again = runner.invoke(main, ["lake", "migrate", "--to", "lake", "--db", str(database)],
                           env={"RAG_LOOP_LAKE": lake.root})
     assert "nothing to move" in again.output
+    elsewhere = runner.invoke(main, ["lake", "migrate", "--to", "embedded", "--lake", str(tmp_path / "elsewhere"),
+                                     "--db", str(database)])
+    assert elsewhere.exit_code != 0 and "records the trace lake" in elsewhere.output  # moved nothing
     with duckdb.connect(str(database)) as con:
         assert all(relation_kind(con, t) == "view" for t in before)
         assert _snapshot(con) == before
