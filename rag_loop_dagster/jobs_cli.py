@@ -237,16 +237,32 @@ def release_command(notes: str, released_by: str, settle_seconds: float | None, 
 @click.option("--release", default="latest", show_default=True, help='A release version (v0002) or "latest".')
 @click.option("--mode", type=click.Choice(["live", "replay"]), default=None,
               help="live: ask the rag_app; replay: score what production answered (default: the config's).")
+@click.option("--alignment", default=None, metavar="ID|latest|none",
+              help="Judge with the pass thresholds fitted to curators' grades: an alignment_id of "
+                   "judge_alignment, or latest (the newest that adopts one); none: the configured "
+                   "thresholds. A new judge version: set trace_judgments' alignment alike, or the trust "
+                   "floor finds no grades of it. Default: the config's (none).")
+@click.option("--few-shot", "few_shot", default=None, metavar="ID|latest|none",
+              help="Show an LLM judge curators' graded examples in its verdict prompts: a few_shot_id of "
+                   "judge_few_shot (`rag-loop few-shot` measures them), or latest (the newest adopted); "
+                   "none: no examples. A new judge version, as --alignment. Default: the config's (none).")
+@click.option("--baseline-run", default=None, metavar="RUN_ID",
+              help="Compare with this run (default: the previous run of the release that passed its hard "
+                   "gates, if the same judge version scored it).")
 @_CONFIG
 @_LOG
-def eval_command(release: str, mode: str | None, config_file: Path | None, log_file: Path | None) -> None:
+def eval_command(release: str, mode: str | None, alignment: str | None, few_shot: str | None,
+                 baseline_run: str | None, config_file: Path | None, log_file: Path | None) -> None:
     """Evaluate a golden release on the rag_app with the judge (the regression_eval_job job).
     Prints the verdict, each gate that failed (metric, slice, by how much against the baseline)
     and the report's path; a blocking gate that fails makes the exit status 1.
 
     The RAG service under test: RAG_LOOP_RAG_APP_URL, an HTTP endpoint that gets one JSON POST
     per golden (its fields: docs/regression-eval.md), else the config's Python rag_app."""
-    values: dict[str, Any] = {"release": release, **({"mode": mode} if mode else {})}
+    chosen = {"mode": mode, "baseline_run": baseline_run,
+              **{name: "" if value.strip().lower() == "none" else value.strip()
+                 for name, value in (("alignment", alignment), ("few_shot", few_shot)) if value is not None}}
+    values: dict[str, Any] = {"release": release, **{k: v for k, v in chosen.items() if v is not None}}
     config = _merged(_config(config_file), {"regression_eval": values})
     sys.exit(0 if run_job("regression_eval_job", config, log_file=log_file) else 1)
 
