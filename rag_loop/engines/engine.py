@@ -179,7 +179,8 @@ class DuckDBEngine(Engine):
         return back is not None and same_sql(back, self._compile(con, inputs, build, settings))
 
     def _compile(self, con: duckdb.DuckDBPyConnection, inputs: Sequence[str], build: Build, settings: Any) -> str:
-        return ibis.to_sql(build(self.inputs(con, inputs), settings, self.functions), dialect="duckdb")
+        # one line: a pretty SQL breaks lines by their length, which a placeholder's differs from its value's
+        return ibis.to_sql(build(self.inputs(con, inputs), settings, self.functions), dialect="duckdb", pretty=False)
 
     def inputs(self, con: duckdb.DuckDBPyConnection, names: Sequence[str]) -> dict[str, ir.Table]:
         backend = ibis.duckdb.from_connection(con)

@@ -43,6 +43,7 @@ from rag_loop.selection.sampling_expressions import (
     DIAGNOSTIC_STREAMS,
     INPUTS,
     STREAMS,
+    Draws,
     PolicyDays,
     candidates_expression,
     candidates_of_days_expression,
@@ -117,9 +118,9 @@ def select_candidates(con: duckdb.DuckDBPyConnection, policy: SamplingPolicy, en
         con.execute(NOVELTY_DDL)  # no novelty judged yet: its stream draws nothing
     engine = engine or DuckDBEngine()
     if days is None:
-        return engine.run(con, "failure_candidates", INPUTS, candidates_expression, policy)
+        return engine.run(con, "failure_candidates", INPUTS, candidates_expression, Draws.of(policy))
     return engine.run(con, "failure_candidates", INPUTS, candidates_of_days_expression,
-                      PolicyDays(policy, tuple(sorted(days))), days)
+                      PolicyDays(Draws.of(policy), tuple(sorted(days))), days)
 
 
 def candidate_inputs(con: duckdb.DuckDBPyConnection, policy: SamplingPolicy) -> Fingerprints:

@@ -13,6 +13,7 @@ import ibis
 import ibis.expr.types as ir
 
 from rag_loop.engines.functions import Functions, bit_xor, double, on_days
+from rag_loop.engines.literals import Literals, Text
 from rag_loop.schema import Priority
 
 STREAMS = ("random", "bad_signal", "risk", "novelty")
@@ -26,9 +27,34 @@ def _rate(column: ir.StringValue, rates: Mapping[str, float]) -> ir.FloatingValu
     return column.substitute({k: double(v) for k, v in rates.items()}, else_=double(0.0))
 
 
+@dataclass(frozen=True)
+class Draws(Literals):
+    """What candidates_expression reads of a rag_loop.selection.sampling.SamplingPolicy: its
+    rates, the day's capacities it implies and its fingerprint, each turned into a SQL literal
+    and nothing else (so a policy's new figures reuse the stage's compiled SQL)."""
+
+    salt: Text
+    random_rate: float
+    signal_rates: Mapping[str, float]
+    query_type_rates: Mapping[str, float]
+    risk_level_rates: Mapping[str, float]
+    capacity: int | None  # traces a day (None: no budget)
+    random_cap: int | None  # the random stream's share of it (None: never capped)
+    high_risk_query_types: tuple[str, ...]
+    fingerprint: Text
+
+    @classmethod
+    def of(cls, policy: Any) -> Draws:
+        """The draws of a SamplingPolicy."""
+        return cls(Text(policy.salt), policy.random_rate, dict(policy.signal_rates), dict(policy.query_type_rates),
+                   dict(policy.risk_level_rates), policy.daily_capacity(), policy.random_capacity(),
+                   tuple(policy.high_risk_query_types), Text(policy.fingerprint()))
+
+
 def candidates_expression(tables: Mapping[str, ir.Table], policy, fn: Functions) -> ir.Table:
     """The selected traces with their streams, rates, thinning and inclusion probability.
-    `policy` is a rag_loop.selection.sampling.SamplingPolicy."""
+    `policy` is a `Draws`, or a rag_loop.selection.sampling.SamplingPolicy (its `Draws`)."""
+    policy = policy if isinstance(policy, Draws) else Draws.of(policy)
     signals, novelty = tables["trace_signals"], tables["trace_novelty"]
     rates = novelty.group_by(n_trace_id=novelty.trace_id).aggregate(rate=novelty.rate.max())
     s = signals.left_join(rates, signals.trace_id == rates.n_trace_id)
@@ -48,9 +74,9 @@ def candidates_expression(tables: Mapping[str, ir.Table], policy, fn: Functions)
     threshold = ibis.least(*[ibis.ifelse(drawn[f"p_{s}"] > 0, drawn[f"u_{s}"] / drawn[f"p_{s}"],
                                          ibis.null("float64")) for s in DIAGNOSTIC_STREAMS])
     drawn = drawn.mutate(diagnostic_threshold=threshold)
-    capacity = policy.daily_capacity()
-    if capacity is not None and policy.random_budget_share is not None:
-        drawn = _random_capped(drawn, capacity, policy.random_capacity())
+    capacity = policy.capacity
+    if capacity is not None and policy.random_cap is not None:
+        drawn = _random_capped(drawn, capacity, policy.random_cap)
     by_random = drawn.u_random < drawn.p_random
     ranked = drawn.mutate(by_random=by_random)
     ranked = ranked.mutate(diagnostic_rank=ibis.row_number().over(ibis.window(
@@ -87,7 +113,7 @@ def candidates_expression(tables: Mapping[str, ir.Table], policy, fn: Functions)
         **{f"by_{s}": chosen[f"by_{s}"] for s in STREAMS}, **{f"p_{s}": chosen[f"p_{s}"] for s in STREAMS},
         thinning=chosen.thinning, inclusion_probability=inclusion, priority=priority,
         signals=chosen.signals, signal_count=chosen.signal_count,
-        sampling_policy=ibis.literal(policy.fingerprint()))
+        sampling_policy=ibis.literal(str(policy.fingerprint)))
     return rows.order_by(["day", "priority", "trace_id"])
 
 
@@ -115,9 +141,9 @@ def _random_capped(drawn: ir.Table, capacity: int, share_cap: int) -> ir.Table:
 
 @dataclass(frozen=True)
 class PolicyDays:
-    """failure_candidates for some days only: the sampling policy and the days drawn."""
+    """failure_candidates for some days only: the sampling policy's draws and the days drawn."""
 
-    policy: Any  # rag_loop.selection.sampling.SamplingPolicy
+    policy: Any  # Draws, or a rag_loop.selection.sampling.SamplingPolicy
     days: tuple[date, ...]
 
 

@@ -1,7 +1,10 @@
-"""The DuckDB engine compiles a stage once per shape: for the same stage on other days, the SQL
-it gives (the cached one, its date literals moved) is the SQL Ibis compiles for those days."""
+"""The DuckDB engine compiles a stage once per shape: for the same stage on other days, or with
+other figures in settings that declare them literals, the SQL it gives (the cached one, its date
+literals moved, its placeholders replaced) is the SQL Ibis compiles for those settings, in
+DuckDB's and in Spark's dialect."""
 
-from datetime import date, timedelta
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
 from unittest.mock import patch
 
 import duckdb
@@ -13,7 +16,17 @@ from hypothesis import strategies as st
 from rag_loop.drift import query_mix_expressions as drift
 from rag_loop.drift import retrieval_expressions as retrieval
 from rag_loop.engines.engine import DuckDBEngine
-from rag_loop.engines.literals import dates_in, from_sentinel_era, same_sql, shifted, to_sentinel_era
+from rag_loop.engines.functions import DUCKDB, SPARK, double
+from rag_loop.engines.literals import (
+    Literals,
+    Text,
+    dates_in,
+    from_sentinel_era,
+    same_sql,
+    shifted,
+    to_placeholders,
+    to_sentinel_era,
+)
 from rag_loop.selection import estimate_expressions as estimates
 from rag_loop.selection import sampling_expressions as sampling
 from rag_loop.selection import signal_expressions as signals
@@ -60,7 +73,7 @@ def con(tmp_path_factory):
 
 def _compiled_directly(con, inputs, build, wanted) -> str:
     engine = DuckDBEngine()
-    return ibis.to_sql(build(engine.inputs(con, inputs), wanted, engine.functions), dialect="duckdb")
+    return ibis.to_sql(build(engine.inputs(con, inputs), wanted, engine.functions), dialect="duckdb", pretty=False)
 
 
 @pytest.mark.parametrize("stage", sorted(STAGES))
@@ -74,9 +87,9 @@ def test_the_sql_for_other_days_is_what_ibis_compiles_for_them(con, stage, data,
     later = shifted(first, moved)  # the same stage shape, other days
     assume(date(1900, 1, 1) < min(dates_in(later)) and max(dates_in(later)) < date(2250, 1, 1))
     engine = DuckDBEngine()
-    with patch.object(DuckDBEngine, "_compiled", {}), patch.object(DuckDBEngine, "_movable", {}):
+    with patch.object(DuckDBEngine, "_compiled", {}):
         assert same_sql(engine._sql(con, stage, inputs, build, first), _compiled_directly(con, inputs, build, first))
-        assert DuckDBEngine._movable == {build: True}  # the stage passed its check
+        assert None not in DuckDBEngine._compiled.values()  # the stage passed its check
         with patch.object(DuckDBEngine, "_compile", side_effect=AssertionError("compiled again")):
             got = engine._sql(con, stage, inputs, build, later)  # from the cache
     assert same_sql(got, _compiled_directly(con, inputs, build, later))
@@ -89,3 +102,78 @@ def test_a_literal_the_settings_did_not_make_stays_and_an_unknown_one_refuses():
                                              "MAKE_TIMESTAMPTZ(2026, 11, 1, 0, 0, 0.0, 'UTC')")
     assert from_sentinel_era("SELECT '2400-01-03'::DATE", moved) is None  # not a literal it knows: compile
     assert to_sentinel_era(SamplingPolicy()) == (SamplingPolicy(), 0)
+
+
+rate = st.floats(0.0, 1.0)
+policies = st.builds(
+    lambda salt, rates, signal_rates, risk, budget, share, high: SamplingPolicy(
+        salt=salt, random_rate=rates[0], signal_rates=signal_rates, query_type_rates={"faq": rates[1]},
+        risk_level_rates=risk, daily_budget_usd=budget, random_budget_share=share, judge_cost_usd=rates[2] + 1e-4,
+        high_risk_query_types=high),
+    salt=st.text(max_size=8), rates=st.tuples(rate, rate, rate),
+    signal_rates=st.fixed_dictionaries({"thumbs_down": rate, "no_citation": rate}),
+    risk=st.sampled_from([{}, {"high": 1.0}]).flatmap(lambda r: st.fixed_dictionaries({k: rate for k in r})),
+    budget=st.none() | st.floats(0.0, 100.0), share=st.none() | rate, high=st.sampled_from([(), ("legal",)]))
+
+
+def _compiled_for(con, dialect, build, wanted) -> str:
+    functions = DUCKDB if dialect == "duckdb" else SPARK
+    tables = DuckDBEngine().inputs(con, sampling.INPUTS)
+    return ibis.to_sql(build(tables, wanted, functions), dialect=dialect, pretty=False)
+
+
+@pytest.fixture(scope="module")
+def spark_dialect():
+    """Ibis compiles for Spark once its backend's options are registered (a session does it)."""
+    from ibis.backends.pyspark import Backend
+    Backend.register_options()
+
+
+@pytest.mark.parametrize("dialect", ["duckdb", "pyspark"])
+@settings(max_examples=6, deadline=None, phases=(Phase.explicit, Phase.generate),
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(policy=policies, days=st.none() | some_days)
+def test_the_sql_for_other_rates_is_what_ibis_compiles_for_them(con, spark_dialect, dialect, policy, days):
+    """The sampling stage's canonical SQL (compiled once per shape), its placeholders replaced by
+    a random policy's figures, is the SQL Ibis compiles for that policy."""
+    draws = sampling.Draws.of(policy)
+    build, wanted = ((sampling.candidates_expression, draws) if days is None else
+                     (sampling.candidates_of_days_expression, sampling.PolicyDays(draws, days)))
+    canonical, placed = to_placeholders(wanted)
+    assert placed is not None and len(placed.values) >= 6  # salt, four rates, fingerprint (and capacities)
+    template = _TEMPLATES.get((dialect, build, repr(canonical)))
+    if template is None:
+        template = _TEMPLATES[dialect, build, repr(canonical)] = _compiled_for(con, dialect, build, canonical)
+    assert same_sql(placed.back(template, dialect), _compiled_for(con, dialect, build, wanted))
+
+
+_TEMPLATES: dict = {}
+
+
+@dataclass(frozen=True)
+class Figures(Literals):
+    number: int
+    share: float
+    text: Text
+    instant: datetime
+
+
+@pytest.mark.parametrize("dialect", ["duckdb", "pyspark"])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(number=st.integers(-2 ** 62, 2 ** 62), share=st.floats(allow_nan=False, allow_infinity=False),
+       text=st.text(), instant=st.datetimes(datetime(1900, 1, 1), datetime(2250, 1, 1), timezones=st.just(UTC)))
+def test_every_literal_is_spelled_as_ibis_spells_it(spark_dialect, dialect, number, share, text, instant):
+    """Numbers of any sign and size, any text (quotes, backslashes, newlines), instants: the
+    placeholders' SQL, replaced, is the SQL of the figures, wherever a literal sits."""
+    table = ibis.table({"a": "int64", "f": "float64", "s": "string", "t": "timestamp('UTC')"}, name="t")
+
+    def expression(figures: Figures) -> ibis.Table:
+        return table.select(
+            minus=figures.number - table.a, times=table.f * figures.number, most=ibis.greatest(table.a, figures.number),
+            share=table.f - double(figures.share), raw=table.f * ibis.literal(figures.share, "float64"),
+            text=ibis.literal(f"{figures.text}:") + table.s, alone=ibis.literal(str(figures.text)),
+            later=table.t > figures.instant)
+    figures = Figures(number, share, Text(text), instant)
+    canonical, placed = to_placeholders(figures)
+    got = placed.back(ibis.to_sql(expression(canonical), dialect=dialect, pretty=False), dialect)
+    assert got == ibis.to_sql(expression(figures), dialect=dialect, pretty=False)
