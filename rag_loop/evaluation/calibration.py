@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -31,6 +32,7 @@ from rag_loop.evaluation.judges.base import Judge
 from rag_loop.store.ddl import CALIBRATIONS_DDL
 
 LABEL_KEYS = ("label_faithful", "label", "human_label")
+_WORD = re.compile(r"\w+")
 _TRUE = {"true", "1", "yes", "faithful", "supported", "attributable"}
 _FALSE = {"false", "0", "no", "unfaithful", "unsupported", "not attributable"}
 
@@ -127,6 +129,14 @@ def _problem(record: Any) -> str | None:
     if not _contexts(record.get("contexts", record.get("context"))):
         return "empty contexts"
     return None
+
+
+def token_overlap(answer: str, contexts: Sequence[str]) -> float:
+    """The baseline a judge must beat: the share of the answer's words (lower-cased `\\w+`)
+    found anywhere in the contexts."""
+    found = _WORD.findall(answer.lower())
+    context = set(_WORD.findall(" ".join(contexts).lower()))
+    return sum(w in context for w in found) / len(found) if found else 0.0
 
 
 def score_rows(rows: Sequence[CalibrationRow], make_metric: Callable[[], Any],

@@ -14,7 +14,7 @@ from rag_loop.evaluation.trust import TrustSettings
 if TYPE_CHECKING:
     from rag_loop.evaluation.alignment import Alignment
 
-OFFLINE_JUDGE = "offline-evidence-rules-v3"  # bump when a rule changes: online judging re-judges
+OFFLINE_JUDGE = "offline-evidence-rules-v4"  # bump when a rule changes: online judging re-judges
 
 # The one place for the metrics' pass thresholds: each offline class's default, and the
 # pipeline's (DEFAULT_THRESHOLDS below reads them); None = monitoring only, no verdict.

@@ -1,10 +1,18 @@
 """Offline Faithfulness on short synthetic QA cases: a faithful answer outranks its unfaithful twin."""
 
+from pathlib import Path
+
 import pytest
 from deepeval.test_case import LLMTestCase
+from sklearn.metrics import roc_auc_score
 
+from rag_loop.evaluation.calibration import read_rows, token_overlap
+from rag_loop.evaluation.judges.evidence import statements
 from rag_loop.evaluation.judges.offline import OFFLINE_THRESHOLDS, OfflineAnswerRelevancy, OfflineFaithfulness
-from rag_loop.evaluation.judges.support import Context, terms
+from rag_loop.evaluation.judges.support import OVERLAP_SHARE, Context, faithfulness, support, terms, word_overlap
+
+DEV_SETS = [Path(__file__).resolve().parents[3] / "shared" / "data" / f"begin_{name}_dev.jsonl"
+            for name in ("cmu_dog", "topicalchat")]
 
 OBEROI = ("The Oberoi family is an Indian family that is famous for its involvement in hotels, "
           "namely through The Oberoi Group. The Oberoi Group is a hotel company with its head office in Delhi.")
@@ -107,3 +115,50 @@ def test_a_word_negated_in_one_clause_but_asserted_in_another_is_not_negated():
 def test_a_closing_question_about_nothing_in_the_context_is_not_a_claim():
     question, fact = "When did the museum open?", "The city museum opened in 1998."
     assert score(question, MUSEUM, f"{fact} Anything else I can help you with?") == 1.0
+
+
+def test_a_claim_grade_blends_its_bare_word_overlap_with_its_support():
+    context = Context([CAPITALS])
+    claim = "Paris is the capital of Germany"  # every word is in the context, not in one sentence
+    assert word_overlap(claim, context) == 1.0 and support(claim, context) < 1.0
+    assert faithfulness([claim], context) == [
+        (claim, pytest.approx(OVERLAP_SHARE + (1 - OVERLAP_SHARE) * support(claim, context)))]
+    # bare words: no stemming ("capitals"), accents folded, case ignored
+    assert word_overlap("capitals of FRANCE", context) == pytest.approx(2 / 3)
+    assert word_overlap("Pàris", context) == 1.0
+    # the rules alone, and overlap alone, are the two ends of the blend
+    assert faithfulness([claim], context, overlap_share=0.0)[0][1] == support(claim, context)
+    assert faithfulness([claim], context, overlap_share=1.0)[0][1] == 1.0
+
+
+def test_a_bare_yes_and_a_question_keep_their_rule_grades():
+    question = "Is the museum open on Mondays?"
+    context = Context([MUSEUM])
+    assert faithfulness(["No"], context, question) == [("No", support("No", context, question))]
+    assert faithfulness(["Did you know the museum opened in 1998?"], context) == [
+        ("Did you know the museum opened in 1998?", 0.0)]
+
+
+def _auc(rows, scores):
+    return roc_auc_score([r.faithful for r in rows], scores)
+
+
+def _faithfulness(rows, overlap_share):
+    scores = []
+    for row in rows:
+        judged = faithfulness(statements(row.answer), Context(row.contexts), row.question, overlap_share)
+        scores.append(sum(g for _, g in judged) / len(judged) if judged else 0.0)
+    return scores
+
+
+@pytest.mark.skipif(not all(p.exists() for p in DEV_SETS), reason="the BEGIN dev sets are in ../shared/data")
+@pytest.mark.parametrize("path", DEV_SETS, ids=lambda p: p.stem)
+def test_on_human_labels_the_judge_beats_bare_overlap_and_its_rules_alone(path):
+    """The issue-45 goal on the two dev sets: ROC-AUC at least bare overlap's + 0.01, and the
+    overlap term (its weight chosen on CMU-DoG) does not cost ranking power on either set."""
+    rows, _ = read_rows(path)
+    judge = _auc(rows, [OfflineFaithfulness().measure(LLMTestCase(
+        input=r.question or " ", actual_output=r.answer, retrieval_context=r.contexts)) for r in rows])
+    assert judge == pytest.approx(_auc(rows, _faithfulness(rows, OVERLAP_SHARE)))
+    assert judge >= _auc(rows, [token_overlap(r.answer, r.contexts) for r in rows]) + 0.01
+    assert judge >= _auc(rows, _faithfulness(rows, 0.0))
