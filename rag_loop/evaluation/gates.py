@@ -6,6 +6,7 @@ Never one averaged score (seed 000 §13): per metric and slice the mean, median,
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -104,10 +105,15 @@ class GateOutcome:
     not_evaluated: list[dict[str, Any]] = field(default_factory=list)
 
 
-def evaluate_gates(table: pd.DataFrame, gates: Sequence[Gate]) -> list[GateOutcome]:
+NO_BASELINE_FIGURE = "no baseline figure: drop not evaluated"
+
+
+def evaluate_gates(table: pd.DataFrame, gates: Sequence[Gate],
+                   without_baseline: str = NO_BASELINE_FIGURE) -> list[GateOutcome]:
     """Each gate against the compared summary; a failure names its slice and figures. A drop
-    that cannot be computed (no baseline figure) is listed as not evaluated, and fails the
-    gate when the gate says so (`without_baseline="block"`)."""
+    that cannot be computed (no baseline figure) is listed as not evaluated, saying why
+    (`without_baseline`: e.g. that the baseline was judged by another judge version), and
+    fails the gate when the gate says so (`without_baseline="block"`)."""
     outcomes = []
     for gate in gates:
         mine = table[table["metric"] == gate.metric]
@@ -122,8 +128,7 @@ def evaluate_gates(table: pd.DataFrame, gates: Sequence[Gate]) -> list[GateOutco
             if gate.min_mean is not None and not row["mean"] >= gate.min_mean:
                 problems.append(f"mean {row['mean']:.2f} < {gate.min_mean:.2f}")
             if gate.max_drop is not None and pd.isna(row["delta_pass_rate"]):
-                reason = (f"no baseline figure: drop not evaluated"
-                          f"{' (blocks)' if gate.without_baseline == 'block' else ''}")
+                reason = f"{without_baseline}{' (blocks)' if gate.without_baseline == 'block' else ''}"
                 not_evaluated.append({**where, "problems": reason})
                 if gate.without_baseline == "block":
                     problems.append(reason)
@@ -147,18 +152,44 @@ def failure_words(failure: dict[str, Any]) -> str:
     return f"{failure['metric']} on {_where(failure)}{count}: {failure['problems']}"
 
 
-def verdict(failures: Sequence[dict[str, Any]]) -> str:
+def verdict(failures: Sequence[dict[str, Any]], baseline_note: str | None = None) -> str:
     """A run's verdict in one line, the reason first: `BLOCKED by its hard gates: Correctness
     [GEval] on language=vi: pass rate dropped 12 points (> 10) vs baseline; on query_type=policy:
-    ...` (the blocking failures, grouped by metric), else `passes its hard gates`."""
+    ...` (the blocking failures, grouped by metric), else `passes its hard gates`; then, in
+    brackets, what the comparison with the baseline cannot be trusted for (`baseline_note`,
+    e.g. a baseline judged by another judge version), unless a failure already says it."""
     by_metric: dict[str, list[str]] = {}
     for failure in failures:
         if failure.get("blocking", True):
             by_metric.setdefault(failure["metric"], []).append(f"on {_where(failure)}: {failure['problems']}")
-    if not by_metric:
-        return "passes its hard gates"
-    return "BLOCKED by its hard gates: " + "; ".join(f"{metric} {'; '.join(found)}"
-                                                    for metric, found in by_metric.items())
+    words = "BLOCKED by its hard gates: " + "; ".join(f"{metric} {'; '.join(found)}"
+                                                     for metric, found in by_metric.items()) \
+        if by_metric else "passes its hard gates"
+    return f"{words} ({baseline_note})" if baseline_note and baseline_note not in words else words
+
+
+def judged_by(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
+    """The judge version that scored a stored run (None: not recorded, a run from before versions were)."""
+    rows = con.execute("SELECT judge FROM eval_runs WHERE run_id = ?", [run_id]).fetchall()
+    if not rows or not rows[0][0]:
+        return None
+    return (json.loads(rows[0][0]) or {}).get("judge_version") or None
+
+
+def baseline_note(con: duckdb.DuckDBPyConnection, baseline_id: str | None, version: str,
+                  named: bool) -> str | None:
+    """What is wrong with comparing a run scored by judge `version` with its baseline, in words
+    (None: nothing, the same judge version scored both). A baseline judged by another version is
+    another instrument: its figures are not compared unless the user named it (`named`)."""
+    if baseline_id is None:
+        return None
+    baseline = judged_by(con, baseline_id)
+    if baseline == version:
+        return None
+    words = f"baseline {baseline_id} judged by {baseline or 'an unrecorded judge version'}, not {version}"
+    if named:
+        return f"{words}: compared as baseline_run asks, two instruments"
+    return f"{words}, not comparable: re-run the baseline or pass baseline_run"
 
 
 def baseline_run(con: duckdb.DuckDBPyConnection, release: str, run_id: str,

@@ -13,7 +13,17 @@ import pandas as pd
 
 from rag_loop.evaluation.alignment import judge_version
 from rag_loop.evaluation.calibration import latest_calibration
-from rag_loop.evaluation.gates import GateOutcome, baseline_run, compare, evaluate_gates, flips, load_results, summarize
+from rag_loop.evaluation.gates import (
+    NO_BASELINE_FIGURE,
+    GateOutcome,
+    baseline_note,
+    baseline_run,
+    compare,
+    evaluate_gates,
+    flips,
+    load_results,
+    summarize,
+)
 from rag_loop.evaluation.judges.base import Judge, JudgeUsage, cases_at_once
 from rag_loop.evaluation.runner import Case, build_cases, release_of, score_cases, store_run
 from rag_loop.evaluation.settings import EvalError, EvalSettings, load_app
@@ -40,6 +50,8 @@ class RegressionReport:
     judge_version: str = ""  # the version that scored the run (alignment and few-shot included)
     alignment_id: str | None = None  # the thresholds fitted to curators' grades, if adopted
     few_shot_id: str | None = None  # the curators' examples in the judge's prompts, if shown
+    # the baseline was judged by another judge version: said, and (unless named) not compared
+    baseline_note: str | None = None
 
     @property
     def blocked(self) -> bool:
@@ -92,6 +104,13 @@ def run_regression(con: duckdb.DuckDBPyConnection, goldens_dir: Path, judge: Jud
         "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
         "cost_usd": usage.cost_usd})
     baseline_id = baseline_run(con, release, run_id, settings.baseline_run)
+    # another judge version's baseline is another instrument: never compared silently
+    note = baseline_note(con, baseline_id, version, named=bool(settings.baseline_run))
+    if note is not None:
+        description["baseline"] = {"run_id": baseline_id, "compared": bool(settings.baseline_run), "note": note}
+        con.execute("UPDATE eval_runs SET judge = ? WHERE run_id = ?", [json.dumps(description, default=str), run_id])
+        if not settings.baseline_run:
+            baseline_id = None
     con.execute("UPDATE eval_runs SET baseline_run_id = ? WHERE run_id = ?", [baseline_id, run_id])
     results, before = load_results(con, run_id), load_results(con, baseline_id)
     table = compare(summarize(results, settings.severe_below),
@@ -99,7 +118,8 @@ def run_regression(con: duckdb.DuckDBPyConnection, goldens_dir: Path, judge: Jud
     flipped = flips(results, before)
     _append(con, "eval_summary", table.assign(run_id=run_id, baseline_run_id=baseline_id))
     _append(con, "eval_flips", flipped.assign(run_id=run_id, baseline_run_id=baseline_id))
-    outcomes = evaluate_gates(table, settings.gates)
+    outcomes = evaluate_gates(table, settings.gates,
+                              note if note is not None and baseline_id is None else NO_BASELINE_FIGURE)
     failures = [{"metric": o.gate.metric, "blocking": o.gate.blocking, **f}
                 for o in outcomes for f in o.failures]
     if settings.trust is not None:
@@ -121,7 +141,7 @@ def run_regression(con: duckdb.DuckDBPyConnection, goldens_dir: Path, judge: Jud
     report = RegressionReport(run_id, release, baseline_id, table, flipped, outcomes, usage,
                               len(cases), run.errored, run.seconds, failures, trust, version,
                               settings.alignment.alignment_id if settings.alignment is not None else None,
-                              (description.get("few_shot") or {}).get("few_shot_id"))
+                              (description.get("few_shot") or {}).get("few_shot_id"), note)
     if untrusted:
         raise EvalError(f"{run.errored}/{total} results errored (> {settings.max_error_rate:.0%}); "
                         f"run {run_id} is stored but cannot be trusted")

@@ -123,7 +123,7 @@ def regression_eval(context: AssetExecutionContext, config: EvalConfig, duckdb: 
     report, result = _evaluate(context, config, duckdb, paths, rag_app, judge, embedder)
     if not report.blocked:
         return result
-    return FailAfterRecording(result, Failure(description=verdict(report.failures), metadata={
+    return FailAfterRecording(result, Failure(description=verdict(report.failures, report.baseline_note), metadata={
         "run_id": report.run_id, "report": result.metadata["report"],
         "failed_gates": MetadataValue.md("\n".join(f"- {failure_words(f)}" for f in report.failures
                                                    if f["blocking"]))}))
@@ -160,11 +160,13 @@ def _evaluate(context: AssetExecutionContext, config: EvalConfig, duckdb: DuckDB
     vector = overall[["n", "errored", "mean", "median", "pass_rate", "p10", "severe",
                       "delta_mean", "delta_pass_rate"]].round(3)
     metadata = {
-        "verdict": verdict(report.failures),  # first: what the asset's page shows on top
+        "verdict": verdict(report.failures, report.baseline_note),  # first: what the asset's page shows on top
         "report": MetadataValue.path(str(page)), "report_url": paths.workspace(f"/reports/{page.name}"),
         "in_workspace": paths.workspace(f"/evals/{report.run_id}"),
         "dagster/row_count": len(report.table), "run_id": report.run_id, "release": report.release,
         "baseline_run_id": report.baseline_run_id or "none", "cases": report.cases,
+        "baseline_judge": report.baseline_note or ("the same judge version" if report.baseline_run_id
+                                                   else "no baseline run"),
         "judge_version": report.judge_version, "alignment": report.alignment_id or "none",
         "few_shot": report.few_shot_id or "none",
         "errored": report.errored, "seconds": round(report.seconds, 2),
@@ -194,6 +196,7 @@ def _evaluate(context: AssetExecutionContext, config: EvalConfig, duckdb: DuckDB
                                severity=AssetCheckSeverity.WARN, metadata={
                                    "not_evaluated": len(unevaluated),
                                    "baseline_run_id": report.baseline_run_id or "none",
+                                   **({"baseline_judge": report.baseline_note} if report.baseline_note else {}),
                                    "details": MetadataValue.md(pd.DataFrame(unevaluated).to_markdown(index=False)
                                                                if unevaluated else "every gate evaluated")})]
     return report, MaterializeResult(asset_key="regression_eval", metadata=metadata, check_results=checks)
@@ -206,7 +209,7 @@ def _gate_check(report: "RegressionReport", blocking: bool) -> AssetCheckResult:
     failures = [f for f in report.failures if f["blocking"] == blocking]
     table = pd.DataFrame(failures).drop(columns="blocking", errors="ignore")
     if blocking:
-        description = verdict(failures)
+        description = verdict(failures, report.baseline_note)
     else:
         description = ("monitoring gates: " + "; ".join(map(failure_words, failures)) if failures
                        else "every monitoring gate passes")
