@@ -1,6 +1,6 @@
 """Online evaluation: are the estimates honest, and is the judge fast enough?
 
-    python bench/online_eval.py [--seeds 120] [--remote-traces 320] [--in-flight 64] [--only throughput|history]
+    python bench/online_eval.py [--seeds 120] [--remote-traces 320] [--in-flight 16,64,128] [--only remote|...]
                                 [--scores FILE] [--history 1000000] [--due 2000]
                                 [--omp-wait-policy default|passive]
 
@@ -14,16 +14,21 @@
    (goal >= 500/s on 2 cores), against a bare word-overlap scorer of the same cases in the
    same process, with the load average. `--scores FILE`: every verdict (trace, metric, status,
    score, passed, reason) written to a Parquet file, to compare two versions of the judge.
-3. Remote throughput: the LLM judge (DeepEval's metrics, reasons included) against the stand-in
-   judge answering in 200 ms, served by a process of its own with connections kept alive
-   (`tests.helpers.standin_openai`), 16 cases open and `--in-flight` calls at most (64 by
-   default; the goal >= 40 traces/s), Faithfulness alone and the three metrics, then with 15 %
-   of calls refused (429, 500, 503, stalls past the 2 s timeout): no case may be lost. In turn
-   in this process: the path before issue 45 (23d8a6b, re-enacted), the path of 8fdf2f6 (one
-   client, typed replies: `--paths` picks), and now; beside each, the bound the calls allow
-   (calls in flight / 0.2 s / the calls a trace needed), the judge process's CPU per call, the
-   connections the stand-in saw, and the same number of bare calls through the judge's own
-   clients and bound (`--only remote` runs this part alone; `--remote-repeats` rounds).
+3. Remote throughput: the LLM judge (DeepEval's metrics) against the stand-in judge answering
+   in 200 ms, served by a process of its own with connections kept alive
+   (`tests.helpers.standin_openai`), 16 cases open and `--in-flight` calls at most (one or more
+   bounds, e.g. 16,64,128; the goal >= 40 traces/s), Faithfulness alone and the three metrics,
+   then with 15 % of calls refused (429, 500, 503, stalls past the 2 s timeout): no case may be
+   lost. In turn in this process: the path before issue 45 (23d8a6b, re-enacted), the path of
+   8fdf2f6 (one client, typed replies), the path of d287b4b (`previous`: every verdict's reason
+   asked, the OpenAI client's own retries holding the slot through their waits and the full
+   timeout a stalled attempt), and now (`--paths` picks); beside each, the calls a trace cost
+   as the stand-in counted them (`GET /stats`: requests, and those refused), the bound the
+   calls allow (calls in flight / 0.2 s / the calls a trace needed), the judge process's CPU
+   per call, the connections the stand-in saw, and the same number of bare calls through the
+   judge's own clients and bound (`--only remote` runs this part alone; `--remote-repeats`
+   rounds). The stand-in passes every verdict (its enums answer "yes"), so no failing verdict's
+   reason is asked: on real traffic each failing verdict adds one call.
 4. History (`--only history`, not run by default): `--due` demo traces due for judging, alone
    in a database and then beside `--history` traces of older days (a tenth of them selected and
    judged by the same judge version, as after months of daily runs): the run's seconds,
@@ -242,9 +247,47 @@ def as_typed() -> Iterator[None]:
     saved = llm.OpenAICompatibleModel._ask, llm.OpenAICompatibleModel.end_calls
     llm.OpenAICompatibleModel._ask, llm.OpenAICompatibleModel.end_calls = _ask_typed, _end_one_client
     try:
-        yield
+        with reasons_always():
+            yield
     finally:
         llm.OpenAICompatibleModel._ask, llm.OpenAICompatibleModel.end_calls = saved
+
+
+@contextmanager
+def reasons_always() -> Iterator[None]:
+    """Every verdict's reason asked of the judge, as before d287b4b's successor."""
+    saved = llm._passes
+    llm._passes = lambda metric: False
+    try:
+        yield
+    finally:
+        llm._passes = saved
+
+
+async def _post_previous(self: llm.OpenAICompatibleModel, request: dict) -> bytes:
+    """The call of d287b4b: the OpenAI client's own retries, each attempt waiting the full
+    timeout, the slot held through every attempt and wait."""
+    slots, clients = self._in_flight()
+    slot = await slots.get()
+    try:
+        return await clients[slot % len(clients)].post(
+            "/chat/completions", body=request, cast_to=bytes,
+            options={"max_retries": self.settings.max_retries, "timeout": self.settings.timeout_seconds})
+    finally:
+        slots.put_nowait(slot)
+
+
+@contextmanager
+def as_previous() -> Iterator[None]:
+    """The remote path of d287b4b (call slots, byte replies, every reason asked, the client's
+    retries), in this process."""
+    saved = llm.OpenAICompatibleModel._post
+    llm.OpenAICompatibleModel._post = _post_previous
+    try:
+        with reasons_always():
+            yield
+    finally:
+        llm.OpenAICompatibleModel._post = saved
 
 
 @contextmanager
@@ -258,7 +301,8 @@ def as_before() -> Iterator[None]:
     llm.store_judge_replies = _store_each
     llm.OpenAICompatibleModel.end_calls = _end_one_client
     try:
-        yield
+        with reasons_always():
+            yield
     finally:
         (judgments.open_cases, llm.OpenAICompatibleModel.a_generate, llm.store_judge_replies,
          llm.OpenAICompatibleModel.end_calls) = saved
@@ -277,6 +321,7 @@ class RemoteFigures:
     bare_traces_per_s: float
     bare_cpu_ms_per_call: float
     max_in_flight: int
+    requests: int  # as the stand-in counted them (GET /stats), refused ones included
 
 
 def remote_throughput(con: duckdb.DuckDBPyConnection, traces: int, flaky: float, metrics: list[OnlineMetric],
@@ -295,14 +340,14 @@ def remote_throughput(con: duckdb.DuckDBPyConnection, traces: int, flaky: float,
     with StandInProcess(delay=0.2, flaky=flaky, stall_seconds=3.0) as server:
         judge = LlmJudge(LlmJudgeSettings(base_url=server.base_url, model=f"stand-in-{time.time_ns()}",
                                           timeout_seconds=2.0, max_retries=6, max_in_flight=in_flight))
-        with {"before": as_before, "typed": as_typed, "now": _nothing}[path]():
+        with {"before": as_before, "typed": as_typed, "previous": as_previous, "now": _nothing}[path]():
             cpu, start = time.process_time(), time.perf_counter()
             report = judge_traces(con, judge, JudgingSettings(metrics, concurrency=16))
             seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
             stats = server.stats()
             calls = judge.usage.calls
             bare_cpu = time.process_time()
-            bare = asyncio.run(bare_calls(judge.model, calls, path != "now")) if calls else 0.0
+            bare = asyncio.run(bare_calls(judge.model, calls, path in ("before", "typed"))) if calls else 0.0
             bare_cpu = time.process_time() - bare_cpu
     judged_traces = con.execute("SELECT count(DISTINCT trace_id) FROM trace_judgments "
                                 "WHERE status = 'judged'").fetchall()[0][0]
@@ -312,24 +357,19 @@ def remote_throughput(con: duckdb.DuckDBPyConnection, traces: int, flaky: float,
     return RemoteFigures(judged_traces / seconds, report.judged, report.errored, len(stats["refused"]), calls,
                          judged_traces, 1000 * cpu / max(calls, 1), stats["connections"],
                          judged_traces / bare if bare else 0.0, 1000 * bare_cpu / max(calls, 1),
-                         stats["max_in_flight"])
+                         stats["max_in_flight"], stats["requests"])
 
 
 async def bare_calls(model: llm.OpenAICompatibleModel, calls: int, one_client: bool = False) -> float:
-    """Seconds for `calls` bare chat calls through the judge's clients and bound (or, for the
-    paths of before, its one client), distinct prompts, no DeepEval and no cache."""
+    """Seconds for `calls` bare chat calls through the judge's clients, bound and retries (or,
+    for the paths of before, its one client), distinct prompts, no DeepEval and no cache."""
     async def one(i: int) -> None:
         body = {"model": "bare", "messages": [{"role": "user", "content": f"bare call {i}"}]}
         if one_client:
             async with _semaphore(model):
                 await _one_client(model).post("/chat/completions", cast_to=bytes, body=body)
             return
-        slots, clients = model._in_flight()
-        slot = await slots.get()
-        try:
-            await clients[slot % len(clients)].post("/chat/completions", cast_to=bytes, body=body)
-        finally:
-            slots.put_nowait(slot)
+        await model._post(body)  # the judge's slots, clients and retries (the path's own)
 
     start = time.perf_counter()
     await asyncio.gather(*(one(i) for i in range(calls)))
@@ -442,8 +482,10 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=120)
     parser.add_argument("--remote-traces", type=int, default=320)
     parser.add_argument("--remote-repeats", type=int, default=1, help="part 3's rounds of every path")
-    parser.add_argument("--in-flight", type=int, default=64, help="part 3's bound on judge calls at once")
-    parser.add_argument("--paths", default="before,typed,now", help="part 3's paths: before, typed, now")
+    parser.add_argument("--in-flight", default="64", help="part 3's bounds on judge calls at once (e.g. 16,64,128)")
+    parser.add_argument("--paths", default="previous,now", help="part 3's paths: before, typed, previous, now")
+    parser.add_argument("--remote-metrics", choices=["both", "three"], default="both",
+                        help="part 3: Faithfulness alone and the three metrics, or the three alone")
     parser.add_argument("--only", choices=["throughput", "history", "remote"], default=None,
                         help="throughput: part 2 alone (every demo trace judged offline, the bare scorer); "
                              "history: part 4 (not run otherwise); remote: part 3 alone")
@@ -466,7 +508,8 @@ def main() -> None:
             con.close()
             return
         if args.only == "remote":
-            remote_part(con, args.remote_traces, args.remote_repeats, args.in_flight, tuple(args.paths.split(",")))
+            remote_part(con, args.remote_traces, args.remote_repeats, tuple(int(n) for n in args.in_flight.split(",")),
+                        tuple(args.paths.split(",")), args.remote_metrics == "three")
             con.close()
             return
         verdicts, seconds, traces = judge_everything(con)
@@ -497,30 +540,34 @@ def main() -> None:
         print(f"\nestimates over {args.seeds} seeds x {checks['day'].nunique()} days "
               "(95 % intervals; goal coverage 0.93-0.97):")
         print(summary.round(4).to_string())
-        remote_part(con, args.remote_traces, args.remote_repeats, args.in_flight, tuple(args.paths.split(",")))
+        remote_part(con, args.remote_traces, args.remote_repeats, tuple(int(n) for n in args.in_flight.split(",")),
+                        tuple(args.paths.split(",")), args.remote_metrics == "three")
         con.close()
 
 
-def remote_part(con: duckdb.DuckDBPyConnection, traces: int, repeats: int = 1, in_flight: int = 64,
-                paths: tuple[str, ...] = ("before", "typed", "now")) -> None:
+def remote_part(con: duckdb.DuckDBPyConnection, traces: int, repeats: int = 1, bounds: tuple[int, ...] = (64,),
+                paths: tuple[str, ...] = ("previous", "now"), three_only: bool = False) -> None:
     """Part 3: the remote judge, Faithfulness alone and three metrics, with and without
-    refusals, along each path in turn in this process (same load)."""
-    print(f"\nremote judge on a 200 ms stand-in (own process, keep-alive), 16 cases open, {in_flight} calls in "
-          f"flight at most, {traces} traces (goal >= 40 traces/s, no case lost); before = 23d8a6b's path, "
-          "typed = 8fdf2f6's, both re-enacted; bound = calls in flight / 0.2 s / calls a trace needed:")
-    for metrics in (METRICS[:1], METRICS):
-        for flaky in (0.0, 0.15):
-            for repeat in range(repeats):
-                for path in paths:
-                    f = remote_throughput(con, traces, flaky, metrics, in_flight, path)
-                    calls_per_trace = f.calls / max(f.traces, 1)
-                    bound = in_flight / 0.2 / calls_per_trace if f.calls else float("nan")
-                    print(f"  {path:6} {' + '.join(m.name for m in metrics)}, {flaky:.0%} refused (#{repeat + 1}): "
-                          f"{f.traces_per_s:.1f} traces/s; bound {bound:.1f} ({calls_per_trace:.2f} calls a trace); "
-                          f"bare calls {f.bare_traces_per_s:.1f}; CPU {f.cpu_ms_per_call:.2f} ms a call "
-                          f"(bare {f.bare_cpu_ms_per_call:.2f}); {f.connections} connections, {f.max_in_flight} "
-                          f"in flight at most; {f.judged} judgements, {f.errored} errored, {f.refused} refusals "
-                          f"retried; load {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    refusals, at each bound on calls in flight, along each path in turn in this process (same load)."""
+    print(f"\nremote judge on a 200 ms stand-in (own process, keep-alive), 16 cases open, {traces} traces "
+          "(goal >= 40 traces/s, no case lost); before = 23d8a6b's path, typed = 8fdf2f6's, previous = "
+          "d287b4b's, all re-enacted; calls a trace = the stand-in's requests (answered + refused) / traces "
+          "judged; bound = calls in flight / 0.2 s / answered calls a trace:")
+    for in_flight in bounds:
+        for metrics in ((METRICS,) if three_only else (METRICS[:1], METRICS)):
+            for flaky in (0.0, 0.15):
+                for repeat in range(repeats):
+                    for path in paths:
+                        f = remote_throughput(con, traces, flaky, metrics, in_flight, path)
+                        answered = (f.requests - f.refused) / max(f.traces, 1)
+                        bound = in_flight / 0.2 / answered if answered else float("nan")
+                        print(f"  {in_flight:3} in flight, {path:8} {' + '.join(m.name for m in metrics)}, "
+                              f"{flaky:.0%} refused (#{repeat + 1}): {f.traces_per_s:.1f} traces/s; bound {bound:.1f}; "
+                              f"calls a trace {answered:.2f} answered + {f.refused / max(f.traces, 1):.2f} refused "
+                              f"({f.calls} paid by the judge); bare calls {f.bare_traces_per_s:.1f}; CPU "
+                              f"{f.cpu_ms_per_call:.2f} ms a call (bare {f.bare_cpu_ms_per_call:.2f}); {f.connections} "
+                              f"connections, {f.max_in_flight} in flight at most; {f.judged} judgements, {f.errored} "
+                              f"errored; load {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
 
 
 @contextmanager
