@@ -155,6 +155,8 @@ def label_languages(con: duckdb.DuckDBPyConnection, settings: LanguageSettings =
     `identify` finds in its query, each distinct query identified once. Returns the traces
     labelled, by source. Rows a run stores are decided in the same run, so this reads only them
     (and, once, a database from before)."""
+    if not con.execute("SELECT 1 FROM raw_traces WHERE language_source IS NULL LIMIT 1").fetchall():
+        return {}  # every trace decided: one query instead of an update and a scan
     con.execute("""UPDATE raw_traces SET language_source = 'attribute'
                    WHERE language_source IS NULL AND language IS NOT NULL""")
     queries = [q for (q,) in con.execute("""SELECT DISTINCT original_query FROM raw_traces

@@ -250,15 +250,14 @@ def run_ingestion(con: duckdb.DuckDBPyConnection, read_files: Callable[[LazyPool
 @contextmanager
 def _settings(con: duckdb.DuckDBPyConnection, settings: dict[str, str]) -> Iterator[None]:
     """DuckDB settings (name -> SQL literal) for the duration of the block, restored after."""
-    previous = {name: con.execute(f"SELECT current_setting('{name}')").fetchall()[0][0]
-                for name in settings}
-    for name, value in settings.items():
-        con.execute(f"SET {name} = {value}")
+    names = list(settings)
+    current = con.execute(f"SELECT {', '.join(f'current_setting({n!r})' for n in names)}").fetchall()[0]
+    previous = dict(zip(names, current, strict=True))
+    con.execute("; ".join(f"SET {name} = {value}" for name, value in settings.items()))
     try:
         yield
     finally:
-        for name, value in previous.items():
-            con.execute(f"SET {name} = '{value}'")
+        con.execute("; ".join(f"SET {name} = '{value}'" for name, value in previous.items()))
 
 
 def _ingest_directory(con: duckdb.DuckDBPyConnection, directory: Path, max_record_bytes: int,

@@ -380,14 +380,17 @@ def store_verdicts(con: duckdb.DuckDBPyConnection, source_file: str, source_form
         SELECT {_trace_columns()}, ? AS source_format, ? AS source_file,
                source_line, now() AS ingested_at
         FROM {new}""", [source_format, source_file])
+    # the day is computed per trace, before unnest (in the same SELECT it is computed per row)
     con.execute(f"""
         INSERT INTO trace_chunks BY NAME
-        SELECT t.trace_id, unnest(t.chunks, recursive := true), {_TRACE_DAY} AS day FROM {new}""")
+        SELECT trace_id, unnest(chunks, recursive := true), day
+        FROM (SELECT t.trace_id, t.chunks, {_TRACE_DAY} AS day FROM {new})""")
     con.execute(f"""
         INSERT INTO trace_spans BY NAME
         SELECT trace_id, span_id, parent_span_id, name, kind,
                try_cast(start_time AS TIMESTAMPTZ) AS start_time, duration_ms, status, day
-        FROM (SELECT t.trace_id, unnest(t.spans, recursive := true), {_TRACE_DAY} AS day FROM {new})""")
+        FROM (SELECT trace_id, unnest(spans, recursive := true), day
+              FROM (SELECT t.trace_id, t.spans, {_TRACE_DAY} AS day FROM {new}))""")
     con.execute(f"""
         INSERT INTO trace_feedback BY NAME
         SELECT t.trace_id, t.feedback.rating, t.feedback.category, t.feedback.comment, {_TRACE_DAY} AS day

@@ -131,6 +131,8 @@ def assemble_ready(con: duckdb.DuckDBPyConnection, now_ns: int, grace: timedelta
     grace_ns = int(grace.total_seconds() * 1e9)
     if load_pending is not None:
         load_pending(con)
+    elif load_stored is None and not con.execute("SELECT 1 FROM otlp_pending LIMIT 1").fetchall():
+        return AssemblyCounts()  # nothing pending: a run with no new OTLP spans pays one query
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _trace_stats AS
         SELECT s.trace_id, count(*) AS spans, bool_or(coalesce(s.parent_span_id, '') = '') AS has_root,
