@@ -126,6 +126,8 @@ def test_a_claim_grade_blends_its_bare_word_overlap_with_its_support():
     # bare words: no stemming ("capitals"), accents folded, case ignored
     assert word_overlap("capitals of FRANCE", context) == pytest.approx(2 / 3)
     assert word_overlap("Pàris", context) == 1.0
+    # third-person pronouns are left out, as in the rules: they refer to what the context is about
+    assert word_overlap("It was developed by OpenAI", Context(["GPT-4 was developed by OpenAI."])) == 1.0
     # the rules alone, and overlap alone, are the two ends of the blend
     assert faithfulness([claim], context, overlap_share=0.0)[0][1] == support(claim, context)
     assert faithfulness([claim], context, overlap_share=1.0)[0][1] == 1.0
