@@ -42,6 +42,23 @@ class Curator:
         return self.client.post(f"/trace/{trace_id}", data={"csrf": self.csrf, **form}, follow_redirects=False)
 
 
+@pytest.fixture(scope="session")
+def _chromium():
+    from tests.helpers.browser import chromium
+    with chromium() as driver:
+        yield driver
+
+
+@pytest.fixture
+def browser(_chromium):
+    """The browser tests' headless Chromium, one per test session (each start costs a CPU-second
+    or more), as a fresh one for each test: no cookies (which are per host, whatever the port)
+    and the default window."""
+    _chromium.execute_cdp_cmd("Network.clearBrowserCookies", {})
+    _chromium.set_window_size(1400, 1000)
+    return _chromium
+
+
 @pytest.fixture
 def workspace(curation):
     return Workspace(curation)

@@ -12,7 +12,7 @@ from rag_loop.curation.labels import store_label_files
 from rag_loop.workspace.app import create_app
 from rag_loop.workspace.store import Workspace
 from tests.helpers import PROJECT, demo_copy
-from tests.helpers.browser import CHROMIUM, DRIVER, MISSING, chromium
+from tests.helpers.browser import CHROMIUM, DRIVER, MISSING
 from tests.workspace.test_app import HOSTILE, _hostile_queue
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(CHROMIUM is None or DRIVER is None, reason=MISSING)]
@@ -37,12 +37,6 @@ class Server:
     def close(self):
         self.server.should_exit = True
         self.thread.join(timeout=10)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as driver:
-        yield driver
 
 
 def _keys(browser, *keys):

@@ -12,7 +12,7 @@ from rag_loop.workspace.incidents import IncidentCommands
 from rag_loop.workspace.store import Workspace
 from tests.helpers.browser import CHROMIUM, DRIVER, MISSING
 from tests.incidents.world import tiny_world
-from tests.workspace.test_browser import Server, _wait, browser  # noqa: F401 - the fixture
+from tests.workspace.test_browser import Server, _wait
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(CHROMIUM is None or DRIVER is None, reason=MISSING)]
 
@@ -20,7 +20,7 @@ TITLE = "<script>alert(1)</script> ERR-977 <img src=x onerror=\"alert(2)\">"
 SLICE = "tenant=<svg onload=alert(3)>"
 
 
-def test_a_curator_opens_and_closes_an_incident_and_hostile_text_stays_text(browser, tmp_path):  # noqa: F811
+def test_a_curator_opens_and_closes_an_incident_and_hostile_text_stays_text(browser, tmp_path):
     from selenium.common.exceptions import NoAlertPresentException
     from selenium.webdriver.common.by import By
     database = tmp_path / "rag.duckdb"

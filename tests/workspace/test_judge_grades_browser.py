@@ -9,7 +9,7 @@ from rag_loop.curation.queue_files import export_for_workspace
 from rag_loop.workspace.app import create_app
 from rag_loop.workspace.store import Workspace
 from tests.helpers.browser import CHROMIUM, DRIVER, MISSING
-from tests.workspace.test_browser import Server, _keys, _trace_of, _wait, browser  # noqa: F401
+from tests.workspace.test_browser import Server, _keys, _trace_of, _wait
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(CHROMIUM is None or DRIVER is None, reason=MISSING)]
 
@@ -29,7 +29,7 @@ def _queue(folder) -> None:
     export_for_workspace(rows, {r["trace_id"]: {} for r in rows}, folder / "queue", "b")
 
 
-def test_a_curator_grades_the_judge_with_the_keyboard_and_the_agreement_shows(browser, db, tmp_path):  # noqa: F811
+def test_a_curator_grades_the_judge_with_the_keyboard_and_the_agreement_shows(browser, db, tmp_path):
     from dagster import materialize
     from dagster_duckdb import DuckDBResource
     from selenium.webdriver.common.by import By

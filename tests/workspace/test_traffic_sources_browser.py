@@ -16,7 +16,7 @@ from rag_loop.workspace.app import create_app
 from rag_loop.workspace.store import Workspace
 from tests.curation.test_traffic_sources import VPN_NEW, _traffic
 from tests.helpers.browser import CHROMIUM, DRIVER, MISSING
-from tests.workspace.test_browser import Server, _keys, _replace, _wait, browser  # noqa: F401 - the fixture
+from tests.workspace.test_browser import Server, _keys, _replace, _wait
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(CHROMIUM is None or DRIVER is None, reason=MISSING)]
 
@@ -32,7 +32,7 @@ def _queue(con, curation) -> None:
     export_knowledge(con, curation / "queue")
 
 
-def test_a_curator_cites_traffic_sources_and_the_label_stage_stores_them(browser, tmp_path):  # noqa: F811
+def test_a_curator_cites_traffic_sources_and_the_label_stage_stores_them(browser, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     con = _traffic(tmp_path)
