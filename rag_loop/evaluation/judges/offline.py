@@ -28,7 +28,7 @@ from rag_loop.evaluation.judges.evidence import (
     key_tokens,
     statements,
 )
-from rag_loop.evaluation.judges.support import Context, faithfulness
+from rag_loop.evaluation.judges.support import OVERLAP_SHARE, Context, faithfulness
 from rag_loop.evaluation.settings import DEFAULT_GEVAL, METRIC_NAMES, OFFLINE_JUDGE, OFFLINE_THRESHOLDS
 from rag_loop.vectors.embedding import BUNDLED_MODEL_ID, Embedder
 
@@ -147,9 +147,10 @@ def relevance_grades(evidence: Evidence, texts: Sequence[str], query: str) -> li
 
 
 class OfflineFaithfulness(OfflineMetric):
-    """Mean graded support of the answer's claims by the retrieval context (`support.py`):
-    a continuous score in [0, 1]; a question in the answer counts as an unsupported claim, and
-    an answer with no claims scores 0."""
+    """Mean grade of the answer's claims by the retrieval context (`support.py`: the rules'
+    support blended with the claim's bare word overlap, so that the score keeps overlap's
+    ranking where a rule misjudges unseen data): a continuous score in [0, 1]; a question in
+    the answer counts as an unsupported claim, and an answer with no claims scores 0."""
 
     name = "Faithfulness"
 
@@ -260,4 +261,5 @@ class OfflineJudge(Judge):
                 "geval": [s["name"] for s in self.geval if s["name"] == "Correctness"],
                 "geval_skipped_offline": [s["name"] for s in self.geval if s["name"] != "Correctness"],
                 "rules": {"support_similarity": SUPPORT_SIMILARITY,
-                          "relevance_similarity": RELEVANCE_SIMILARITY}}
+                          "relevance_similarity": RELEVANCE_SIMILARITY,
+                          "faithfulness_overlap_share": OVERLAP_SHARE}}
