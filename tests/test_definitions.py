@@ -12,6 +12,17 @@ def test_definitions_load():
         assert defs.resolve_job_def(job).name == job
 
 
+def test_every_job_queues_as_the_duckdb_writer():
+    """deploy/dagster.yaml queues runs one at a time on this tag (tests/e2e/test_webserver runs
+    the loop, ingest_job and a release through it): a job without it would hit DuckDB's lock."""
+    from rag_loop_dagster.assets.resources import DUCKDB_WRITER
+    from rag_loop_dagster.definitions import defs
+    jobs = [j for j in defs.get_repository_def().job_names if not j.startswith("__")]  # Dagster's own
+    assert {"rag_loop_job", "ingest_job", "label_job", "release_goldens", "drift_job"} <= set(jobs)
+    untagged = [j for j in jobs if not DUCKDB_WRITER.items() <= defs.resolve_job_def(j).tags.items()]
+    assert untagged == []
+
+
 def test_every_table_the_loop_writes_is_a_declared_asset(demo_run):
     _, database, _ = demo_run
     assert undeclared_tables(database) == set()
