@@ -284,7 +284,7 @@ class SparkEngine(Engine):
 
     def materialize(self, con: duckdb.DuckDBPyConnection, name: str, expression: ir.Table) -> int:
         require_home(con, self.lake)
-        self._write_days(name, expression, self.lake.files(name))
+        self._write_days(name, expression, None)
         return self._expose(con, name, expression)
 
     def replace_days(self, con: duckdb.DuckDBPyConnection, name: str, expression: ir.Table,
@@ -292,8 +292,7 @@ class SparkEngine(Engine):
         """As `Engine.replace_days`. A lake table the database does not show (another
         database's) is replaced whole."""
         require_home(con, self.lake)
-        replaced = days if has_table(con, name) else self.lake.days(name)
-        self._write_days(name, expression, self.lake.files(name, replaced))
+        self._write_days(name, expression, days if has_table(con, name) else None)
         self._expose(con, name, expression)
         return _rows_of_days(con, name, days)
 
@@ -303,10 +302,10 @@ class SparkEngine(Engine):
         expose_lake_tables(con, self.lake, {name: expression.columns})
         return con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]
 
-    def _write_days(self, name: str, expression: ir.Table, replaced: Sequence[str]) -> None:
+    def _write_days(self, name: str, expression: ir.Table, days: Collection[date] | None) -> None:
         """The expression's rows written by the executors, one file per day, then committed by
-        the driver in place of the files `replaced` (the lake table's, as `Lake.files` lists
-        them), in one Delta commit: readers see all of the old days or all of the new."""
+        the driver in place of the table's rows of `days` (None: all), in one Delta commit:
+        readers see all of the old days or all of the new."""
         staging, folder = self.lake.staging(), self.lake.path(name)
         added = []
         try:
@@ -315,8 +314,7 @@ class SparkEngine(Engine):
                 target.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(written, target)  # not read until committed
                 added.append(target)
-            removed = [Path(path).relative_to(folder).as_posix() for path in replaced]
-            self.lake.commit_files(name, added, removed, _instants_in_utc(expression.schema().to_pyarrow()))
+            self.lake.commit_days(name, added, days, _instants_in_utc(expression.schema().to_pyarrow()))
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 

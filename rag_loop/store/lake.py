@@ -247,6 +247,24 @@ class Lake:
         if actions:
             delta.create_write_transaction(actions, mode="append", schema=delta.schema(), partition_by=[DAY])
 
+    def commit_days(self, table: str, added: Sequence[Path], days: Collection[date] | None,
+                    schema: pa.Schema) -> None:
+        """Parquet files written in a local table's `day=` folders committed in place of its rows
+        of `days` (None: all its rows), in one commit (a partition overwrite), which also adds
+        the columns of `schema` (with `day`) the table lacks (older files read NULL there)."""
+        actions = [_add_action(self.path(table), file) for file in added]
+        delta = self.delta(table)
+        if delta is None:
+            create_table_with_add_actions(self.uri(table), Schema.from_arrow(_day_last(schema)), actions,
+                                          mode="error", partition_by=[DAY], storage_options=self.options())
+        elif days is None or days:
+            present = pa.schema(delta.schema().to_arrow())
+            wider = pa.schema([*present, *(f.with_nullable(True) for f in delta_types(schema)
+                                           if f.name not in present.names)])
+            delta.create_write_transaction(actions, mode="overwrite", schema=wider, partition_by=[DAY],
+                                           partition_filters=None if days is None else
+                                           [(DAY, "in", sorted(d.isoformat() for d in days))])
+
     def delete(self, table: str, predicate: str) -> None:
         """The rows `predicate` (delta-rs SQL) matches removed, in one commit."""
         delta = self.delta(table)

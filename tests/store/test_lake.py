@@ -1,7 +1,7 @@
 """The trace lake's Delta tables (rag_loop.store.lake): days replaced by predicate and whole
 overwrites, one version per write, a column added later (older files read NULL), executors'
-files committed by the driver in one version, the days, files and fingerprints of a version,
-marked DuckDB views over a version's files (a table with no files too), compaction that keeps
+files committed by the driver in one version (whole days too), the days, files and fingerprints of a
+version, DuckDB views over a version's files (a table with no files too), compaction that keeps
 the rows, vacuum that removes only unreferenced files; and a property test: any sequence of day
 writes and deletes leaves the same rows per day as a dict would."""
 
@@ -149,6 +149,27 @@ def test_commit_files_adds_and_removes_in_one_version(tmp_path):
     # the first commit of a table makes it
     first = _executor_file(lake, "u", D1, rows(D1, 2), "part-0.parquet")
     lake.commit_files("u", [first], [], SCHEMA)
+    assert version(lake, "u") == 0 and read(lake, "u") == as_tuples(rows(D1, 2))
+
+
+def test_commit_days_replaces_whole_days_and_adds_a_column_in_one_version(tmp_path):
+    """A Spark stage's commit: its files in place of the days it computed (a partition
+    overwrite), a column the files add joining the schema in the same version; all days at once
+    (None) for a whole run; and the first commit makes the table."""
+    lake = Lake.of(tmp_path)
+    lake.write("t", pa.concat_tables([rows(D1, 3), rows(D2, 2)]), days={D1, D2})
+    wider = rows(D1, 1, "w").append_column("language", pa.array(["vi"]))
+    added = [_executor_file(lake, "t", D1, wider, "part-w1.parquet"),
+             _executor_file(lake, "t", D3, rows(D3, 2, "s"), "part-s3.parquet")]
+    lake.commit_days("t", added, {D1, D3}, wider.schema)
+    assert version(lake, "t") == 1  # one commit: D1's rows replaced and the column added together
+    assert lake.schema("t").names == ["trace_id", "n", "day", "language"]
+    assert sorted(read(lake, "t", ["trace_id", "language"])) == \
+        [("a02-0", None), ("a02-1", None), ("s03-0", None), ("s03-1", None), ("w01-0", "vi")]
+    lake.commit_days("t", [_executor_file(lake, "t", D2, rows(D2, 1, "z"), "part-z.parquet")], None, SCHEMA)
+    assert version(lake, "t") == 2 and read(lake, "t", ["trace_id"]) == [("z02-0",)]
+    assert lake.schema("t").names == ["trace_id", "n", "day", "language"]  # a column is never dropped
+    lake.commit_days("u", [_executor_file(lake, "u", D1, rows(D1, 2), "part-0.parquet")], {D1}, SCHEMA)
     assert version(lake, "u") == 0 and read(lake, "u") == as_tuples(rows(D1, 2))
 
 
