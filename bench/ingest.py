@@ -13,6 +13,8 @@ load average at its start (the machine may be shared: compare ratios, not times)
 median and best ratio. Each round also prints both phases' CPU seconds (the ingestion's workers
 included) and their ratio, which the other sessions on a shared machine move less than wall time.
 `--malformed-line` also times a copy whose last line is cut off, which the fallback readers take.
+`--statements N` then ingests the file once more and lists the N statements that took the most CPU
+(DuckDB's threads included), with their wall time: where the ingestion's time goes.
 
 `--otlp [--spans 1000000]` does the same for a Collector-style OTLP JSON file: export batches
 of 512 spans per line, each trace's root span a few traces later than its children (as a
@@ -163,6 +165,8 @@ def main() -> None:
     parser.add_argument("--spans", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=1,
                         help="rounds of bare scan and ingestion (each round's ratio and load)")
+    parser.add_argument("--statements", type=int, default=0,
+                        help="then list the N statements of one ingestion that took the most CPU")
     parser.add_argument("--increment", type=int, default=0,
                         help="with --otlp: then a file of this many new spans, ingested over the first")
     args = parser.parse_args()
@@ -181,6 +185,8 @@ def main() -> None:
           f"(batches of {args.batch_mb} MB, DuckDB memory_limit {args.memory_limit})")
     print(f"ratio ingest/bare: {ingest / bare:.2f}  (target <= 1.5)")
     print(f"peak RSS of the ingestion process: {ingest_peak:.2f} GB  (target < 4)")
+    if args.statements:
+        _print_statements(args, traces_dir)
     if args.malformed_line:
         malformed_dir = args.workdir / f"malformed-{args.traces}"
         malformed_dir.mkdir(exist_ok=True)
@@ -193,6 +199,53 @@ def main() -> None:
                                            args.memory_limit)
         print(f"with one malformed last line: {seconds:7.2f} s, ratio {seconds / bare:.2f}, "
               f"peak RSS {peak:.2f} GB, {total}")
+
+
+class _TimedConnection:
+    """A DuckDB connection that records each statement's wall and CPU seconds (this process's
+    CPU, so DuckDB's threads count; the workers are not in it)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection):
+        self._con = con
+        self.statements: list[tuple[float, float, str]] = []  # CPU s, wall s, SQL
+
+    def _timed(self, method: str, sql: str, *args, **kwargs):
+        start, cpu = time.perf_counter(), _own_cpu_seconds()
+        result = getattr(self._con, method)(sql, *args, **kwargs)
+        self.statements.append((_own_cpu_seconds() - cpu, time.perf_counter() - start, " ".join(sql.split())))
+        return self if result is self._con else result
+
+    def execute(self, sql: str, *args, **kwargs):
+        return self._timed("execute", sql, *args, **kwargs)
+
+    def executemany(self, sql: str, *args, **kwargs):
+        return self._timed("executemany", sql, *args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self._con, name)
+
+
+def _own_cpu_seconds() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return own.ru_utime + own.ru_stime
+
+
+def _statements(workdir: Path, traces_dir: Path, batch_mb: int, memory_limit: str, top: int) -> tuple:
+    start, cpu = time.perf_counter(), _cpu_seconds()
+    with _fresh_database(workdir / "ingest.duckdb") as con:
+        timed = _TimedConnection(con)
+        ingest_directory(timed, traces_dir, batch_bytes=batch_mb << 20, memory_limit=memory_limit)
+    ranked = sorted(timed.statements, reverse=True)
+    return time.perf_counter() - start, _cpu_seconds() - cpu, sum(s[0] for s in ranked), ranked[:top]
+
+
+def _print_statements(args: argparse.Namespace, traces_dir: Path) -> None:
+    wall, cpu, in_statements, ranked = _in_process(_statements, args.workdir, traces_dir, args.batch_mb,
+                                                   args.memory_limit, args.statements)
+    print(f"one more ingestion: {wall:.2f} s, {cpu:.1f} CPU-s ({in_statements:.1f} in statements); "
+          f"load {os.getloadavg()[0]:.2f}. Top statements by CPU:")
+    for statement_cpu, statement_wall, sql in ranked:
+        print(f"  {statement_cpu:6.2f} CPU-s {statement_wall:6.2f} s  {sql[:110]}")
 
 
 def _main_otlp(args: argparse.Namespace) -> None:
