@@ -99,8 +99,9 @@ class LlmJudgeSettings:
     model: str = "gpt-4o-mini"
     api_key_env: str = "OPENAI_API_KEY"
     timeout_seconds: float = 60.0
-    # the OpenAI client retries 429, 5xx, timeouts and dropped connections with exponential
-    # backoff (at most 8 s a wait, Retry-After honoured); a call still failing errors its metric
+    # 429, 5xx, timeouts and dropped connections are retried with the OpenAI client's rules
+    # (exponential backoff, at most 8 s a wait, Retry-After honoured; the judge's own loop, so
+    # that a wait frees its slot of the bound); a call still failing errors its metric
     max_retries: int = 4
     max_in_flight: int = 16  # judge calls at once, over every case and metric of a run
     input_cost_per_million: float = 0.0
