@@ -1,0 +1,42 @@
+"""A run that finds nothing new to assemble or label skips those stages' statements (issue 44:
+the test suite ingests small folders hundreds of times)."""
+
+import duckdb
+
+from rag_loop.ingest import ingest_directory
+from tests.helpers import trace_line
+
+
+class RecordingConnection:
+    """A DuckDB connection that keeps the text of every statement it runs."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection):
+        self._con = con
+        self.statements: list[str] = []
+
+    def execute(self, sql, *args, **kwargs):
+        self.statements.append(" ".join(sql.split()))
+        result = self._con.execute(sql, *args, **kwargs)
+        return self if result is self._con else result
+
+    def executemany(self, sql, *args, **kwargs):
+        self.statements.append(" ".join(sql.split()))
+        return self._con.executemany(sql, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._con, name)
+
+
+def test_a_run_with_nothing_pending_or_undecided_skips_assembly_and_labelling(con, tmp_path):
+    (tmp_path / "t.jsonl").write_text(trace_line("given", language="vi") + "\n"
+                                      + trace_line("found", original_query="How many leave days do I get?") + "\n")
+    first = RecordingConnection(con)
+    ingest_directory(first, tmp_path)
+    assert any(s.startswith("UPDATE raw_traces SET language") for s in first.statements)  # "found" is identified
+    assert dict(con.execute("SELECT trace_id, language_source FROM raw_traces").fetchall()) == \
+        {"given": "attribute", "found": "detected"}
+
+    again = RecordingConnection(con)
+    ingest_directory(again, tmp_path)
+    touched = [s for s in again.statements if "_trace_stats" in s or s.startswith("UPDATE raw_traces")]
+    assert touched == []
