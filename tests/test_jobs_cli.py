@@ -97,7 +97,7 @@ def _tiny_definitions(monkeypatch):
                               ).resolve_job_def("checked_job")
     jobs = {"tiny_job": tiny_job, "broken_job": broken_job, "checked_job": checked_job}
     monkeypatch.setitem(sys.modules, "rag_loop_dagster.definitions", types.SimpleNamespace(
-        defs=types.SimpleNamespace(resolve_job_def=jobs.__getitem__)))
+        defs=types.SimpleNamespace(resolve_job_def=jobs.__getitem__, resolve_all_job_defs=jobs.values)))
 
 
 def test_a_run_with_a_log_prints_one_line_and_writes_the_rest_to_the_log(monkeypatch, tmp_path, capfd):
