@@ -14,7 +14,7 @@ from urllib.parse import urljoin
 
 import pytest
 from click.testing import CliRunner
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from rag_loop.curation.queue_files import export_for_workspace
@@ -328,9 +328,13 @@ def test_a_local_path_stays_on_this_server(path):
     assert urljoin(BASE_URL, local_path(path).replace("\\", "/")).startswith(BASE_URL + "/")
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.one_of(st.sampled_from([".", "..", "a/../b", "x/./y", "d/../../e", "c/..", "sp ace?#f", "..."]),
-                          st.text(alphabet="./ab?#", min_size=1, max_size=6)), min_size=1, max_size=6, unique=True))
+DOT_SEGMENTS = [".", "..", "a/../b", "x/./y", "d/../../e", "c/..", "sp ace?#f", "..."]
+
+
+@FAST  # every named shape in one queue each run (the example), then random mixes of them and more
+@example(ids=DOT_SEGMENTS)
+@given(st.lists(st.one_of(st.sampled_from(DOT_SEGMENTS), st.text(alphabet="./ab?#", min_size=1, max_size=6)),
+                min_size=1, max_size=6, unique=True))
 def test_a_trace_id_with_dot_segments_opens_from_the_queue(tmp_path_factory, ids):
     """Ids a browser would resolve away as a path (`.`, `..`, `a/../b`; "%2e" is a dot to
     it too) open from the queue's links, and the trace page's label form posts to the same
