@@ -1,12 +1,11 @@
 """Run by tests/engines/test_spark.py in its own process, as a Dagster run worker runs: the assets
 from raw_traces to quality_estimates on the Spark resource pointed at a Spark Connect server
 (argv: url, traces folder, lake folder, database), then trace_signals in a daily run (nothing
-changed) and again from scratch (no recorded state), then raw_traces again with a native and an
-OTLP file added; after the first run, the newest day's retrieval figures are written beside the
+changed); after the first run, the newest day's retrieval figures are written beside the
 database (`<database>.retrieval.parquet`). Prints a JSON line: whether the runs succeeded,
-raw_traces' rows after the first run and the last, the daily run's days computed, whether
-pyspark ran as a Spark Connect client, the lake's files after each run, and where the first run
-says raw_traces, trace_signals and failure_candidates are stored."""
+raw_traces' rows, the daily run's days computed, whether pyspark ran as a Spark Connect client,
+the lake's files after each run, and where the first run says raw_traces, trace_signals and
+failure_candidates are stored."""
 
 import json
 import sys
@@ -20,8 +19,6 @@ from rag_loop.drift.figures import retrieval_figures
 from rag_loop_dagster.assets.ingestion import raw_traces, trace_lake
 from rag_loop_dagster.assets.resources import DeltaLakeStorageResource, RagLoopPaths, SparkEngineResource
 from rag_loop_dagster.assets.selection import failure_candidates, quality_estimates, trace_signals
-from tests.helpers import trace_line
-from tests.helpers.otlp import line, request_spans, write
 
 url, traces, lake, database = sys.argv[1:5]
 storage = DeltaLakeStorageResource(uri=lake)
@@ -49,17 +46,9 @@ with duckdb.connect(database) as con:  # the retrieval figures (parts of them ca
     retrieval_figures(con, day, 7, resources["engine"].engine()).to_parquet(f"{database}.retrieval.parquet")
 daily = materialize([trace_signals], resources=resources, instance=instance)  # nothing changed since
 days_computed = daily.asset_materializations_for_node("trace_signals")[0].metadata["days_computed"].value
-again = materialize([trace_signals], resources=resources).success  # no recorded state: computed again
-files_again = lake_files()
-# a native trace and a new OTLP request: first copy wins reads the lake's stored keys and the
-# assembly the lake's rows of the ready trace, both through Spark Connect
-(Path(traces) / "later.jsonl").write_text(trace_line("later-native") + "\n")
-write(Path(traces) / "later.otlp.jsonl", [line(request_spans(77))])
-later = materialize([raw_traces], resources=resources, instance=instance)
-row_counts = [result.asset_materializations_for_node("raw_traces")[0].metadata["dagster/row_count"].value
-              for result in (run, later)]
+row_count = run.asset_materializations_for_node("raw_traces")[0].metadata["dagster/row_count"].value
 from pyspark.sql.utils import is_remote  # noqa: E402 (imported by the resource, not before)
 
-print(json.dumps({"success": [first, daily.success, again, later.success], "connect": is_remote(), "files": files,
-                  "raw_traces_rows": row_counts,
-                  "files_again": files_again, "stored_in": stored_in, "days_computed_daily": days_computed}))
+print(json.dumps({"success": [first, daily.success], "connect": is_remote(), "files": files,
+                  "raw_traces_rows": row_count, "files_again": lake_files(), "stored_in": stored_in,
+                  "days_computed_daily": days_computed}))
