@@ -6,6 +6,7 @@ from datetime import date, datetime, timedelta
 
 import duckdb
 import numpy as np
+import pandas as pd
 
 from rag_loop.store.ddl import DRIFT_DAY_COLUMNS, EVAL_DDL, GOLDEN_RELEASES_COLUMNS, ONLINE_DDL
 from rag_loop.store.tables import create_tables
@@ -46,14 +47,15 @@ def build(con: duckdb.DuckDBPyConnection, judged_days: int = 10) -> None:
                     passed = bool(rng.random() < (0.93 if metric == "Faithfulness" and d < 10 else 0.8))
                     judgments.append((trace_id, day, metric, "j1", "v1", "judged", 0.9 if passed else 0.2, 0.5,
                                       passed, True, 1.0, 0.0004, f"{at.isoformat()}+00:00"))
-    con.executemany('INSERT INTO raw_traces (trace_id, "timestamp", original_query, rag_version, prompt_version, '
-                    "index_version, latency_ms, cost_usd, is_fallback, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    traces)
-    con.executemany("INSERT INTO trace_feedback (trace_id, rating, day) VALUES (?, ?, ?)", feedback)
-    con.executemany("INSERT INTO trace_signals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", signals)
-    con.executemany("INSERT INTO trace_judgments (trace_id, day, metric, judge_id, judge_version, status, score, "
-                    "threshold, passed, by_random, inclusion_probability, cost_usd, judged_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", judgments)
+    # inserted from data frames: executemany binds row by row (two CPU-seconds for these rows)
+    _insert(con, "raw_traces", traces, ["trace_id", "timestamp", "original_query", "rag_version", "prompt_version",
+                                        "index_version", "latency_ms", "cost_usd", "is_fallback", "status"])
+    _insert(con, "trace_feedback", feedback, ["trace_id", "rating", "day"])
+    _insert(con, "trace_signals", signals, ["trace_id", "day", "language", "tenant", "query_type", "prompt_version",
+                                            "rag_version", "index_version", "risk_level"])
+    _insert(con, "trace_judgments", judgments, ["trace_id", "day", "metric", "judge_id", "judge_version", "status",
+                                                "score", "threshold", "passed", "by_random", "inclusion_probability",
+                                                "cost_usd", "judged_at"])
     con.execute("UPDATE trace_judgments SET streams = ['random']")
     con.execute("INSERT INTO failure_candidates SELECT DISTINCT trace_id, ['random'] FROM trace_judgments")
     con.execute("INSERT INTO judgment_runs (run_id, finished_at, judge_id, judge_version, planned, judged) "
@@ -80,3 +82,10 @@ def build(con: duckdb.DuckDBPyConnection, judged_days: int = 10) -> None:
     con.execute("INSERT INTO eval_runs (run_id, started_at, release_version, blocked, cases, cost_usd) VALUES "
                 "('eval-a', '2026-11-09 11:00:00+00', 'v0001', false, 12, 0.01), "
                 "('eval-b', '2026-11-12 11:00:00+00', 'v0001', true, 12, 0.01)")
+
+
+def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[tuple], columns: list[str]) -> None:
+    """`rows` into `table`'s `columns`, cast to the table's types by DuckDB's insert."""
+    frame = pd.DataFrame(rows, columns=columns)  # noqa: F841 - read by name in the statement
+    names = ", ".join(f'"{c}"' for c in columns)
+    con.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM frame")
