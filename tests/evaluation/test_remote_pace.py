@@ -178,3 +178,22 @@ def test_which_refusals_are_tried_again_and_after_how_long(exc, wait):
         assert 1.5 <= got <= 2.0  # 0.5 s doubled twice, less up to a quarter
     else:
         assert got == (pytest.approx(wait) if wait is not None else None)
+
+
+def test_online_an_aligned_threshold_decides_whether_the_reason_is_asked(tmp_path):
+    """Online, a metric is built with the threshold its row is judged with (here an alignment's
+    for English, above the stand-in's score of 1.0): the failing verdict gets the judge's reason."""
+    from rag_loop.evaluation.alignment import load_alignment
+    from rag_loop.online.judgments import JudgingSettings, OnlineMetric, judge_traces
+    from tests.evaluation.test_aligned_eval import _adopt
+    from tests.online.test_judgments import _traces
+    from tests.online.world import build_world
+    con = build_world(tmp_path, _traces(2, language="en"))
+    alignment = load_alignment(con, _adopt(con))  # Faithfulness: 1.01 on English
+    with StandIn() as server:
+        judge = LlmJudge(LlmJudgeSettings(base_url=server.base_url, model="m", max_retries=0, timeout_seconds=5))
+        report = judge_traces(con, judge, JudgingSettings([OnlineMetric("Faithfulness", 0.75)], alignment=alignment))
+    assert report.judged == 2
+    rows = con.execute("SELECT threshold, score, passed, reason FROM trace_judgments").fetchall()
+    assert rows == [(1.01, 1.0, False, "stand-in")] * 2  # failing at its threshold: the judge's reason
+    assert _reasons_asked(server) == ["FaithfulnessScoreReason"]  # the same prompt for both: paid once
