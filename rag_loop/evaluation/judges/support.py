@@ -39,11 +39,12 @@ A claim's support is a number in [0, 1], not a verdict, so that scores rank answ
   ranking where a rule misjudges unseen data. OVERLAP_SHARE 0.2 was chosen on BEGIN CMU-DoG dev
   (grid 0..1 by 0.05, ROC-AUC 0.9809 -> 0.9817) and checked on Topical-Chat dev (0.9656 ->
   0.9678); choosing on Topical-Chat gives 0.55 (0.9696 there), which gives 0.9804 on CMU-DoG
-  (`python bench/judge.py` prints both directions). A bare "yes"/"no" judged with the question keeps its support alone
-  (its own words are not in any context), and a question keeps QUESTION_SUPPORT.
+  (`python bench/judge.py` prints both directions). A bare "yes"/"no" judged with the question
+  keeps its support alone (its own words are not in any context), and a question keeps
+  QUESTION_SUPPORT.
 - An answer with no claims scores 0 (nothing faithful was said).
 
-The weights are round values fixed a priori, not fitted; on both dev sets (BEGIN CMU-DoG and
+The other weights are round values fixed a priori, not fitted; on both dev sets (BEGIN CMU-DoG and
 Topical-Chat) ROC-AUC moves by < 0.01 when any one of them is halved or doubled
 (python bench/judge.py).
 """
