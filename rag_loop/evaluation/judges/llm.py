@@ -18,8 +18,8 @@ grow with the bound on calls in flight or do work the judge does not need, and a
   per `CONNECTIONS_PER_CLIENT` slots of the bound instead: a call holds a slot, and its client
   never has more calls than connections.
 - The reply is read as bytes and the two fields used are taken from its JSON, instead of
-  building a typed `ChatCompletion` (~0.15 ms). Retries, backoff and status errors are still
-  the OpenAI client's.
+  building a typed `ChatCompletion` (~0.15 ms). Status errors are still the OpenAI client's,
+  and retries follow its rules (below).
 
 Under refusals the pace is that of the calls, not of their waits. The judge retries a call
 itself, with the OpenAI client's rules (429, 408, 409, 5xx, timeouts, dropped connections;
@@ -176,7 +176,7 @@ class OpenAICompatibleModel(DeepEvalBaseLLM):
         retries = self.settings.max_retries
         body = await asyncio.wait_for(  # a bound on the whole call, whatever its attempts do
             self._post(self._request(prompt, schema)),
-            timeout=self.settings.timeout_seconds * (1 + retries) + MAX_BACKOFF_SECONDS * retries + 1)
+            timeout=self.settings.timeout_seconds * (1 + retries) + MAX_RETRY_AFTER_SECONDS * retries + 1)
         text, input_tokens, output_tokens = completion_parts(body)
         return self._finish(key, text, input_tokens, output_tokens, schema, cached=False)
 
