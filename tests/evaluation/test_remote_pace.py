@@ -197,3 +197,25 @@ def test_online_an_aligned_threshold_decides_whether_the_reason_is_asked(tmp_pat
     rows = con.execute("SELECT threshold, score, passed, reason FROM trace_judgments").fetchall()
     assert rows == [(1.01, 1.0, False, "stand-in")] * 2  # failing at its threshold: the judge's reason
     assert _reasons_asked(server) == ["FaithfulnessScoreReason"]  # the same prompt for both: paid once
+
+
+def test_online_with_a_learnt_deadline_refusals_and_stalls_lose_nothing(tmp_path):
+    """Stalls given up at the learnt deadline, 429 / 5xx waited out with the slot freed: every
+    judgement stored, none errored, the bound held."""
+    from rag_loop.online.judgments import REFERENCELESS, JudgingSettings, OnlineMetric, judge_traces
+    from tests.online.test_judgments import _traces
+    from tests.online.world import build_world
+    con = build_world(tmp_path, _traces(12))
+    with StandIn() as server:
+        judge = LlmJudge(LlmJudgeSettings(base_url=server.base_url, model="m", max_retries=6, timeout_seconds=3.0,
+                                          max_in_flight=4, min_attempt_seconds=0.2))
+        async def warm() -> None:  # the deadline learnt: stalls are given up at 0.2 s
+            await _warm(judge.model)
+            await judge.end_calls()
+        asyncio.run(warm())
+        server.flaky, server.stall_seconds = 0.3, 1.0
+        report = judge_traces(con, judge, JudgingSettings([OnlineMetric(m, 0.5) for m in REFERENCELESS]))
+    assert {0, 429, 500, 503} <= set(server.refused) and judge.model.deadline.seconds() < 3.0
+    assert report.errored == 0 and report.judged == 36 and report.unfinished == 0
+    assert judge.usage.retries >= len(server.refused)  # every refusal tried again
+    assert server.max_in_flight <= 4 + server.refused.count(0)  # the bound (+ stalls the stand-in still sleeps on)
