@@ -191,12 +191,17 @@ class OpenAICompatibleJudgeResource(JudgeResource):
     max_in_flight: int = Field(_LLM.max_in_flight, description="Judge calls at once.")
     input_cost_per_million: float = _LLM.input_cost_per_million
     output_cost_per_million: float = _LLM.output_cost_per_million
+    attempt_deadline_factor: float | None = Field(
+        _LLM.attempt_deadline_factor, description="An attempt is given up and retried after this many times "
+        "the run's p95 call latency (the last waits timeout_seconds); null: every attempt waits the timeout.")
+    min_attempt_seconds: float = Field(_LLM.min_attempt_seconds, description="The shortest attempt deadline.")
 
     def judge(self, embedder: EmbedderResource) -> Judge:
         from rag_loop.evaluation.judges.llm import LlmJudge
         return LlmJudge(LlmJudgeSettings(self.base_url, self.model, self.api_key_env, self.timeout_seconds,
                                          self.max_retries, self.max_in_flight,
-                                         self.input_cost_per_million, self.output_cost_per_million),
+                                         self.input_cost_per_million, self.output_cost_per_million,
+                                         self.attempt_deadline_factor, self.min_attempt_seconds),
                         self.criteria())
 
 

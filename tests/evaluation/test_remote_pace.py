@@ -219,3 +219,10 @@ def test_online_with_a_learnt_deadline_refusals_and_stalls_lose_nothing(tmp_path
     assert report.errored == 0 and report.judged == 36 and report.unfinished == 0
     assert judge.usage.retries >= len(server.refused)  # every refusal tried again
     assert server.max_in_flight <= 4 + server.refused.count(0)  # the bound (+ stalls the stand-in still sleeps on)
+
+
+def test_the_resource_passes_its_attempt_deadline_settings_to_the_judge():
+    from rag_loop_dagster.assets.resources import OpenAICompatibleJudgeResource
+    judge = OpenAICompatibleJudgeResource(base_url="http://127.0.0.1:9/v1", attempt_deadline_factor=None,
+                                          min_attempt_seconds=2.5).judge(None)
+    assert (judge.settings.attempt_deadline_factor, judge.settings.min_attempt_seconds) == (None, 2.5)
