@@ -20,11 +20,14 @@ def _settings(**overrides) -> EvalSettings:
     return EvalSettings(**DEMO_APP, **{"thresholds": {"Answer Relevancy": 0.7}, "gates": [DROP], **overrides})
 
 
+def _judge(server: StandIn) -> LlmJudge:
+    return LlmJudge(LlmJudgeSettings(base_url=server.base_url, model="m", max_retries=0, timeout_seconds=5), geval=[])
+
+
 def test_a_baseline_of_another_judge_version_is_not_compared_and_the_verdict_says_so(small_release):
     goldens_dir, con = small_release
     with StandIn() as server:
-        plain = LlmJudge(LlmJudgeSettings(base_url=server.base_url, model="m", max_retries=0, timeout_seconds=5),
-                         geval=[])
+        plain = _judge(server)
         first = run_regression(con, goldens_dir, plain, _settings())
         same = run_regression(con, goldens_dir, plain, _settings())
         shown = run_regression(con, goldens_dir, plain.with_few_shot(EXAMPLES), _settings())
@@ -54,8 +57,7 @@ def test_a_drop_gate_that_blocks_without_a_baseline_blocks_on_another_judge_vers
     goldens_dir, con = small_release
     gate = Gate("Answer Relevancy", max_drop=0.1, without_baseline="block")
     with StandIn() as server:
-        plain = LlmJudge(LlmJudgeSettings(base_url=server.base_url, model="m", max_retries=0, timeout_seconds=5),
-                         geval=[])
+        plain = _judge(server)
         run_regression(con, goldens_dir, plain, _settings())  # not blocked: a baseline
         shown = run_regression(con, goldens_dir, plain.with_few_shot(EXAMPLES), _settings(gates=[gate]))
     assert shown.blocked
@@ -68,8 +70,7 @@ def test_a_drop_gate_that_blocks_without_a_baseline_blocks_on_another_judge_vers
 def test_a_run_from_before_judge_versions_were_recorded_is_not_a_comparable_baseline(small_release):
     goldens_dir, con = small_release
     with StandIn() as server:
-        plain = LlmJudge(LlmJudgeSettings(base_url=server.base_url, model="m", max_retries=0, timeout_seconds=5),
-                         geval=[])
+        plain = _judge(server)
         old = run_regression(con, goldens_dir, plain, _settings())
         con.execute("UPDATE eval_runs SET judge = json_object('kind', 'openai-compatible') WHERE run_id = ?",
                     [old.run_id])
