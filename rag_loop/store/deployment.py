@@ -69,6 +69,9 @@ def require_home(con: duckdb.DuckDBPyConnection, lake: Lake | None) -> None:
     if lake is None and recorded is not None:
         raise WrongHome(f"the trace-sized tables are in the trace lake {recorded.root}, and this deployment is "
                         "embedded: run `rag-loop lake migrate --to embedded` first (or configure the lake)")
+    if lake is None and (views := _views(con)):  # a lake-backed database from before the record
+        raise WrongHome(f"{', '.join(views)} are views of a trace lake, and this deployment is embedded: "
+                        "run `rag-loop lake migrate --to embedded` with that lake first (or configure it)")
     if lake is not None and recorded is not None and recorded.root != lake.root:
         raise WrongHome(f"the trace-sized tables are in another trace lake ({recorded.root}), not {lake.root}: "
                         "run `rag-loop lake migrate --to embedded`, then `--to lake` with this one")
@@ -77,6 +80,13 @@ def require_home(con: duckdb.DuckDBPyConnection, lake: Lake | None) -> None:
             raise WrongHome(f"the trace-sized tables are in the DuckDB file, and this deployment keeps them in "
                             f"the trace lake {lake.root}: run `rag-loop lake migrate --to lake` first")
         migrate(con, lake, "lake")
+
+
+def _views(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The trace-sized names the database holds as views."""
+    query = ("SELECT view_name FROM duckdb_views() WHERE database_name = current_database() AND "
+             "schema_name = current_schema() AND view_name IN (SELECT unnest(?)) ORDER BY 1")
+    return [name for (name,) in con.execute(query, [list(TRACE_SIZED)]).fetchall()]
 
 
 def _tables(con: duckdb.DuckDBPyConnection) -> list[tuple[str, int]]:

@@ -58,6 +58,24 @@ def test_migrate_moves_every_row_both_ways_and_a_second_run_moves_nothing(tmp_pa
     assert missing.exit_code != 0 and "no database" in missing.output
 
 
+def test_an_embedded_run_refuses_a_lake_backed_database_from_before_the_record(tmp_path):
+    """Views of a lake and no rag_loop_deployment row (a database migrated before the home was
+    recorded): an embedded configuration is refused up front, not when a write hits a view."""
+    database, lake = tmp_path / "w.duckdb", Lake.of(tmp_path / "lake")
+    with _world(database, [(0, 2, True, "a")]):
+        pass
+    assert CliRunner().invoke(main, ["lake", "migrate", "--to", "lake", "--lake", lake.root,
+                                     "--db", str(database)]).exit_code == 0
+    with duckdb.connect(str(database)) as con:
+        con.execute("DROP TABLE rag_loop_deployment")
+        with pytest.raises(WrongHome, match=r"raw_traces.* are views of a trace lake.*migrate --to embedded"):
+            require_home(con, None)
+    back = CliRunner().invoke(main, ["lake", "migrate", "--to", "embedded", "--lake", lake.root, "--db", str(database)])
+    assert back.exit_code == 0, back.output
+    with duckdb.connect(str(database)) as con:
+        require_home(con, None)
+
+
 def test_a_lake_backed_deployment_on_s3_migrates_runs_a_stage_and_vacuums(tmp_path, monkeypatch):
     """On a local S3-compatible server (moto, loopback only): traces ingested into the DuckDB
     file, `rag-loop lake migrate --to lake` onto s3:// (delta-rs and DuckDB's reader take the
