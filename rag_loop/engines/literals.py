@@ -139,11 +139,14 @@ class Placed:
             value = values.get(match[0])
             quoted = match.start() > 0 and moved[match.start() - 1] == "'"
             return match[0] if value is None else _spelled(value, dialect, quoted)
-        return _TOKENS.sub(spelled, moved)
+        placed = _TOKENS.sub(spelled, moved)
+        # a placeholder the build wrote otherwise (an int made a float's text: `7919….0`) is left
+        return None if _LEFT_OVER.search(placed) else placed
 
 
 # a placeholder's token, not part of a longer name or number
 _TOKENS = re.compile(rf"{_PLACED_TEXT}\d+q|(?<![\w.])(?:0\.70710678\d{{5}}1|7919\d{{9}})(?![\w.])")
+_LEFT_OVER = re.compile(rf"{_PLACED_TEXT}\d+q|0\.70710678\d{{5}}1|7919\d{{9}}")
 
 
 def _spelled(value: int | float | Text, dialect: str, quoted: bool) -> str:

@@ -46,9 +46,11 @@ class Draws(Literals):
     @classmethod
     def of(cls, policy: Any) -> Draws:
         """The draws of a SamplingPolicy."""
-        return cls(Text(policy.salt), policy.random_rate, dict(policy.signal_rates), dict(policy.query_type_rates),
-                   dict(policy.risk_level_rates), policy.daily_capacity(), policy.random_capacity(),
-                   tuple(policy.high_risk_query_types), Text(policy.fingerprint()))
+        def rates(mapping: Mapping[str, float]) -> dict[str, float]:
+            return {name: float(rate) for name, rate in mapping.items()}  # a rate of 1 is 1.0: one shape
+        return cls(Text(policy.salt), float(policy.random_rate), rates(policy.signal_rates),
+                   rates(policy.query_type_rates), rates(policy.risk_level_rates), policy.daily_capacity(),
+                   policy.random_capacity(), tuple(policy.high_risk_query_types), Text(policy.fingerprint()))
 
 
 def candidates_expression(tables: Mapping[str, ir.Table], policy, fn: Functions) -> ir.Table:

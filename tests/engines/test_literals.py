@@ -177,3 +177,22 @@ def test_every_literal_is_spelled_as_ibis_spells_it(spark_dialect, dialect, numb
     canonical, placed = to_placeholders(figures)
     got = placed.back(ibis.to_sql(expression(canonical), dialect=dialect, pretty=False), dialect)
     assert got == ibis.to_sql(expression(figures), dialect=dialect, pretty=False)
+
+
+def test_rates_written_as_integers_give_the_sql_of_their_figures(con):
+    """A rate of 1 (an int, as a config file may spell it) is the rate 1.0: its placeholder is a
+    float's, so double()'s text of it is replaced like any rate's."""
+    draws = sampling.Draws.of(SamplingPolicy(random_rate=1, signal_rates={"thumbs_down": 1, "no_citation": 0}))
+    canonical, placed = to_placeholders(draws)
+    template = _compiled_for(con, "duckdb", sampling.candidates_expression, canonical)
+    wanted = _compiled_for(con, "duckdb", sampling.candidates_expression, draws)
+    assert same_sql(placed.back(template, "duckdb"), wanted)
+
+
+def test_a_placeholder_the_build_spelled_otherwise_is_never_left_in_the_sql():
+    """An int placed where the build writes it as a float's text (`7919….0`) is not a token the
+    SQL can take back: `back` says so (None: the engine compiles the settings as given)."""
+    canonical, placed = to_placeholders(Figures(1, 0.5, Text("x"), datetime(2026, 11, 1, tzinfo=UTC)))
+    table = ibis.table({"f": "float64"}, name="t")
+    sql = ibis.to_sql(table.select(x=table.f * double(canonical.number)), dialect="duckdb", pretty=False)
+    assert placed.back(sql, "duckdb") is None
