@@ -139,9 +139,10 @@ class Placed:
             value = values.get(match[0])
             quoted = match.start() > 0 and moved[match.start() - 1] == "'"
             return match[0] if value is None else _spelled(value, dialect, quoted)
-        placed = _TOKENS.sub(spelled, moved)
-        # a placeholder the build wrote otherwise (an int made a float's text: `7919….0`) is left
-        return None if _LEFT_OVER.search(placed) else placed
+        # a placeholder the build wrote otherwise (an int made a float's text: `7919….0`) cannot be taken back
+        if {m.start() for m in _LEFT_OVER.finditer(moved)} - {m.start() for m in _TOKENS.finditer(moved)}:
+            return None
+        return _TOKENS.sub(spelled, moved)
 
 
 # a placeholder's token, not part of a longer name or number
