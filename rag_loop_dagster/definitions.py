@@ -27,7 +27,7 @@ from rag_loop_dagster.assets.ingestion import (
     trace_lake,
 )
 from rag_loop_dagster.assets.intents import intent_clusters, query_embeddings
-from rag_loop_dagster.assets.lake import lake_maintenance_job, lake_maintenance_schedule
+from rag_loop_dagster.assets.lake import lake_maintenance_job, lake_maintenance_schedule, rag_loop_deployment
 from rag_loop_dagster.assets.online import online_quality, trace_judgments
 from rag_loop_dagster.assets.resources import DUCKDB_WRITER, build_resources
 from rag_loop_dagster.assets.selection import failure_candidates, quality_estimates, trace_novelty, trace_signals
@@ -50,6 +50,7 @@ def build_definitions(resources: Mapping[str, object] | None = None) -> Definiti
                 quality_estimates, trace_judgments, online_quality, query_embeddings, intent_clusters, curation_queue,
                 curated_labels, golden_release, golden_releases, regression_eval, judge_calibration,
                 judge_calibrations, judge_few_shot, judge_few_shot_examples, incidents, incident_traces,
+                rag_loop_deployment,
                 *DRIFT_ASSETS, golden_coverage, dashboard],
         asset_checks=[raw_traces_quarantine_rate],
         jobs=[ingest_job, rag_loop_job, label_job, release_goldens, regression_eval_job, drift_job,

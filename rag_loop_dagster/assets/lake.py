@@ -14,6 +14,7 @@ fail on the conflict). The schedule (weekly, Sunday 03:00 UTC) is stopped until 
 """
 
 from dagster import (
+    AssetSpec,
     Config,
     DefaultScheduleStatus,
     DynamicOut,
@@ -34,6 +35,13 @@ from rag_loop.store.lake_maintenance import maintain_table
 from rag_loop_dagster.assets.resources import DUCKDB_WRITER, StorageResource
 
 LAKE_MAINTENANCE_CRON = "0 3 * * 0"
+
+rag_loop_deployment = AssetSpec(
+    "rag_loop_deployment", group_name="ingestion", kinds={"duckdb"},
+    description="A lake-backed deployment's home, one row: the trace lake's URI and the names (never the "
+                "values) of its storage options. Written by `rag-loop lake migrate` (removed by `--to "
+                "embedded`) and by a new database's first lake-backed run; every run compares its configured "
+                "lake with it and refuses another (rag_loop.store.deployment).")
 
 
 class LakeMaintenanceConfig(Config):

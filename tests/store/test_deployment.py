@@ -12,6 +12,7 @@ from rag_loop.store.deployment import TRACE_SIZED, WrongHome, recorded_lake, req
 from rag_loop.store.lake import Lake
 from rag_loop.store.tables import relation_kind
 from tests.engines.test_lake import _world
+from tests.helpers import undeclared_tables
 
 
 def _snapshot(con) -> dict[str, list]:
@@ -40,6 +41,8 @@ def test_migrate_moves_every_row_both_ways_and_a_second_run_moves_nothing(tmp_pa
         assert _snapshot(con) == before
         assert lake.days("raw_traces") == [date(2026, 11, 1), date(2026, 11, 2)]
         assert recorded_lake(con) == lake  # the home is recorded once, with no storage option to hide
+    assert "rag_loop_deployment" not in undeclared_tables(database)  # the record is a declared asset
+    with duckdb.connect(str(database)) as con:
         with pytest.raises(WrongHome, match="migrate --to embedded"):
             require_home(con, None)
         with pytest.raises(WrongHome, match="another trace lake"):
