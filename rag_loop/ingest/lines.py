@@ -168,6 +168,8 @@ def _python_batches(path: Path, max_record_bytes: int, batch_rows: int) -> Itera
     values: list[bytes] = []
     with open_binary(path) as handle:
         for number, line in enumerate(handle, start=1):
+            if number == 1:  # a UTF-8 byte order mark opens the file, not its first record (Arrow, DuckDB)
+                line = line.removeprefix(b"\xef\xbb\xbf")
             numbers.append(number)
             values.append(line.rstrip(b"\r\n"))
             if len(values) >= batch_rows:
