@@ -120,12 +120,9 @@ class Lake:
         con.execute(f"SET VARIABLE {OPTIONS_VARIABLE} = MAP(?::VARCHAR[], ?::VARCHAR[])",
                     [["root", *self.storage_options], [self.root, *self.storage_options.values()]])
         if not self.local:
-            from fsspec.implementations.arrow import ArrowFSWrapper
-            system, _ = self.filesystem()
             scheme = self.root.split("://", 1)[0]
-            wrapper = type(f"{scheme.title()}Lake", (ArrowFSWrapper,), {"protocol": scheme})(system)
             if scheme not in {f.split("://")[0] for f in con.list_filesystems()}:
-                con.register_filesystem(wrapper)
+                con.register_filesystem(_immutable_files(scheme, self.filesystem()[0]))
         return con
 
     def tables(self) -> list[str]:
@@ -302,6 +299,31 @@ class Lake:
     def staging(self) -> Path:
         """A fresh folder for one run's intermediate files (a local lake's `.staging`)."""
         return self.path(f".staging/{uuid.uuid4().hex}")
+
+
+def _immutable_files(scheme: str, system: fs.FileSystem) -> Any:
+    """An fsspec filesystem of `system` for DuckDB that asks for a file's size and time once:
+    DuckDB asks 3-4 times per file it reads (a request each on an object store), and a lake's
+    data file is never rewritten under its name."""
+    from fsspec.implementations.arrow import ArrowFSWrapper
+
+    class Files(ArrowFSWrapper):
+        protocol = scheme
+        known: dict[str, dict[str, Any]] = {}
+
+        def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
+            path = self._strip_protocol(path)
+            if path not in self.known:
+                entry = super().info(path, **kwargs)
+                if entry["type"] != "file":
+                    return entry
+                self.known[path] = entry
+            return self.known[path]
+
+        def modified(self, path: str) -> Any:
+            return self.info(path)["mtime"]
+
+    return Files(system)
 
 
 def new_file_name() -> str:
