@@ -7,7 +7,7 @@ from datetime import UTC, date, datetime, timedelta
 
 import duckdb
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rag_loop.engines.engine import DuckDBEngine
@@ -55,8 +55,13 @@ def _same_rows(con, lake, table, expected) -> bool:
     return one_way == other_way == 0
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=traces)
+# no rows; and the edges the draws reached: the first and last µs of a day and of the five, no
+# chunk or three, feedback or none, an empty and a quoting query
+@example(rows=[])
+@example(rows=[(0, 0, False, ""), (86_400_000_000 - 1, 3, True, "l'\"é\n"), (86_400_000_000, 1, True, ""),
+               (5 * 86_400_000_000 - 1, 2, False, "x" * 30)])
 def test_every_row_migrates_to_its_day_and_a_second_migrate_moves_nothing(tmp_path_factory, rows):
     root = tmp_path_factory.mktemp("lake")
     con = _world(root / "db.duckdb", rows)

@@ -8,7 +8,7 @@ from datetime import date
 
 import duckdb
 import ibis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rag_loop.engines.engine import DuckDBEngine, SparkEngine
@@ -59,8 +59,12 @@ runs = st.lists(st.tuples(st.booleans(), st.none() | st.sets(st.sampled_from(DAY
                 min_size=1, max_size=4)
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(runs=runs)
+# the shapes the draws covered, kept whatever they draw: each engine after the other, whole after
+# daily and daily after whole, one day and several
+@example(runs=[(True, None), (False, {DAYS[1]}), (True, {DAYS[0], DAYS[2]}), (False, None)])
+@example(runs=[(False, set(DAYS)), (True, {DAYS[2]}), (True, None)])
 def test_any_order_of_engines_whole_or_daily_keeps_a_whole_runs_rows(tmp_path_factory, runs):
     root = tmp_path_factory.mktemp("views")
     with _world(root / "w.duckdb", ROWS) as con:
