@@ -4,6 +4,7 @@ come from its day, results of a slow judge are written as time passes."""
 
 import time
 from datetime import date, timedelta
+from functools import cache
 
 import duckdb
 from hypothesis import HealthCheck, given, settings
@@ -57,6 +58,25 @@ ROW = st.fixed_dictionaries({
                        min_size=3, max_size=3)})
 
 
+@cache
+def _plan_world() -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    create_tables(con)
+    con.execute(ONLINE_DDL)
+    con.execute("CREATE TABLE failure_candidates (trace_id VARCHAR, day DATE, streams VARCHAR[], "
+                "by_random BOOLEAN, inclusion_probability DOUBLE)")
+    return con
+
+
+def _emptied_world() -> duckdb.DuckDBPyConnection:
+    """The tables made once (a third of an example's time), emptied for each example: the
+    history, the candidates, and the re-judging window the plan fixes."""
+    con = _plan_world()
+    for table in ("trace_judgments", "failure_candidates", "judge_windows"):
+        con.execute(f"DELETE FROM {table}")
+    return con
+
+
 @settings(max_examples=60, deadline=None)
 @given(rows=st.lists(ROW, max_size=40), rates=st.lists(st.sampled_from([1.0, 1.0, 0.5, 0.0]), min_size=3, max_size=3),
        settle=st.booleans())
@@ -66,11 +86,7 @@ def test_the_plan_skips_settled_days_and_is_the_plan_of_every_row(rows, rates, s
     candidate's day or another, and judged traces that are no longer candidates. `settle`:
     every drawn pair stored as judged first, then the history's rows over it, so that whole
     days are settled and skipped."""
-    con = duckdb.connect()
-    create_tables(con)
-    con.execute(ONLINE_DDL)
-    con.execute("CREATE TABLE failure_candidates (trace_id VARCHAR, day DATE, streams VARCHAR[], "
-                "by_random BOOLEAN, inclusion_probability DOUBLE)")
+    con = _emptied_world()
     metrics = [OnlineMetric(name, 0.5, rate) for name, rate in zip(NAMES, rates, strict=True)]
     first = date(2026, 11, 1)
     days = {i: None if row["day"] is None else first + timedelta(days=row["day"]) for i, row in enumerate(rows)}
