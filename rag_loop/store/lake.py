@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as fs
 import pyarrow.parquet as pq
-from deltalake import DeltaTable, Schema, write_deltalake
+from deltalake import DeltaTable, Field, Schema, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
@@ -230,15 +230,13 @@ class Lake:
         lists them) taken out of it, in one commit; `schema` (with `day`) is the table's after
         it, so a column the files add joins it first (older files read NULL there)."""
         actions: list[AddAction | RemoveAction] = [
-            _add_action(self.path(table), file) if isinstance(file, Path) else _file_action(file) for file in added]
+            _add_action(_written(self.path(table), file) if isinstance(file, Path) else file) for file in added]
         now = int(time.time() * 1000)
         delta = self.delta(table)
         sizes = dict(zip(*(_added(delta).get(c, []) for c in ("path", "size_bytes")), strict=True))
         actions += [RemoveAction(path, True, now, sizes.get(path), {DAY: _day_of(path)}) for path in removed]
         if delta is None:
-            create_table_with_add_actions(self.uri(table), Schema.from_arrow(_day_last(schema)),
-                                          [a for a in actions if isinstance(a, AddAction)],
-                                          mode="error", partition_by=[DAY], storage_options=self.options())
+            self._create(table, schema, [a for a in actions if isinstance(a, AddAction)])
             return
         _evolve(delta, schema)
         if actions:
@@ -249,11 +247,10 @@ class Lake:
         """Parquet files written in a local table's `day=` folders committed in place of its rows
         of `days` (None: all its rows), in one commit (a partition overwrite), which also adds
         the columns of `schema` (with `day`) the table lacks (older files read NULL there)."""
-        actions = [_add_action(self.path(table), file) for file in added]
+        actions = [_add_action(_written(self.path(table), file)) for file in added]
         delta = self.delta(table)
         if delta is None:
-            create_table_with_add_actions(self.uri(table), Schema.from_arrow(_day_last(schema)), actions,
-                                          mode="error", partition_by=[DAY], storage_options=self.options())
+            self._create(table, schema, actions)
         elif days is None or days:
             present = pa.schema(delta.schema().to_arrow())
             wider = pa.schema([*present, *(f.with_nullable(True) for f in delta_types(schema)
@@ -262,11 +259,10 @@ class Lake:
                                            partition_filters=None if days is None else
                                            [(DAY, "in", sorted(d.isoformat() for d in days))])
 
-    def delete(self, table: str, predicate: str) -> None:
-        """The rows `predicate` (delta-rs SQL) matches removed, in one commit."""
-        delta = self.delta(table)
-        if delta is not None:
-            delta.delete(predicate)
+    def _create(self, table: str, schema: pa.Schema, added: list[AddAction]) -> None:
+        """The table made, partitioned by day, with `schema` and the files `added` as version 0."""
+        create_table_with_add_actions(self.uri(table), Schema.from_arrow(_day_last(schema)), added,
+                                      mode="error", partition_by=[DAY], storage_options=self.options())
 
     def optimize(self, table: str, target_size: int | None = None) -> dict[str, Any]:
         """Small files of each day compacted into fewer (one commit); returns delta-rs's metrics."""
@@ -335,14 +331,12 @@ def _added(delta: DeltaTable | None) -> dict[str, list]:
     return {} if delta is None else pa.table(delta.get_add_actions(flatten=True)).to_pydict()
 
 
-def _add_action(folder: Path, path: Path) -> AddAction:
-    relative = path.relative_to(folder).as_posix()
-    rows = pq.ParquetFile(path).metadata.num_rows
-    return AddAction(relative, path.stat().st_size, {DAY: _day_of(relative)}, int(path.stat().st_mtime * 1000),
-                     True, json.dumps({"numRecords": rows}))
+def _written(folder: Path, path: Path) -> LakeFile:
+    """A Parquet file written in a local table's `folder` (by Spark's executors) as a LakeFile."""
+    return LakeFile(path.relative_to(folder).as_posix(), path.stat().st_size, pq.ParquetFile(path).metadata.num_rows)
 
 
-def _file_action(file: LakeFile) -> AddAction:
+def _add_action(file: LakeFile) -> AddAction:
     return AddAction(file.relative, file.size, {DAY: _day_of(file.relative)}, int(time.time() * 1000),
                      True, json.dumps({"numRecords": file.rows}))
 
@@ -374,7 +368,6 @@ def delta_types(schema: pa.Schema) -> pa.Schema:
 
 def _evolve(delta: DeltaTable, schema: pa.Schema) -> None:
     """Columns of `schema` the table lacks added to it (nullable), in one commit."""
-    from deltalake import Field
     present = {f.name for f in pa.schema(delta.schema().to_arrow())}
     missing = [f for f in delta_types(schema) if f.name not in present]
     if missing:
@@ -390,8 +383,7 @@ def files_query(files: Sequence[str], schema: pa.Schema, columns: Sequence[str] 
     if not files:
         types = _duckdb_types(schema)
         return "SELECT " + ", ".join(f'NULL::{types[c]} AS "{c}"' for c in listed) + " LIMIT 0"
-    body = (f"read_parquet([{', '.join(quoted(f) for f in files)}], hive_partitioning = true, "
-            f"hive_types = {{'{DAY}': DATE}}, union_by_name = true)")
+    body = read_files(files)
     reader = con or duckdb.connect()
     try:
         present = {c for c, *_ in reader.execute(f"DESCRIBE SELECT * FROM {body}").fetchall()}
@@ -401,6 +393,13 @@ def files_query(files: Sequence[str], schema: pa.Schema, columns: Sequence[str] 
     types = _duckdb_types(schema) if set(listed) - present else {}
     return "SELECT " + ", ".join(f'"{c}"' if c in present else f'NULL::{types[c]} AS "{c}"'
                                  for c in listed) + f" FROM {body}"
+
+
+def read_files(files: Iterable[str], filename: bool = False) -> str:
+    """DuckDB's reader of these files of a day-partitioned lake table: `day` from their folders,
+    NULL where a file lacks a column the others have, and each row's file with `filename`."""
+    return (f"read_parquet([{', '.join(quoted(f) for f in files)}], hive_partitioning = true, "
+            f"hive_types = {{'{DAY}': DATE}}, union_by_name = true{', filename = true' * filename})")
 
 
 def _duckdb_types(schema: pa.Schema) -> dict[str, str]:

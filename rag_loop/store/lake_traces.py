@@ -49,6 +49,7 @@ from rag_loop.store.lake import (
     create_lake_views,
     delta_types,
     new_file_name,
+    read_files,
 )
 
 # the temp tables of the trace ids whose rows are loaded (a child table's: `_lake_loaded WHERE children`);
@@ -66,14 +67,6 @@ def relative_file(path: str | Path) -> str:
     """A file of a day-partitioned lake table (a path or URI, as `Lake.files` lists it) as the
     table lists it: `day=YYYY-MM-DD/<name>`."""
     return "/".join(str(path).rstrip("/").split("/")[-2:])
-
-
-def read_lake_files(files: Iterable[str]) -> str:
-    """DuckDB SQL reading these files of a day-partitioned lake table, with `day` from their
-    folders and `filename` (columns a file lacks read NULL); `files` must not be empty."""
-    listed = ", ".join(quoted(f) for f in files)
-    return (f"read_parquet([{listed}], hive_partitioning = true, hive_types = {{'{DAY}': DATE}}, "
-            "union_by_name = true, filename = true)")
 
 
 @dataclass
@@ -121,7 +114,7 @@ class LakeTraces:
         files = self.lake.files(table, days)
         if not files:
             return f"SELECT {columns} FROM temp.main.\"{table}\" WHERE false"
-        return f"SELECT {columns} FROM {read_lake_files(files)}"
+        return f"SELECT {columns} FROM {read_files(files, filename=True)}"
 
     def load(self, con: duckdb.DuckDBPyConnection, trace_ids: str, children_of: str | None = None) -> None:
         """The lake's raw_traces rows of the trace ids `trace_ids` (SQL) selects, and the child
@@ -211,7 +204,7 @@ class LakeTraces:
         con.execute(f"""CREATE OR REPLACE TEMP TABLE _lake_rows AS
                         SELECT * EXCLUDE (filename{derived}), {DAY} AS _day,
                                regexp_extract(filename, '[^/]+/[^/]+$') AS _file
-                        FROM {read_lake_files(files)} SEMI JOIN {ids} USING (trace_id)""")
+                        FROM {read_files(files, filename=True)} SEMI JOIN {ids} USING (trace_id)""")
         con.execute(f'INSERT INTO "{_before(table)}" BY NAME SELECT * FROM _lake_rows')
         con.execute(f'INSERT INTO "{table}" BY NAME SELECT * EXCLUDE (_day, _file) FROM _lake_rows')
         con.execute("DROP TABLE _lake_rows")
@@ -268,48 +261,39 @@ class LakeTraces:
         loaded = f"SELECT trace_id FROM {LOADED_BY_TABLE.get(table, '_lake_loaded WHERE children')}"
         now = f'SELECT {columns} FROM "{table}" SEMI JOIN ({loaded}) USING (trace_id)'
         then = f'SELECT {columns} FROM "{before}"'
-        if table in APPEND_ONLY:
-            con.execute("CREATE OR REPLACE TEMP TABLE _lake_changed AS SELECT NULL::VARCHAR AS trace_id LIMIT 0")
+        if table in APPEND_ONLY:  # no stored row changes or goes: the rows of keys not stored are new
+            new = f'SELECT {columns} FROM "{table}" ANTI JOIN "{before}" USING ({APPEND_ONLY[table]})'
         else:
             con.execute(f"CREATE OR REPLACE TEMP TABLE _lake_changed AS "
                         f"SELECT DISTINCT trace_id FROM ({then} EXCEPT ALL {now})")
-        replaced = {}  # a file rewritten: its name as listed -> its replacement's
-        for day, name in con.execute(f'SELECT DISTINCT _day, _file FROM "{before}" '
-                                     "SEMI JOIN _lake_changed USING (trace_id) ORDER BY ALL").fetchall():
-            remaining = (f"SELECT * FROM read_parquet({quoted(self.lake.uri(table) + '/' + name)}, "
-                         "hive_partitioning = false) ANTI JOIN _lake_changed USING (trace_id)")
-            if con.execute(f"SELECT count(*) FROM ({remaining})").fetchall()[0][0]:
-                replaced[name] = write_lake_file(con, self.lake, table, remaining, day, added).relative
-            removed.append(name)
-        con.execute(f"""CREATE OR REPLACE TEMP TABLE _lake_added AS
-                        SELECT {columns} FROM "{table}" ANTI JOIN "{before}" USING ({APPEND_ONLY[table]})"""
-                    if table in APPEND_ONLY else f"""CREATE OR REPLACE TEMP TABLE _lake_added AS
-                        SELECT {columns} FROM "{table}" ANTI JOIN ({loaded}) USING (trace_id)
-                        UNION ALL
-                        SELECT {columns} FROM "{table}" SEMI JOIN _lake_changed USING (trace_id)
-                        UNION ALL
-                        SELECT * FROM ({now} EXCEPT ALL {then}) ANTI JOIN _lake_changed USING (trace_id)""")
+            for day, name in con.execute(f'SELECT DISTINCT _day, _file FROM "{before}" '
+                                         "SEMI JOIN _lake_changed USING (trace_id) ORDER BY ALL").fetchall():
+                remaining = (f"SELECT * FROM read_parquet({quoted(self.lake.uri(table) + '/' + name)}, "
+                             "hive_partitioning = false) ANTI JOIN _lake_changed USING (trace_id)")
+                if con.execute(f"SELECT count(*) FROM ({remaining})").fetchall()[0][0]:
+                    write_lake_file(con, self.lake, table, remaining, day, added)
+                removed.append(name)
+            new = f"""SELECT {columns} FROM "{table}" ANTI JOIN ({loaded}) USING (trace_id)
+                      UNION ALL
+                      SELECT {columns} FROM "{table}" SEMI JOIN _lake_changed USING (trace_id)
+                      UNION ALL
+                      SELECT * FROM ({now} EXCEPT ALL {then}) ANTI JOIN _lake_changed USING (trace_id)"""
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _lake_added AS {new}")
         day = ROW_DAY.get(table, DAY)
         listed = columns if table in ROW_DAY else f"* EXCLUDE ({DAY})"
         part = new_file_name()
         for (added_day,) in con.execute(f"SELECT DISTINCT {day} FROM _lake_added ORDER BY 1").fetchall():
             write_lake_file(con, self.lake, table, f"SELECT {listed} FROM _lake_added WHERE {day} = $1",
                             added_day, added, [added_day], part)
-        if keep:
-            kept = self.kept_files.setdefault(table, set())
-            for name, replacement in replaced.items():  # the rows left in a rewritten file are there now
-                con.execute(f'UPDATE "{before}" SET _file = $1 WHERE _file = $2', [replacement, name])
-                if name in kept:
-                    kept.discard(name)
-                    kept.add(replacement)
-            con.execute(f'DELETE FROM "{before}" WHERE trace_id IN (SELECT trace_id FROM _lake_changed)')
+        if keep:  # an append-only table: no loaded row changed or went
             con.execute(f"""INSERT INTO "{before}" BY NAME SELECT *, {day} AS _day,
                             '{DAY}=' || strftime({day}, '%Y-%m-%d') || '/' || $1 AS _file
                             FROM _lake_added""", [part])
             con.execute(f"""INSERT INTO {LOADED_BY_TABLE[table]} SELECT DISTINCT trace_id FROM _lake_added
                             EXCEPT SELECT trace_id FROM {LOADED_BY_TABLE[table]}""")
-            kept.update(file.relative for file in added if file.relative.endswith("/" + part))
-        con.execute("DROP TABLE _lake_added; DROP TABLE _lake_changed")
+            self.kept_files.setdefault(table, set()).update(
+                file.relative for file in added if file.relative.endswith("/" + part))
+        con.execute("DROP TABLE _lake_added; DROP TABLE IF EXISTS _lake_changed")
 
 
 def write_lake_file(con: duckdb.DuckDBPyConnection, lake: Lake, table: str, query: str, day: date,
