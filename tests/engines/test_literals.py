@@ -86,9 +86,18 @@ def test_the_sql_for_other_days_is_what_ibis_compiles_for_them(con, stage, data,
     first = data.draw(wanted)
     later = shifted(first, moved)  # the same stage shape, other days
     assume(date(1900, 1, 1) < min(dates_in(later)) and max(dates_in(later)) < date(2250, 1, 1))
-    engine = DuckDBEngine()
+    engine, compiled, compile = DuckDBEngine(), {}, DuckDBEngine._compile
+
+    def recorded(self, con, inputs, build, settings) -> str:
+        compiled[repr(settings)] = sql = compile(self, con, inputs, build, settings)
+        return sql
     with patch.object(DuckDBEngine, "_compiled", {}), patch.object(DuckDBEngine, "_movable", {}):
-        assert same_sql(engine._sql(con, stage, inputs, build, first), _compiled_directly(con, inputs, build, first))
+        with patch.object(DuckDBEngine, "_compile", recorded):
+            got = engine._sql(con, stage, inputs, build, first)
+        # the engine compiled the canonical settings and, for its check, `first` as given (the
+        # call _compiled_directly makes, made once): the canonical SQL moved back is the latter
+        assert compiled.keys() == {repr(to_placeholders(first)[0]), repr(first)}
+        assert same_sql(got, compiled[repr(first)])
         assert DuckDBEngine._movable == {build: True}  # the stage passed its check
         with patch.object(DuckDBEngine, "_compile", side_effect=AssertionError("compiled again")):
             got = engine._sql(con, stage, inputs, build, later)  # from the cache
