@@ -12,14 +12,21 @@ import duckdb
 import pytest
 
 from rag_loop.ingest.presets import preset_path
+from tests.e2e.ramdisk import in_memory
 from tests.helpers import PROJECT
 from tests.helpers.standin_rag import RagService
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def test_the_loop_runs_on_own_traces_and_evaluates_an_http_service_without_the_demo(tmp_path):
-    traces = tmp_path / "traces"
+@pytest.fixture
+def work(tmp_path):
+    with in_memory(tmp_path) as folder:
+        yield folder
+
+
+def test_the_loop_runs_on_own_traces_and_evaluates_an_http_service_without_the_demo(work):
+    traces = work / "traces"
     shutil.copytree(PROJECT / "tests" / "fixtures" / "otlp" / "traces", traces / "otlp")
     for tool, export, preset in (("mlflow", "traces.parquet", "mlflow-traces"),
                                  ("phoenix", "spans.jsonl", "phoenix-spans")):
@@ -29,27 +36,27 @@ def test_the_loop_runs_on_own_traces_and_evaluates_an_http_service_without_the_d
     shutil.copytree(PROJECT / "tests" / "fixtures" / "langfuse" / "otlp", traces / "langfuse")  # SDK spans
     service = RagService()
     try:
-        env = {**os.environ, "RAG_LOOP_HOME": str(tmp_path / "home"),  # anything unnamed
+        env = {**os.environ, "RAG_LOOP_HOME": str(work / "home"),  # anything unnamed
                "RAG_LOOP_TRACES_DIR": str(traces),
-               "RAG_LOOP_KB_DIR": "", "RAG_LOOP_DB": str(tmp_path / "own.duckdb"),
-               "RAG_LOOP_CURATION_DIR": str(tmp_path / "curation"),
-               "RAG_LOOP_GOLDENS_DIR": str(tmp_path / "goldens"),
-               "RAG_LOOP_REPORTS_DIR": str(tmp_path / "reports"),
+               "RAG_LOOP_KB_DIR": "", "RAG_LOOP_DB": str(work / "own.duckdb"),
+               "RAG_LOOP_CURATION_DIR": str(work / "curation"),
+               "RAG_LOOP_GOLDENS_DIR": str(work / "goldens"),
+               "RAG_LOOP_REPORTS_DIR": str(work / "reports"),
                "RAG_LOOP_RAG_APP_URL": service.url + "/ok", "DAGSTER_DISABLE_TELEMETRY": "1",
-               "DAGSTER_HOME": str(tmp_path / "dagster"),
+               "DAGSTER_HOME": str(work / "dagster"),
                "PYTHONPATH": str(PROJECT)}
         done = subprocess.run([sys.executable, str(PROJECT / "tests" / "e2e" / "scripts" / "own_traces_loop.py")],
-                              env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+                              env=env, cwd=work, capture_output=True, text=True, timeout=600)
     finally:
         service.close()
     assert done.returncode == 0, done.stderr[-3000:]
     outcome = json.loads(done.stdout.strip().splitlines()[-1])
     assert outcome == {"loop": True, "release": True, "labels": 6, "demo_imported": []}
-    assert (tmp_path / "dagster" / "dagster.yaml").exists()  # the runs are recorded for the UI
-    assert not (tmp_path / "home" / "lake").exists()  # an embedded deployment: every table in own.duckdb
+    assert (work / "dagster" / "dagster.yaml").exists()  # the runs are recorded for the UI
+    assert not (work / "home" / "lake").exists()  # an embedded deployment: every table in own.duckdb
     asked = [r["body"]["query"] for r in service.requests]
     assert len(asked) == 6 and all(r["path"] == "/ok" for r in service.requests)
-    with duckdb.connect(str(tmp_path / "own.duckdb"), read_only=True) as con:
+    with duckdb.connect(str(work / "own.duckdb"), read_only=True) as con:
         assert con.execute("SELECT source_format, count(*) FROM raw_traces GROUP BY 1 ORDER BY 1").fetchall() == [
             ("mapped", 74), ("otlp", 169)]  # MLflow's and Phoenix's 37 each; Langfuse's 37 are OTLP
         by_folder = con.execute("SELECT split_part(r.source_file, '/', 1), count(*) FROM curation_queue q "
