@@ -111,15 +111,26 @@ class Index:
         texts = [c.text for c in self.chunks]
         self._char_matrix = self._char.fit_transform(texts)
         self._word_matrix = self._word.fit_transform(texts)
+        self._vectors: dict[tuple[bool, str], Any] = {}
 
     def search(self, query: str, top_k: int) -> list[tuple[int, float]]:
-        scores = (self._char_matrix @ self._char.transform([query]).T).toarray().ravel()
+        scores = (self._char_matrix @ self._vector(query, word=False)).toarray().ravel()
         order = np.argsort(-scores, kind="stable")[:top_k]
         return [(int(i), float(scores[i])) for i in order]
 
     def rerank_scores(self, query: str, indices: list[int]) -> list[float]:
-        scores = (self._word_matrix[indices] @ self._word.transform([query]).T).toarray().ravel()
+        scores = (self._word_matrix[indices] @ self._vector(query, word=True)).toarray().ravel()
         return [float(score) for score in scores]
+
+    def _vector(self, query: str, word: bool) -> Any:
+        """The query's TF-IDF column, kept: the demo's sessions ask the same queries again, and
+        one transform costs more than the product (the same vector, so the same scores)."""
+        key = (word, query)
+        if key not in self._vectors:
+            if len(self._vectors) >= 20_000:
+                self._vectors.clear()
+            self._vectors[key] = (self._word if word else self._char).transform([query]).T
+        return self._vectors[key]
 
 
 class ReferenceRag:
