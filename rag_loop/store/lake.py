@@ -374,25 +374,17 @@ def _evolve(delta: DeltaTable, schema: pa.Schema) -> None:
         delta.alter.add_columns([Field.from_arrow(f.with_nullable(True)) for f in missing])
 
 
-def files_query(files: Sequence[str], schema: pa.Schema, columns: Sequence[str] | None = None,
-                con: duckdb.DuckDBPyConnection | None = None) -> str:
+def files_query(files: Sequence[str], schema: pa.Schema, columns: Sequence[str] | None = None) -> str:
     """DuckDB SQL reading these files of a day-partitioned lake table (`day` from the folder
-    names) with `columns` (default the schema's), each NULL where a file lacks it; no file: the
-    columns and no rows. `con`: a connection that reads the files (an object store's: `attach`)."""
-    listed = columns or schema.names
+    names) with `columns` (default the schema's) of the schema's types, NULL where a file lacks
+    one (a column added later); no file: the columns and no rows. Opens no file: a view over a
+    long history costs what one over a day does to make."""
+    types = _duckdb_types(schema)
+    typed = ", ".join(f'NULL::{types[c]} AS "{c}"' for c in columns or schema.names)
     if not files:
-        types = _duckdb_types(schema)
-        return "SELECT " + ", ".join(f'NULL::{types[c]} AS "{c}"' for c in listed) + " LIMIT 0"
-    body = read_files(files)
-    reader = con or duckdb.connect()
-    try:
-        present = {c for c, *_ in reader.execute(f"DESCRIBE SELECT * FROM {body}").fetchall()}
-    finally:
-        if con is None:
-            reader.close()
-    types = _duckdb_types(schema) if set(listed) - present else {}
-    return "SELECT " + ", ".join(f'"{c}"' if c in present else f'NULL::{types[c]} AS "{c}"'
-                                 for c in listed) + f" FROM {body}"
+        return f"SELECT {typed} LIMIT 0"
+    listed = ", ".join(f'"{c}"' for c in columns or schema.names)
+    return f"SELECT {listed} FROM (SELECT {typed} WHERE false UNION ALL BY NAME SELECT * FROM {read_files(files)})"
 
 
 def read_files(files: Iterable[str], filename: bool = False) -> str:
@@ -423,7 +415,7 @@ def create_lake_views(con: duckdb.DuckDBPyConnection, lake: Lake, columns: Mappi
         schema = lake.schema(name)
         if schema is None:
             raise FileNotFoundError(f"no table {name} in the lake {lake.root}")
-        con.execute(f"CREATE OR REPLACE VIEW {view} AS {files_query(lake.files(name), schema, listed, con)}")
+        con.execute(f"CREATE OR REPLACE VIEW {view} AS {files_query(lake.files(name), schema, listed)}")
 
 
 def expose_lake_tables(con: duckdb.DuckDBPyConnection, lake: Lake, columns: Mapping[str, Sequence[str]]) -> None:

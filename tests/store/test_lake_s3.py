@@ -162,7 +162,7 @@ def test_files_query_and_views_read_the_version_on_s3(s3, lake, tmp_path):
     lake.write("t", pa.concat_tables([rows(D1, 3), rows(D2, 2)]), days={D1, D2})
     with duckdb.connect(str(tmp_path / "control.duckdb")) as con:
         lake.attach(con)
-        got = sorted(con.execute(files_query(lake.files("t"), lake.schema("t"), con=con)).fetchall(), key=repr)
+        got = sorted(con.execute(files_query(lake.files("t"), lake.schema("t"))).fetchall(), key=repr)
         assert got == scan(lake, "t") == expected(rows(D1, 3), rows(D2, 2))
         expose_lake_tables(con, lake, {"t": ["trace_id", "n", "day"]})
         assert sorted(con.execute("SELECT * FROM t").fetchall(), key=repr) == got
