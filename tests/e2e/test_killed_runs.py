@@ -6,7 +6,8 @@ monitoring, and the run queued behind it (launched as the UI or a sensor would, 
 queue) goes through. ingest_job on an empty traces folder is the cheapest job; the killed run is
 kept in its first asset by holding DuckDB's write lock (it retries the connection meanwhile).
 The daemon and the launch (`dagster job launch`'s own code, in this process) share one code
-server, which loads the project once.
+server, which loads the project once; the daemon starts once it answers (the daemon reloads a
+workspace that failed to load only every 60 s), while the victim is still starting.
 """
 
 import os
@@ -25,6 +26,7 @@ from dagster._cli.job import execute_launch_command
 from dagster._cli.workspace.cli_target import WorkspaceOpts
 from dagster._grpc.client import DagsterGrpcClient
 
+from tests.e2e.ramdisk import in_memory
 from tests.helpers import PROJECT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -62,8 +64,14 @@ def _started_run(instance: DagsterInstance):
     return runs[0] if runs else None
 
 
-def test_a_killed_run_is_ended_and_the_run_queued_behind_it_goes_through(tmp_path):
-    home, dagster_home, traces = tmp_path / "home", tmp_path / "dagster", tmp_path / "traces"
+@pytest.fixture
+def work(tmp_path):
+    with in_memory(tmp_path) as folder:
+        yield folder
+
+
+def test_a_killed_run_is_ended_and_the_run_queued_behind_it_goes_through(work):
+    home, dagster_home, traces = work / "home", work / "dagster", work / "traces"
     for folder in (home, dagster_home, traces):
         folder.mkdir()
     settings = yaml.safe_load((PROJECT / "deploy" / "dagster.yaml").read_text())
@@ -72,7 +80,7 @@ def test_a_killed_run_is_ended_and_the_run_queued_behind_it_goes_through(tmp_pat
     (dagster_home / "dagster.yaml").write_text(yaml.safe_dump(settings))
     # a Unix socket, not a port: a free port found here could be taken by the other worker's servers
     # before the code server binds it (seen once in CI: the code server never answered)
-    code_socket, workspace = tmp_path / "code.sock", tmp_path / "workspace.yaml"
+    code_socket, workspace = work / "code.sock", work / "workspace.yaml"
     workspace.write_text(yaml.safe_dump(
         {"load_from": [{"grpc_server": {"socket": str(code_socket), "location_name": "rag-loop"}}]}))
     env = {**os.environ, "RAG_LOOP_HOME": str(home), "RAG_LOOP_TRACES_DIR": str(traces), "RAG_LOOP_KB_DIR": "",
@@ -84,18 +92,19 @@ def test_a_killed_run_is_ended_and_the_run_queued_behind_it_goes_through(tmp_pat
     instance = DagsterInstance.from_config(str(dagster_home))
     try:
         code = _start([BIN / "dagster", "api", "grpc", "-m", "rag_loop_dagster.definitions", "-d", PROJECT,
-                       "-s", code_socket, "--location-name", "rag-loop"], tmp_path / "code.log", env=env, cwd=PROJECT)
-        victim = _start([BIN / "rag-loop", "run", "ingest_job"], tmp_path / "victim.log", env=env, cwd=tmp_path)
-        _wait_for("the victim's run", lambda: "RUN_START" in (tmp_path / "victim.log").read_text(), 60)
-        daemon = _start([BIN / "dagster-daemon", "run", "-w", workspace], tmp_path / "daemon.log", env=env,
-                        cwd=tmp_path)
-        killed = _wait_for("the victim's run STARTED", lambda: _started_run(instance), 60)
+                       "-s", code_socket, "--location-name", "rag-loop"], work / "code.log", env=env, cwd=PROJECT)
+        victim = _start([BIN / "rag-loop", "run", "ingest_job"], work / "victim.log", env=env, cwd=work)
         _wait_for("the code server", lambda: DagsterGrpcClient(socket=str(code_socket)).ping("up"), 60)
+        daemon = _start([BIN / "dagster-daemon", "run", "-w", workspace], work / "daemon.log", env=env,
+                        cwd=work)
+        killed = _wait_for("the victim's run STARTED", lambda: _started_run(instance), 60)
         # as `dagster job launch -j ingest_job` (the issue's repro), the UI or a sensor: into the queue
+        held = (work / "daemon.log").read_text().count("won't launch more")
         queued = execute_launch_command(instance=instance, workspace_opts=WorkspaceOpts(workspace=[str(workspace)]),
                                         job_name="ingest_job")
         # behind the live run: one run at a time, and a live process is not taken for a dead one
-        _wait_for("the queue held", lambda: "won't launch more" in (tmp_path / "daemon.log").read_text(), 60)
+        # (the daemon's queue pass after the launch)
+        _wait_for("the queue held", lambda: (work / "daemon.log").read_text().count("won't launch more") > held, 60)
         assert instance.get_run_by_id(killed.run_id).status == DagsterRunStatus.STARTED
         assert instance.get_run_by_id(queued.run_id).status == DagsterRunStatus.QUEUED
 
@@ -109,7 +118,7 @@ def test_a_killed_run_is_ended_and_the_run_queued_behind_it_goes_through(tmp_pat
             if process:
                 _kill(process)
         lock.close()
-    daemon_said = (tmp_path / "daemon.log").read_text()
+    daemon_said = (work / "daemon.log").read_text()
     assert finished.status == DagsterRunStatus.SUCCESS, daemon_said[-3000:]
     assert finished.tags["rag-loop/host"] == socket.gethostname()  # the launcher records where its worker runs
     assert instance.get_run_by_id(killed.run_id).status == DagsterRunStatus.FAILURE
