@@ -14,6 +14,7 @@ from functools import cached_property, lru_cache
 from typing import Any
 
 import numpy as np
+import sklearn
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 from rag_loop.demo.intent_catalog import strip_diacritics
@@ -124,12 +125,14 @@ class Index:
 
     def _vector(self, query: str, word: bool) -> Any:
         """The query's TF-IDF column, kept: the demo's sessions ask the same queries again, and
-        one transform costs more than the product (the same vector, so the same scores)."""
+        one transform costs more than the product (the same vector, so the same scores). A
+        query's text is always finite and the vectorizer's parameters were checked by its fit."""
         key = (word, query)
         if key not in self._vectors:
             if len(self._vectors) >= 20_000:
                 self._vectors.clear()
-            self._vectors[key] = (self._word if word else self._char).transform([query]).T
+            with sklearn.config_context(assume_finite=True, skip_parameter_validation=True):  # checks of a fitted one
+                self._vectors[key] = (self._word if word else self._char).transform([query]).T
         return self._vectors[key]
 
 
