@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
+from functools import cache
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -147,9 +148,10 @@ class Lake:
         """The days the table's current version has rows of, in order."""
         return sorted({d for d in _added(self.delta(table)).get(f"partition.{DAY}", []) if d is not None})
 
-    def files(self, table: str, days: Iterable[date] | None = None) -> list[str]:
-        """The files of the table's current version (of `days` only), as URIs (local: paths)."""
-        delta = self.delta(table)
+    def files(self, table: str, days: Iterable[date] | None = None, delta: DeltaTable | None = None) -> list[str]:
+        """The files of the table's current version, or of its version `delta` (of `days` only),
+        as URIs (local: paths)."""
+        delta = delta or self.delta(table)
         if delta is None:
             return []
         wanted = None if days is None else sorted(d.isoformat() for d in days)
@@ -202,17 +204,20 @@ class Lake:
         filesystem (an object store's too), for `commit_files`: no reader sees it until then."""
         system, base = self.filesystem()
         relative = f"{DAY}={day.isoformat()}/{name or new_file_name()}"
-        system.create_dir(f"{base}/{table}/{DAY}={day.isoformat()}", recursive=True)
+        if self.local:  # an object store has no folders to make (a request each)
+            system.create_dir(f"{base}/{table}/{DAY}={day.isoformat()}", recursive=True)
         schema, count, pending = delta_types(rows.schema), 0, []
-        with pq.ParquetWriter(f"{base}/{table}/{relative}", schema, filesystem=system) as writer:
-            for batch in chain(rows.to_batches() if isinstance(rows, pa.Table) else rows, [None]):
-                if batch is not None:
-                    pending.append(batch.cast(schema))
-                    count += batch.num_rows
-                if pending and (batch is None or sum(b.num_rows for b in pending) >= ROW_GROUP_ROWS):
-                    writer.write_table(pa.Table.from_batches(pending, schema))  # one row group: small
-                    pending = []  # batches compress badly as row groups of their own
-        return LakeFile(relative, system.get_file_info(f"{base}/{table}/{relative}").size, count)
+        with system.open_output_stream(f"{base}/{table}/{relative}") as sink:
+            with pq.ParquetWriter(sink, schema) as writer:
+                for batch in chain(rows.to_batches() if isinstance(rows, pa.Table) else rows, [None]):
+                    if batch is not None:
+                        pending.append(batch.cast(schema))
+                        count += batch.num_rows
+                    if pending and (batch is None or sum(b.num_rows for b in pending) >= ROW_GROUP_ROWS):
+                        writer.write_table(pa.Table.from_batches(pending, schema))  # one row group: small
+                        pending = []  # batches compress badly as row groups of their own
+            size = sink.tell()  # the file's bytes, without asking the store
+        return LakeFile(relative, size, count)
 
     def discard(self, table: str, files: Iterable[LakeFile]) -> None:
         """Files `write_file` wrote that will not be committed, deleted (no version lists them)."""
@@ -394,8 +399,10 @@ def read_files(files: Iterable[str], filename: bool = False) -> str:
             f"hive_types = {{'{DAY}': DATE}}, union_by_name = true{', filename = true' * filename})")
 
 
+@cache
 def _duckdb_types(schema: pa.Schema) -> dict[str, str]:
-    """The DuckDB type of each column of an Arrow schema (one connection for all)."""
+    """The DuckDB type of each column of an Arrow schema (one connection for all; once per
+    schema: a table's view is made again after each write)."""
     con = duckdb.connect()
     try:
         con.register("empty", schema.empty_table())
@@ -412,10 +419,11 @@ def create_lake_views(con: duckdb.DuckDBPyConnection, lake: Lake, columns: Mappi
     view again after each commit: the view lists that version's files."""
     for name, listed in columns.items():
         view = f'"{catalog}".main."{name}"' if catalog else f'"{name}"'
-        schema = lake.schema(name)
-        if schema is None:
+        delta = lake.delta(name)  # the schema and the files of one version
+        if delta is None:
             raise FileNotFoundError(f"no table {name} in the lake {lake.root}")
-        con.execute(f"CREATE OR REPLACE VIEW {view} AS {files_query(lake.files(name), schema, listed)}")
+        query = files_query(lake.files(name, delta=delta), pa.schema(delta.schema().to_arrow()), listed)
+        con.execute(f"CREATE OR REPLACE VIEW {view} AS {query}")
 
 
 def expose_lake_tables(con: duckdb.DuckDBPyConnection, lake: Lake, columns: Mapping[str, Sequence[str]]) -> None:
