@@ -24,6 +24,7 @@ from rag_loop.demo.curator import curate
 from rag_loop.workspace.app import create_app
 from rag_loop.workspace.store import Workspace
 from rag_loop_dagster.releasing import WebserverRelease, graphql_client
+from tests.e2e.ramdisk import in_memory
 from tests.helpers import PROJECT, demo_config
 from tests.helpers.browser import CHROMIUM, DRIVER, MISSING, chromium
 from tests.workspace.conftest import Curator, csrf_of
@@ -100,43 +101,42 @@ def _loaded(server: Dagster) -> bool:
 def dagster_dev(tmp_path_factory, demo_run):
     """`dagster dev` on a deployment that has run the loop once (the demo run's database and
     queue): the loop launched here is its next run, as in a deployment's daily life, and
-    quick enough to leave the machine to the other tests (the first run's work has its own)."""
-    root = tmp_path_factory.mktemp("webserver")
-    _, database, paths = demo_run
-    shutil.copy(database, root / "rag.duckdb")
-    shutil.copytree(Path(paths.curation_dir) / "queue", root / "curation" / "queue")
-    home = root / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text((PROJECT / "deploy" / "dagster.yaml").read_text())
-    port = _free_port()
-    env = {**os.environ, "DAGSTER_HOME": str(home), "RAG_LOOP_HOME": str(root),
-           "RAG_LOOP_DB": str(root / "rag.duckdb"),
-           "RAG_LOOP_TRACES_DIR": str(PROJECT / "data" / "demo" / "traces"),
-           "RAG_LOOP_KB_DIR": str(PROJECT / "data" / "demo" / "kb"),
-           "RAG_LOOP_CURATION_DIR": str(root / "curation"), "RAG_LOOP_GOLDENS_DIR": str(root / "goldens"),
-           "RAG_LOOP_REPORTS_DIR": str(root / "reports"), "HF_HUB_OFFLINE": "1",
-           "DEEPEVAL_TELEMETRY_OPT_OUT": "1", "DEEPEVAL_DISABLE_DOTENV": "1"}
-    dagster = Path(sys.executable).parent / "dagster"  # the venv's, whatever PATH says
-    command = [str(dagster if dagster.exists() else "dagster"), "dev", "-f",
-               "tests/e2e/webserver_definitions.py", "-h", "127.0.0.1", "-p", str(port)]
-    log = open(root / "dagster-dev.log", "w")
-    process = subprocess.Popen(command, cwd=PROJECT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                               start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        server, deadline = Dagster(url), time.time() + 180
-        while not _loaded(server):  # the webserver answers before its code location has loaded
-            if time.time() > deadline or process.poll() is not None:
-                raise RuntimeError((root / "dagster-dev.log").read_text()[-3000:])
-            time.sleep(0.25)
-        yield server, root
-    finally:  # an idle server stops in about a second; one busy (a sensor's run) is killed
-        os.killpg(process.pid, signal.SIGTERM)
+    quick enough to leave the machine to the other tests (the first run's work has its own).
+    The server starts (its processes load for seconds) while the demo run is copied: nothing
+    opens the database before a run is launched. Its folders are in memory (ramdisk)."""
+    with in_memory(tmp_path_factory.mktemp("webserver")) as root:
+        home = root / "dagster_home"
+        home.mkdir()
+        (home / "dagster.yaml").write_text((PROJECT / "deploy" / "dagster.yaml").read_text())
+        port = _free_port()
+        env = {**os.environ, "DAGSTER_HOME": str(home), "RAG_LOOP_HOME": str(root),
+               "RAG_LOOP_DB": str(root / "rag.duckdb"),
+               "RAG_LOOP_TRACES_DIR": str(PROJECT / "data" / "demo" / "traces"),
+               "RAG_LOOP_KB_DIR": str(PROJECT / "data" / "demo" / "kb"),
+               "RAG_LOOP_CURATION_DIR": str(root / "curation"), "RAG_LOOP_GOLDENS_DIR": str(root / "goldens"),
+               "RAG_LOOP_REPORTS_DIR": str(root / "reports"), "HF_HUB_OFFLINE": "1",
+               "DEEPEVAL_TELEMETRY_OPT_OUT": "1", "DEEPEVAL_DISABLE_DOTENV": "1"}
+        dagster = Path(sys.executable).parent / "dagster"  # the venv's, whatever PATH says
+        command = [str(dagster if dagster.exists() else "dagster"), "dev", "-f",
+                   "tests/e2e/webserver_definitions.py", "-h", "127.0.0.1", "-p", str(port)]
+        log = open(root / "dagster-dev.log", "w")
+        process = subprocess.Popen(command, cwd=PROJECT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+        url = f"http://127.0.0.1:{port}"
         try:
-            process.wait(5)
-        except subprocess.TimeoutExpired:
+            _, database, paths = demo_run
+            shutil.copy(database, root / "rag.duckdb")
+            shutil.copytree(Path(paths.curation_dir) / "queue", root / "curation" / "queue")
+            server, deadline = Dagster(url), time.time() + 180
+            while not _loaded(server):  # the webserver answers before its code location has loaded
+                if time.time() > deadline or process.poll() is not None:
+                    raise RuntimeError((root / "dagster-dev.log").read_text()[-3000:])
+                time.sleep(0.1)
+            yield server, root
+        finally:  # a throwaway instance: nothing to shut down in order (all in the process's group)
             os.killpg(process.pid, signal.SIGKILL)
-        log.close()
+            process.wait()
+            log.close()
 
 
 LOOP = demo_config("loop")  # as the demo runs it, the run before this one included
@@ -232,7 +232,8 @@ def test_the_ui_renders_the_asset_graph_and_a_materialization(dagster_dev, sessi
         for name, path, expected in pages:
             browser.get(f"{server.url}{path}")
             try:  # the UI renders in the browser: wait for the page to show the assets
-                WebDriverWait(browser, 60).until(lambda b, shown=expected: all(t in b.page_source for t in shown))
+                WebDriverWait(browser, 60, poll_frequency=0.1).until(
+                    lambda b, shown=expected: all(t in b.page_source for t in shown))
             except TimeoutException:
                 pass  # the assertion below names what is missing
             missing = [text for text in expected if text not in browser.page_source]
