@@ -16,7 +16,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rag_loop.store.lake import Lake, create_lake_views, expose_lake_tables, files_query
@@ -272,8 +272,16 @@ operations = st.lists(st.one_of(
 ), min_size=1, max_size=6)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(operations)
+# the shapes the 25 draws it had covered, kept whatever is drawn: deletes only (no table made);
+# a day written with no rows, rows of a day not written (dropped), a rewritten day, a delete, an
+# empty write, overwrites whole and to nothing
+@example([("delete", DAYS[0], None)])
+@example([("write", {DAYS[0], DAYS[1]}, {DAYS[0]: 2, DAYS[1]: 0}), ("write", {DAYS[1]}, {DAYS[1]: 3, DAYS[2]: 1}),
+          ("delete", DAYS[0], None), ("write", set(), {}), ("overwrite", None, {DAYS[2]: 1, DAYS[3]: 0}),
+          ("write", {DAYS[3]}, {DAYS[3]: 2})])
+@example([("write", {DAYS[0]}, {DAYS[0]: 1}), ("overwrite", None, {})])
 def test_day_writes_and_deletes_agree_with_a_dict(tmp_path_factory, ops):
     lake, model = Lake.of(tmp_path_factory.mktemp("lake")), {}
     for step, (kind, days, counts) in enumerate(ops):
