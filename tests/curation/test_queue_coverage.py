@@ -8,18 +8,21 @@ from rag_loop.curation.queue import build_curation_queue
 from rag_loop.curation.representatives import QueueSettings
 from rag_loop.goldens.coverage import GoldenSet, coverage_day
 from rag_loop.goldens.release import publish_release
-from tests.helpers import demo_copy, fake_embedder
+from tests.helpers import demo_copy, fake_embedder, metadata_of
 
 DAYS = [date(2026, 11, 1) + timedelta(days=i) for i in range(14)]
+
+
+def _rows(con):
+    return con.execute("""SELECT q.trace_id, q.priority, q.cluster_id, q.representative_rank, q.rank_reason,
+                              coalesce(c.is_singleton, false) AS singleton
+                       FROM curation_queue q LEFT JOIN intent_clusters c USING (cluster_id)""").df().to_dict("records")
 
 
 def _queue(con, tmp_path):
     report = build_curation_queue(con, fake_embedder().router(), QueueSettings(), tmp_path / "queue",
                                   tmp_path / "goldens")
-    rows = con.execute("""SELECT q.trace_id, q.priority, q.cluster_id, q.representative_rank, q.rank_reason,
-                                 coalesce(c.is_singleton, false) AS singleton
-                          FROM curation_queue q LEFT JOIN intent_clusters c USING (cluster_id)""").df()
-    return report, rows.to_dict("records")  # in queue order
+    return report, _rows(con)  # in queue order
 
 
 def _first_of_clusters(rows, priority):
@@ -29,9 +32,9 @@ def _first_of_clusters(rows, priority):
 
 def test_uncovered_high_volume_intents_come_first_and_the_queue_says_why(demo_run, tmp_path):
     con = demo_copy(demo_run, tmp_path)
-    report, rows = _queue(con, tmp_path)  # the loop ran no coverage yet
-    assert report.coverage.startswith("coverage not computed")
-    assert all("coverage not computed" in r["rank_reason"] for r in rows if not r["singleton"])
+    # the loop's own queue (the demo run's curation_queue step): it ran no coverage
+    assert metadata_of(demo_run[0], "curation_queue")["ordered_by_coverage"].startswith("coverage not computed")
+    assert all("coverage not computed" in r["rank_reason"] for r in _rows(con) if not r["singleton"])
     for day in DAYS:  # coverage of the fortnight, no release yet: every intent uncovered
         coverage_day(con, day, GoldenSet(None))
     volume = dict(con.execute("SELECT cluster_id, sum(volume) FROM golden_coverage_intents WHERE slice = 'all' "
