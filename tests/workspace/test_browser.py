@@ -144,36 +144,42 @@ def test_a_report_keeps_its_own_styles_and_runs_no_script(browser, tmp_path):
 
 
 def test_two_curators_label_the_same_cluster_at_once_and_nothing_is_lost(browser, curation, demo_run, tmp_path):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
+    """Ana and Ben in two tabs of the one Chromium, each signed in on a loopback name of its own
+    (cookies are per host: two sessions, as two browsers have; a second Chromium costs seconds)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
-        options.add_argument(argument)
-    second = webdriver.Chrome(service=Service(DRIVER), options=options)
     workspace = Workspace(curation)
     cluster = workspace.rows({}, "todo", 0, 1)[0][0]["cluster_id"]
     server = Server(create_app(workspace))
+    ana_tab = browser.current_window_handle
+    browser.switch_to.new_window("tab")
+    ben_tab = browser.current_window_handle
+    tabs = {ana_tab: ("ana", server.url), ben_tab: ("ben", server.url.replace("127.0.0.1", "localhost"))}
+    opened = {}
     try:
-        for driver, name in ((browser, "ana"), (second, "ben")):
-            driver.delete_all_cookies()
-            driver.get(server.url + "/curator")
-            driver.find_element(By.NAME, "curator").send_keys(name + "\n")
-            _wait(driver, lambda d: d.current_url == server.url + "/")
-            driver.get(f"{server.url}/?cluster_id={cluster}")
-            _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#queue tr.row a"))  # loaded under load too
-            driver.find_element(By.CSS_SELECTOR, "#queue tr.row a").click()  # both open the same row
-            _wait(driver, lambda d: d.find_elements(By.ID, "label-form"))
-        shared = _trace_of(browser.current_url)
-        assert _trace_of(second.current_url) == shared
+        for tab, (name, url) in tabs.items():
+            browser.switch_to.window(tab)
+            browser.get(url + "/curator")
+            browser.find_element(By.NAME, "curator").send_keys(name + "\n")
+            _wait(browser, lambda d, url=url: d.current_url == url + "/")
+            browser.get(f"{url}/?cluster_id={cluster}")
+            _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#queue tr.row a"))  # loaded under load too
+            browser.find_element(By.CSS_SELECTOR, "#queue tr.row a").click()  # both open the same row
+            _wait(browser, lambda d: d.find_elements(By.ID, "label-form"))
+            opened[name] = _trace_of(browser.current_url)
+        shared = opened["ana"]
+        assert opened["ben"] == shared
+        browser.switch_to.window(ana_tab)
         _keys(browser, "l")
-        _keys(second, "r", "the same question as another row", Keys.ENTER)
-        for driver in (browser, second):
-            _wait(driver, lambda d: _trace_of(d.current_url) != shared)
+        browser.switch_to.window(ben_tab)  # while ana's label may still be on its way
+        _keys(browser, "r", "the same question as another row", Keys.ENTER)
+        for tab in (ana_tab, ben_tab):
+            browser.switch_to.window(tab)
+            _wait(browser, lambda d: _trace_of(d.current_url) != shared)
     finally:
-        second.quit()
+        browser.switch_to.window(ben_tab)
+        browser.close()
+        browser.switch_to.window(ana_tab)
         server.close()
     con = demo_copy(demo_run, tmp_path)
     assert store_label_files(con, workspace.labels_dir, settle_seconds=0).stored == 2
