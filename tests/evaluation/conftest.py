@@ -31,15 +31,17 @@ _BLANK_PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806
                            "0000000b49444154789c6360000200000500017a5eab3f0000000049454e44ae426082")
 
 
+def unrendered_png(figure) -> bytes:
+    """plots._png without matplotlib's tight_layout and savefig: the figure closed, a 1 × 1 PNG."""
+    from rag_loop.reporting import plots
+    plots._pyplot().close(figure)
+    return _BLANK_PNG
+
+
 @pytest.fixture
 def charts_unrendered(monkeypatch):
-    """Charts are built but not laid out and rasterized (matplotlib's tight_layout and savefig:
-    half of a small eval's CPU): for tests of what a run decides and says, not of its report's
-    images (the demo eval of test_regression.py and tests/goldens/test_release.py render theirs)."""
+    """Charts are built but not laid out and rasterized (half of a small eval's CPU): for tests
+    of what a run decides and says, not of its report's images (the demo candidate's eval in
+    test_regression.py and tests/goldens/test_release.py render theirs)."""
     from rag_loop.reporting import plots
-
-    def unrendered(figure) -> bytes:
-        plots._pyplot().close(figure)
-        return _BLANK_PNG
-
-    monkeypatch.setattr(plots, "_png", unrendered)
+    monkeypatch.setattr(plots, "_png", unrendered_png)
