@@ -120,7 +120,7 @@ def estimate(group: pd.DataFrame, confidence: float) -> list[dict]:
     rows.append({"estimator": "horvitz_thompson", "kind": "estimate", "n": len(group),
                  **_hajek(group, confidence, graded)})
     for stream in DIAGNOSTIC_STREAMS:
-        drawn = group[group["streams"].map(lambda s, name=stream: name in list(s))]
+        drawn = group[group[_drawn_by(stream)]]
         if drawn.empty:
             continue
         passes = drawn["passed"].astype(float).sum() if graded else np.nan
@@ -128,6 +128,11 @@ def estimate(group: pd.DataFrame, confidence: float) -> list[dict]:
                      "passes": passes, "pass_rate": passes / len(drawn) if graded else np.nan,
                      "ci_low": np.nan, "ci_high": np.nan, "mean_score": float(drawn["score"].mean())})
     return rows
+
+
+def _drawn_by(stream: str) -> str:
+    """The column quality_table adds: did this diagnostic stream draw the trace?"""
+    return f"_drawn_by_{stream}"
 
 
 def _random_weights(random: pd.DataFrame) -> np.ndarray:
@@ -192,6 +197,9 @@ def quality_table(judged: pd.DataFrame, population: pd.DataFrame | None,
     counts = {} if population is None else {
         (slice_, value): int(n) for slice_, value, n in population[["slice", "slice_value", "population_n"]].itertuples(
             index=False)}
+    # which diagnostic streams drew each trace: once, not once per slice value × metric group
+    judged = judged.assign(**{_drawn_by(stream): judged["streams"].map(lambda s, name=stream: name in list(s))
+                              .astype(bool) for stream in DIAGNOSTIC_STREAMS})
     rows = []
     for dims in settings.slices:
         name = SEPARATOR.join(dims) if dims else "all"
