@@ -132,10 +132,7 @@ class Workspace:
         self.queue_dir, self.labels_dir = curation_dir / "queue", curation_dir / "labels"
         self.reports_dir, self.goldens_dir = reports_dir, goldens_dir
         self._lock = threading.Lock()
-        # in memory: the exported files only. One database, a connection (cursor) per query: a
-        # database of its own costs ~17 ms of CPU, several times per page. Without the file
-        # cache, a file replaced at the same path within its clock tick is never read stale.
-        self._db = duckdb.connect(config={"enable_external_file_cache": False})
+        self._db: duckdb.DuckDBPyConnection | None = None  # made by the first query: see _sql
         self._db_lock = threading.Lock()
         self._files: dict[str, _Read] = {}  # by path under labels/
         self._decisions: tuple[object, dict[str, Decision]] | None = None
@@ -151,6 +148,11 @@ class Workspace:
     @contextmanager
     def _sql(self) -> Iterator[duckdb.DuckDBPyConnection]:
         with self._db_lock:
+            # in memory: the exported files only. One database, a connection (cursor) per query:
+            # a database of its own costs ~17 ms of CPU, several times per page. Without the file
+            # cache, a file replaced at the same path within its clock tick is never read stale.
+            if self._db is None:
+                self._db = duckdb.connect(config={"enable_external_file_cache": False})
             con = self._db.cursor()  # its own connection: its registered tables are its own
         try:
             yield con
