@@ -145,12 +145,20 @@ def test_raw_html_in_a_postmortem_is_text(tmp_path):
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=300)
 
 
+@pytest.fixture
+def ana_without_launcher(tmp_path):
+    """A curator signed in to a workspace on `tmp_path` that has no way to record incidents: one
+    for all of a property test's examples (an app and a sign-in cost ~35 ms of CPU each), which
+    write whatever files each needs under `tmp_path` (the same folder for every example)."""
+    return Curator(create_app(Workspace(tmp_path / "curation", tmp_path / "reports", tmp_path / "goldens")), "ana")
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(title=TEXT, slices=TEXT, start=st.one_of(TEXT, st.just("2026-11-12")))
-def test_any_form_text_comes_back_escaped_or_refused_never_a_crash(tmp_path, title, slices, start):
+def test_any_form_text_comes_back_escaped_or_refused_never_a_crash(ana_without_launcher, title, slices, start):
     """Whatever is typed, the opening form answers 422 with the CLI's reason (no launcher here:
     nothing runs) and shows the text back as text."""
-    ana = Curator(create_app(Workspace(tmp_path / "curation", tmp_path / "reports", tmp_path / "goldens")), "ana")
+    ana = ana_without_launcher
     reply = ana.client.post("/incidents", data={"csrf": ana.csrf, "from": start, "to": "2026-11-13",
                                                 "slices": slices, "title": title})
     assert reply.status_code == 422
@@ -162,7 +170,7 @@ def test_any_form_text_comes_back_escaped_or_refused_never_a_crash(tmp_path, tit
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(title=TEXT, value=TEXT, reason=TEXT)
 @example(title="\r", value="", reason="")  # a blank title is "not recorded" (found by hypothesis)
-def test_any_production_text_in_an_incident_page_is_text(tmp_path, title, value, reason):
+def test_any_production_text_in_an_incident_page_is_text(tmp_path, ana_without_launcher, title, value, reason):
     """An incident's summary and postmortem holding any text (as the runbook writes them, or
     edited by hand): the page shows it escaped, and its Markdown renders no raw HTML."""
     reports = tmp_path / "reports"
@@ -171,8 +179,7 @@ def test_any_production_text_in_an_incident_page_is_text(tmp_path, title, value,
         {"incident": {"incident_id": "INC-0001", "title": title, "status": "open"}, "slices": {"tenant": [value]},
          "failing_traces": [{"trace_id": value, "cluster_id": value, "reasons": [reason]}]}))
     (reports / "incident-INC-0001.md").write_text(f"# INC-0001: {title}\n\n{reason}\n", encoding="utf-8")
-    ana = Curator(create_app(Workspace(tmp_path / "curation", reports, tmp_path / "goldens")), "ana")
-    page = ana.client.get("/incidents/INC-0001")
+    page = ana_without_launcher.client.get("/incidents/INC-0001")
     assert page.status_code == 200
     assert str(escape(recorded(title, 200))) in page.text and str(escape(shown(value, 120))) in page.text
     postmortem = page.text.split('<article class="postmortem" id="postmortem">', 1)[1].split("</article>", 1)[0]
