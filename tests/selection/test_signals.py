@@ -1,3 +1,4 @@
+import duckdb
 import pytest
 
 from rag_loop.ingest import ingest_directory
@@ -25,7 +26,7 @@ def test_a_healthy_trace_raises_no_signal(con, tmp_path):
     assert _signals(con, tmp_path, trace_line("ok", **GOOD)) == {"ok": set()}
 
 
-@pytest.mark.parametrize("fields, expected", [
+CRAFTED = [
     ({"feedback": {"rating": "negative", "category": "incorrect"}}, {"thumbs_down"}),
     ({"feedback": {"rating": "positive"}}, set()),
     ({"feedback": None}, set()),
@@ -40,9 +41,22 @@ def test_a_healthy_trace_raises_no_signal(con, tmp_path):
     ({"status": "timeout", "error": "deadline", "citations": [], "answer": None}, {"timeout"}),
     ({"status": "error", "error": "boom", "citations": [], "answer": None}, {"error"}),
     ({"latency_ms": 9000.0}, {"latency_over_budget"}),
-])
-def test_each_signal_on_a_crafted_trace(con, tmp_path, fields, expected):
-    assert _signals(con, tmp_path, trace_line("t", **{**GOOD, **fields})) == {"t": expected}
+]
+
+
+@pytest.fixture(scope="module")
+def crafted_signals(tmp_path_factory):
+    """The signals of every crafted trace, ingested and computed together once: each signal's
+    threshold is fixed and no trace has a session, so a trace's signals are its own."""
+    with duckdb.connect() as con:
+        return _signals(con, tmp_path_factory.mktemp("crafted"),
+                        *(trace_line(f"t{i}", **{**GOOD, **fields}) for i, (fields, _) in enumerate(CRAFTED)))
+
+
+@pytest.mark.parametrize("fields, expected", CRAFTED)
+def test_each_signal_on_a_crafted_trace(crafted_signals, fields, expected):
+    assert len(crafted_signals) == len(CRAFTED)
+    assert crafted_signals[f"t{CRAFTED.index((fields, expected))}"] == expected
 
 
 def test_the_feedback_category_is_kept(con, tmp_path):
