@@ -178,11 +178,17 @@ def test_a_database_from_before_the_pending_table_or_its_days_assembles_what_wai
     assert con.execute("SELECT count(*) FROM otlp_pending").fetchall() == [(0,)]
 
 
+@pytest.fixture(scope="module")
+def bare():
+    """A database with nothing in it, for expressions alone (a connection costs more than one)."""
+    with duckdb.connect() as connection:
+        yield connection
+
+
 @settings(max_examples=50, deadline=None)
 @given(start=st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)))
-def test_a_span_is_on_the_utc_day_it_started_and_any_start_has_a_day(start):
-    with duckdb.connect() as con:
-        (day,) = con.execute(f"SELECT {span_day('$start::BIGINT')}", {"start": start}).fetchall()[0]
+def test_a_span_is_on_the_utc_day_it_started_and_any_start_has_a_day(bare, start):
+    (day,) = bare.execute(f"SELECT {span_day('$start::BIGINT')}", {"start": start}).fetchall()[0]
     instant = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=(start or 0) // 1000)
     assert day == instant.date() or start is not None and start < 0  # before 1970: a day, not an error
 
