@@ -15,16 +15,22 @@ ALERT = {"day": "2026-11-10", "asset": "query_mix", "check": "query_mix_divergen
          "note": "0.2 > 0.1"}
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def world():
+    """The small world, built once for the module: its tests only read it."""
     con = duckdb.connect()
     build(con)
     yield con
     con.close()
 
 
-def test_each_layer_per_day(world):
-    figures = dashboard_figures(world, SETTINGS, [ALERT], drift_checked=True)
+@pytest.fixture(scope="module")
+def figures(world):
+    """The world's figures with an alert and drift checked, computed once (~1 CPU-s)."""
+    return dashboard_figures(world, SETTINGS, [ALERT], drift_checked=True)
+
+
+def test_each_layer_per_day(world, figures):
     assert (figures["first_day"], figures["last_day"]) == ("2026-11-01", "2026-11-14")
     traffic = figures["product"]["traffic"]
     assert [r["requests"] for r in traffic] == [40 + 3 * d for d in range(DAYS)]
@@ -65,8 +71,8 @@ def test_each_layer_per_day(world):
     assert [(e["run_id"], e["blocked"]) for e in change["evals"]] == [("eval-a", False), ("eval-b", True)]
 
 
-def test_written_whole_as_json(world, tmp_path):
-    path = write_dashboard(dashboard_figures(world, SETTINGS), tmp_path / "reports")
+def test_written_whole_as_json(figures, tmp_path):
+    path = write_dashboard(figures, tmp_path / "reports")
     assert path.name == DASHBOARD_FILE and [p.name for p in path.parent.iterdir()] == [DASHBOARD_FILE]
     assert json.loads(path.read_text())["product"]["traffic"][0]["day"] == "2026-11-01"
 

@@ -34,8 +34,14 @@ def _page(tmp_path, release=None) -> str:
     return reply.text
 
 
-def test_four_layers_drawn_inline_and_linked(tmp_path):
-    text = _page(figures_folder(tmp_path), Release())
+@pytest.fixture(scope="module")
+def figures(tmp_path_factory):
+    """The dashboard world's figures, written once for the module: its pages only read them."""
+    return figures_folder(tmp_path_factory.mktemp("figures"))
+
+
+def test_four_layers_drawn_inline_and_linked(figures):
+    text = _page(figures, Release())
     for layer in ("product", "quality", "performance", "change"):
         assert f'<section class="layer" id="{layer}">' in text
     assert text.count("<svg") >= 7 and "empty-layer" not in text
@@ -49,8 +55,8 @@ def test_four_layers_drawn_inline_and_linked(tmp_path):
     assert '<a href="/dashboard">dashboard</a>' in text  # the nav
 
 
-def test_production_text_is_escaped_everywhere(tmp_path):
-    text = _page(figures_folder(tmp_path))
+def test_production_text_is_escaped_everywhere(figures):
+    text = _page(figures)
     assert '<script>alert("x")' not in text and HOSTILE not in text and "\u202e" not in text
     assert '<img src="http://192.0.2.1' not in text  # would be fetched from elsewhere
     assert "&lt;script&gt;alert(" in text and "[U+202E]" in text  # shown, as text, bidi made visible
