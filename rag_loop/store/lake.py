@@ -238,7 +238,8 @@ class Lake:
             _add_action(_written(self.path(table), file) if isinstance(file, Path) else file) for file in added]
         now = int(time.time() * 1000)
         delta = self.delta(table)
-        sizes = dict(zip(*(_added(delta).get(c, []) for c in ("path", "size_bytes")), strict=True))
+        listed = _added(delta) if removed else {}  # the removed files' sizes; every file's add action: only then
+        sizes = dict(zip(listed.get("path", []), listed.get("size_bytes", []), strict=True))
         actions += [RemoveAction(path, True, now, sizes.get(path), {DAY: _day_of(path)}) for path in removed]
         if delta is None:
             self._create(table, schema, [a for a in actions if isinstance(a, AddAction)])
