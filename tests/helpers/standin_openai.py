@@ -154,7 +154,8 @@ class StandIn:
 
         self.server = Server(("127.0.0.1", 0), Handler)
         self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # shutdown() waits for the serving loop's next poll: 0.05 s, not the default 0.5 s per test
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
 
     def stats(self) -> dict[str, Any]:
         """What was asked so far: requests, refusals by status, calls in flight at most, connections."""
