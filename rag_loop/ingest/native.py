@@ -138,15 +138,70 @@ def _container_kinds(raw: str, expected: dict) -> tuple[str, str]:
     return f"json_type({raw}, [{paths}])", " AND ".join(checks)
 
 
+# What may follow `"key":` in a list's JSON text when the value does not have the key's type:
+# anything but the type's first characters or null (an integer with a fraction, an exponent or
+# 19 digits, maybe beyond BIGINT, too)
+_MAYBE_WRONG = {
+    "VARCHAR": r'[^"n]|n[^u]',
+    "BIGINT": r'[^-0-9n]|n[^u]|-[^0-9]|-?[0-9]+[.eE]|-?[0-9]{19}',
+    "DOUBLE": r'[^-0-9n]|n[^u]|-[^0-9]',
+    "BOOLEAN": r'[^tfn]|t[^r]|f[^a]|n[^u]',
+}
+_OBJECT_LISTS = ("chunks", "spans")  # typed whole by `json_transform`, checked on their text
+
+
+def wrong_type_pattern(fields: dict[str, str]) -> str:
+    """A regular expression that matches the JSON text of a list of objects with scalar
+    `fields` when some value may not have its field's type.
+
+    The text is the compact JSON `read_json` writes for a JSON column (no whitespace, keys
+    unescaped), where a `"` after `{` or `,` opens a key or a list element, never a string's
+    content or end: `[{,]"key":` finds every key spelled `key`. Conservative: the same key in
+    a nested object matches too, and only sends the line to the line loader.
+    """
+    by_type: dict[str, list[str]] = {}
+    for key, kind in fields.items():
+        by_type.setdefault(kind, []).append(key)
+    pattern = "|".join(f'[{{,]"(?:{"|".join(keys)})":(?:{_MAYBE_WRONG[kind]})'
+                       for kind, keys in by_type.items())
+    assert "'" not in pattern
+    return pattern
+
+
+def _object_list_sql(name: str, element: dict[str, str]) -> tuple[str, str]:
+    """SQL typing the JSON text of the list column `name`, and SQL true when the text is a list
+    whose values all have their types. A non-object element types as no fields, and lacks the
+    required doc_id or name (`record_problem_sql`)."""
+    text = f'"{name}"::VARCHAR'
+    typed = f"""json_transform("{name}", '{json.dumps([element])}')"""
+    ok = (f"""("{name}" IS NULL OR (starts_with({text}, '[') """
+          f"""AND NOT regexp_matches({text}, '{wrong_type_pattern(element)}')))""")
+    return typed, ok
+
+
 @cache
 def _read_json_sql() -> str:
-    """Parses the file `$path` into `_read`: the typed trace `t` and whether it is clean."""
+    """Parses the file `$path` into `_read`: the typed trace `t` and whether it is clean.
+
+    Scalars are read as JSON text and typed one by one; the chunk and span lists, most of a
+    trace's values, are read as one JSON text each, typed by one `json_transform` and checked
+    by one regular expression."""
     expected = duckdb_type(Trace)
-    columns = ", ".join(f"'{k}': '{_sql_type(v, 'JSON')}'" for k, v in expected.items())
+    columns = ", ".join(f"'{k}': '{'JSON' if k in _OBJECT_LISTS else _sql_type(v, 'JSON')}'"
+                        for k, v in expected.items())
+    fields, checks = [], []
+    for key, value in expected.items():
+        if key in _OBJECT_LISTS:
+            typed, ok = _object_list_sql(key, value[0])
+            checks.append(ok)
+        else:
+            typed = typed_leaves_sql(_field("", key), value)
+            checks.append(leaves_type_ok_sql(_field("", key), value))
+        fields.append(f'"{key}" := {typed}')
     return f"""
         CREATE OR REPLACE TEMP TABLE _read AS
         SELECT t, type_ok AND {record_problem_sql('t')} IS NULL AS clean
-        FROM (SELECT {typed_leaves_sql('', expected)} AS t, {leaves_type_ok_sql('', expected)} AS type_ok
+        FROM (SELECT struct_pack({", ".join(fields)}) AS t, {" AND ".join(checks)} AS type_ok
               FROM read_json($path, format = 'newline_delimited', records = true,
                              compression = $compression, maximum_object_size = $max_bytes,
                              columns = {{{columns}}}))"""
