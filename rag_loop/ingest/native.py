@@ -4,12 +4,14 @@
 lines with `read_csv` and parses them with `json_transform`, so a malformed line costs only
 itself. Both read every scalar of the trace model as JSON text, so a value of the wrong JSON
 type is seen instead of silently coerced (`read_json` turns 5 into "5" and 2.5 into 2), then
-cast in SQL. A row that fails a type or field check is not judged here: its raw line goes to
-the line loader (`load_batch`), which gives it the same reason any reader would. What a reader
-cannot read exactly raises `NeedsExactReader`: for `read_json` malformed JSON, invalid UTF-8,
-an oversized or non-object record, blank lines that would shift line numbers; for `read_csv`
-invalid UTF-8, a 0x1f byte, a stray carriage return or mixed line ends; for both a file too big
-for DuckDB's memory.
+cast in SQL; `read_native_file` reads the chunk and span lists as one JSON text each instead,
+checked by one regular expression (`wrong_type_pattern`) and typed by `json_transform`. A row
+that fails a type or field check is not judged here: its raw line goes to the line loader
+(`load_batch`), which gives it the same reason any reader would. What a reader cannot read
+exactly raises `NeedsExactReader`: for `read_json` malformed JSON, invalid UTF-8, an oversized
+or non-object record, blank lines that would shift line numbers; for `read_csv` invalid UTF-8,
+a 0x1f byte, a stray carriage return or mixed line ends; for both a file too big for DuckDB's
+memory.
 
 Both parse outside a transaction: a table made inside one numbers its rows from ~3.6e16, and
 the row ids are the line numbers (rows keep the file's order: `preserve_insertion_order`).
