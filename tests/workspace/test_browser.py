@@ -75,13 +75,15 @@ def test_a_curator_labels_with_the_keyboard_only(browser, curation, demo_run, tm
         _wait(browser, lambda b: b.find_elements(By.ID, "label-form"))
         accepted = _trace_of(browser.current_url)
         _keys(browser, "e", "Fifteen days of paid leave a year.", Keys.TAB)  # to the source search
-        for query, document in (("leave policy 2026", "leave-policy@"), ("password rotation", "password-policy@")):
+        for picked, (query, document) in enumerate((("leave policy 2026", "leave-policy@"),
+                                                    ("password rotation", "password-policy@")), start=1):
             _replace(browser, query)
             _wait(browser, lambda b, document=document: any(
                 e.get_attribute("data-source").startswith(document)
                 for e in b.find_elements(By.CSS_SELECTOR, "#source-results .pick-source")[:1]))
             _keys(browser, Keys.ENTER)  # pick the first hit
-            time.sleep(0.2)
+            _wait(browser, lambda b, picked=picked: len(b.find_elements(By.CSS_SELECTOR,
+                                                                          "#chosen-sources input")) == picked)
         chosen = [e.get_attribute("value") for e in browser.find_elements(By.CSS_SELECTOR, "#chosen-sources input")]
         assert len(chosen) == 2 and len(set(chosen)) == 2
         _keys(browser, Keys.ESCAPE, "a")  # leave the search, accept

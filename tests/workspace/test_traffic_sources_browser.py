@@ -2,8 +2,6 @@
 id-only chunk with "use as source" and a chunk found by the search (shown as seen in production
 traces), and the label stage stores both; with nothing to cite, the search says why."""
 
-import time
-
 import duckdb
 import pytest
 
@@ -53,7 +51,7 @@ def test_a_curator_cites_traffic_sources_and_the_label_stage_stores_them(browser
         hit = browser.find_element(By.CSS_SELECTOR, "#source-results li")
         assert "seen in production traces" in hit.text
         _keys(browser, Keys.ENTER)  # pick the first hit
-        time.sleep(0.2)
+        _wait(browser, lambda b: len(b.find_elements(By.CSS_SELECTOR, "#chosen-sources input")) == 2)
         chosen = [e.get_attribute("value") for e in browser.find_elements(By.CSS_SELECTOR, "#chosen-sources input")]
         assert chosen == ["IT-001", VPN_NEW["chunk_id"]]
         _keys(browser, Keys.ESCAPE, "a")
