@@ -5,12 +5,12 @@ import json
 from datetime import UTC, datetime
 
 import duckdb
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rag_loop.ingest import ingest_directory
 from tests.helpers import misplaced_child_rows
-from tests.helpers.otlp import hostile_span, json_values, line, request_spans
+from tests.helpers.otlp import SPAN_KEYS, hostile_span, json_values, line, request_spans
 
 NOW = datetime(2026, 11, 11, 10, 30, tzinfo=UTC)
 @st.composite
@@ -41,9 +41,26 @@ def hostile_files(draw):
     return files, good, hostile
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+def _every_hostile_part() -> tuple[list[list[str]], list[int], int]:
+    """hostile_files' shapes in one case: each span key given each kind of JSON value or
+    dropped, attributes with odd values, good traces beside them and alone, garbage, a deep
+    line and bare JSON, over two files."""
+    odd = [None, [], {"x": 1}, "", 2**70, float("nan"), -1.5, True]
+    bad = [dict(request_spans(1 + n % 6)[n % 3], **{key: odd[n % len(odd)]}) for n, key in enumerate(SPAN_KEYS * 2)]
+    bad += [{k: v for k, v in request_spans(1 + n)[n % 3].items() if k != key} for n, key in enumerate(SPAN_KEYS[:6])]
+    bad += [dict(request_spans(5)[1], attributes=request_spans(5)[1]["attributes"] + [{"key": key, "value": value}])
+            for key, value in (("", None), ("k", {"intValue": "x"}), ("é", {"arrayValue": [1]}),
+                               ("v", {"stringValue": {"a": None}}))]
+    first = [*request_spans(101), *bad[:12], *request_spans(102)]
+    files = [[line(first), "{oops ", "[" * 3000 + "]" * 3000, json.dumps([1, {"a": None}])],
+             [line(bad[12:] + request_spans(103)), line([]), line(request_spans(104))]]
+    return files, [101, 102, 103, 104], len(bad)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @given(hostile_files())
+@example(_every_hostile_part())
 def test_hostile_otlp_files(tmp_path_factory, case):
     files, good, hostile = case
     directory = tmp_path_factory.mktemp("otlp")
