@@ -309,18 +309,17 @@ def _immutable_files(scheme: str, system: fs.FileSystem) -> Any:
     data file is never rewritten under its name."""
     from fsspec.implementations.arrow import ArrowFSWrapper
 
+    known: dict[str, dict[str, Any]] = {}
+
     class Files(ArrowFSWrapper):
         protocol = scheme
-        known: dict[str, dict[str, Any]] = {}
 
         def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
             path = self._strip_protocol(path)
-            if path not in self.known:
-                entry = super().info(path, **kwargs)
-                if entry["type"] != "file":
-                    return entry
-                self.known[path] = entry
-            return self.known[path]
+            entry = known.get(path) or super().info(path, **kwargs)
+            if entry["type"] == "file":
+                known[path] = entry
+            return entry
 
         def modified(self, path: str) -> Any:
             return self.info(path)["mtime"]
