@@ -4,7 +4,7 @@ import json
 import os
 
 import duckdb
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import rag_loop.ingest.pipeline as pipeline
@@ -79,8 +79,17 @@ contents = st.lists(st.one_of(st.sampled_from(["good", "blank", "garbage", "deep
                               st.binary(max_size=30)), max_size=6)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.dictionaries(names, contents, min_size=1, max_size=4))
+# the strategy's shapes in every run: a hidden name, names not UTF-8, with spaces, a glob and a
+# byte order mark, an empty file; each kind of line, raw bytes not UTF-8, a gzip magic opening a
+# file, a bare carriage return, good lines after bad ones
+EVERY_KIND = {b".hidden": ["good"], b"caf\xe9 *?[": ["garbage", "good", b"\xff\xfe", "blank", "good"],
+              b"\xef\xbb\xbfbom": [b"\xef\xbb\xbf", "cr", "good", "deep"], b"empty": [],
+              b"\x1f\x8bgz": [b"\x1f\x8b\x08", "good"], b"r\r": [b"\r", b"{", "good", b"\x1f", b"\x00\x00"]}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(files=st.dictionaries(names, contents, min_size=1, max_size=4))
+@example(files=EVERY_KIND)
 def test_hostile_directories_never_stop_a_run(tmp_path_factory, files):
     directory = tmp_path_factory.mktemp("d")
     good: dict[str, set[str]] = {}  # file as reported -> the good traces in it
