@@ -67,3 +67,11 @@ def workspace(curation):
 @pytest.fixture
 def app(workspace):
     return create_app(workspace)
+
+
+@pytest.fixture(scope="session")
+def figures(tmp_path_factory):
+    """The dashboard world's figures written once per session (reports/dashboard.json under the
+    folder returned, ~1 CPU-s to compute): the dashboard page tests only read them."""
+    from tests.workspace.test_dashboard_page import figures_folder
+    return figures_folder(tmp_path_factory.mktemp("figures"))

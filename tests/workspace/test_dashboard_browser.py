@@ -11,16 +11,16 @@ from rag_loop.workspace.app import create_app
 from rag_loop.workspace.store import Workspace
 from tests.helpers.browser import CHROMIUM, DRIVER, MISSING
 from tests.workspace.test_browser import Server
-from tests.workspace.test_dashboard_page import Release, figures_folder
+from tests.workspace.test_dashboard_page import Release
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(CHROMIUM is None or DRIVER is None, reason=MISSING)]
 PROJECT = Path(__file__).resolve().parents[2]
 ARTIFACTS = PROJECT / "test-artifacts"
 
 
-def test_dashboard_charts_render_and_nothing_leaves_the_host(browser, tmp_path):
+def test_dashboard_charts_render_and_nothing_leaves_the_host(browser, figures):
     from selenium.webdriver.common.by import By
-    folder = figures_folder(tmp_path)
+    folder = figures  # the session's dashboard.json (tests/workspace/conftest.py)
     server = Server(create_app(Workspace(folder / "curation", folder / "reports"), release=Release()))
     try:
         browser.get(server.url + "/dashboard")

@@ -34,12 +34,6 @@ def _page(tmp_path, release=None) -> str:
     return reply.text
 
 
-@pytest.fixture(scope="module")
-def figures(tmp_path_factory):
-    """The dashboard world's figures, written once for the module: its pages only read them."""
-    return figures_folder(tmp_path_factory.mktemp("figures"))
-
-
 def test_four_layers_drawn_inline_and_linked(figures):
     text = _page(figures, Release())
     for layer in ("product", "quality", "performance", "change"):
