@@ -25,6 +25,7 @@ RETRIEVAL_INPUTS = ("trace_signals", "raw_traces", "trace_chunks")
 STALE_INPUTS = ("trace_signals",)
 DIMENSIONS = ("all", *SLICE_COLUMNS)
 DECILES = tuple(i / 10 for i in range(11))
+TERTILES = {"p10": 0.1, "p50": 0.5, "p90": 0.9}  # the day's score quantiles
 EDGE_TOLERANCE = 1e-9  # relative: a score this close to a decile is on it
 PSI_FLOOR = 1e-4  # rag_loop.drift.stats.psi's: a share never counts as less than this
 
@@ -47,9 +48,12 @@ def retrieval_expression(tables: Mapping[str, ir.Table], window: DriftWindow, fn
     rows = by_slice(fn.reuse(_window_rows(tables, window, fn)), "is_today", "is_baseline", "top_retrieval_score",
                     "top_rerank_score", "empty_retrieval", "documents", "overlap")
     levels = _score_levels(rows, "top_rerank_score", fn, now="is_today", before="is_baseline")
-    figures = _figures(rows, levels, _score_levels(rows, "top_retrieval_score", fn, now="is_today"))
+    rerank = _quantiles(levels, {"now": {f"rerank_{k}": q for k, q in TERTILES.items()}, "before": _deciles()})
+    retrieval = _quantiles(_score_levels(rows, "top_retrieval_score", fn, now="is_today"),
+                           {"now": {f"retrieval_{k}": q for k, q in TERTILES.items()}})
+    figures = _figures(rows, rerank, retrieval)
     figures = figures.filter((figures.slice == "all") | (figures.n > 0))
-    distance, psi = _ks_distance(levels), _psi(levels, figures)
+    distance, psi = _ks_distance(levels), _psi(levels, rerank)
     joined = (figures.left_join(distance, (figures.slice_order == distance.k_order)
                                 & (figures.slice_value == distance.k_value))
               .left_join(psi, (figures.slice_order == psi.p_order) & (figures.slice_value == psi.p_value)))
@@ -111,8 +115,8 @@ def _window_rows(tables: Mapping[str, ir.Table], window: DriftWindow, fn: Functi
 
 
 def _figures(part: ir.Table, rerank: ir.Table, retrieval: ir.Table) -> ir.Table:
-    """Per slice value: counts, quantiles, rates, and the baseline's rerank deciles (the PSI
-    bins); the quantiles from the score levels (`_quantiles`)."""
+    """Per slice value: counts, rates, and the quantiles of the rerank and retrieval scores
+    (`_quantiles` of their score levels), the baseline's rerank deciles (the PSI bins) among them."""
     today, base = part.is_today, part.is_baseline
     figures = part.group_by(["slice_order", "slice", "slice_value"]).aggregate(
         n=part.count(where=today), baseline_n=part.count(where=base),
@@ -120,17 +124,14 @@ def _figures(part: ir.Table, rerank: ir.Table, retrieval: ir.Table) -> ir.Table:
         baseline_empty_rate=part.empty_retrieval.cast("float64").mean(where=base),
         source_diversity=part.documents.fill_null(0).cast("float64").mean(where=today),
         topk_overlap=part.overlap.mean(where=today))
-    tertiles = {"p10": 0.1, "p50": 0.5, "p90": 0.9}
-    deciles = dict(zip(("q_low", *_edges(), "q_high"), DECILES))
-    for quantiles in (_quantiles(retrieval, {"now": {f"retrieval_{k}": q for k, q in tertiles.items()}}),
-                      _quantiles(rerank, {"now": {f"rerank_{k}": q for k, q in tertiles.items()}, "before": deciles})):
+    for quantiles in (retrieval, rerank):
         figures = figures.left_join(quantiles, (figures.slice_order == quantiles.q_order)
                                     & (figures.slice_value == quantiles.q_value)).drop("q_order", "q_value")
     return figures.select(
         "slice", "slice_value", "slice_order", "n", "baseline_n",
-        *(f"retrieval_{k}" for k in tertiles), *(f"rerank_{k}" for k in tertiles),
+        *(f"retrieval_{k}" for k in TERTILES), *(f"rerank_{k}" for k in TERTILES),
         baseline_rerank_p50=figures.q5, **{c: figures[c] for c in (
-            "empty_rate", "baseline_empty_rate", "source_diversity", "topk_overlap", *deciles)})
+            "empty_rate", "baseline_empty_rate", "source_diversity", "topk_overlap", *_deciles())})
 
 
 def _quantiles(levels: ir.Table, wanted: Mapping[str, Mapping[str, float]]) -> ir.Table:
@@ -165,6 +166,11 @@ def _edges() -> tuple[str, ...]:
     return tuple(f"q{i}" for i in range(1, len(DECILES) - 1))
 
 
+def _deciles() -> dict[str, float]:
+    """The baseline's rerank deciles by name: q_low, the inner edges q1…q9, q_high."""
+    return dict(zip(("q_low", *_edges(), "q_high"), DECILES))
+
+
 def _score_levels(part: ir.Table, column: str, fn: Functions, **counts: str) -> ir.Table:
     """Per slice value and distinct score of `column`: how many of the rows each boolean column
     of `counts` (name: column) marks have it. The quantiles, the KS distance and the PSI read
@@ -186,13 +192,15 @@ def _ks_distance(levels: ir.Table) -> ir.Table:
         ks_d=(cdf.now_cdf - cdf.before_cdf).abs().max(), rerank_n=cdf.now.sum(), baseline_rerank_n=cdf.before.sum())
 
 
-def _psi(levels: ir.Table, figures: ir.Table) -> ir.Table:
+def _psi(levels: ir.Table, deciles: ir.Table) -> ir.Table:
     """Per slice value: PSI of the day's top-1 rerank scores against the baseline's over the
     baseline's decile bins (as rag_loop.drift.stats.psi: shares floored at PSI_FLOOR; NULL when
     the baseline has one value only or either side has no score). A bin's index is the number of
     inner edges at or below the score; edges equal to the lowest or highest decile are not edges
-    (as numpy's histogram over the unique deciles, with the outer two made infinite)."""
-    edges = figures.select("slice_order", "slice_value", "q_low", "q_high", *_edges())
+    (as numpy's histogram over the unique deciles, with the outer two made infinite). The deciles:
+    `_quantiles`' of the rerank levels (q_low, q1…q9, q_high), not the figures that join them."""
+    edges = deciles.select(slice_order=deciles.q_order, slice_value=deciles.q_value, q_low=deciles.q_low,
+                           q_high=deciles.q_high, **{e: deciles[e] for e in _edges()})
     edges = edges.filter(_above(edges.q_high, edges.q_low))
     with_edges = levels.join(edges, ["slice_order", "slice_value"])
     score, low, high = with_edges.score, with_edges.q_low, with_edges.q_high
