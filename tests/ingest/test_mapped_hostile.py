@@ -7,7 +7,7 @@ import re
 
 import duckdb
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rag_loop.ingest import ingest_directory
@@ -52,9 +52,30 @@ def mappings(draw) -> dict:
     return {"fields": fields}
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+# the strategy's shapes in every run: each kind of path (projection, function, literal, @, index),
+# each type, a strftime format, a constant, chunks by position, feedback; records that
+# fit, that do not, bare values and the odd lines
+EVERY_KIND = {"fields": {
+    "trace_id": {"path": "id", "type": "string"}, "timestamp": {"path": "ts", "format": "%Y-%m-%d"},
+    "original_query": {"path": "q", "type": "string"}, "answer": {"path": "length(q)", "type": "string"},
+    "latency_ms": {"path": "n", "type": "float"}, "turn_id": {"path": "n", "type": "int"},
+    "is_fallback": {"path": "a", "type": "bool"}, "tenant": {"value": "acme"},
+    "language": {"path": '`"constant"`'}, "filters": {"path": "@"}, "citations": {"path": "ctx[*].a"},
+    "cost_usd": {"path": "missing", "type": "float"}, "session_id": {"path": "meta.id"},
+    "chunks": {"path": "ctx", "each": {"doc_id": {"path": "a"}, "score": {"path": "n", "type": "float"},
+                                       "rank": {"position": True}}},
+    "feedback": {"fields": {"rating": {"path": "a", "type": "string"}}}}}
+EVERY_ROW = [{"id": "t1", "ts": "2026-11-01", "q": "why", "n": 2, "a": True, "meta": {"id": "s"},
+              "ctx": [{"a": "d", "n": 0.5}, {"a": "e"}]},
+             {"id": "t1", "ts": "2026-11-01", "q": "again"}, {"id": 7, "ts": "1764547200000", "q": "x", "n": "fast"},
+             {"ts": "2026-11-02", "q": ""}, {"id": "t2", "ts": None, "ctx": {"a": 1}, "a": [1]}, [1, 2], "a text",
+             None, 5, "", "not json", "[1,"]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                    HealthCheck.too_slow])
 @given(mapping=mappings(), rows=st.lists(records | st.sampled_from(["", "not json", "[1,"]), min_size=1, max_size=8))
+@example(mapping=EVERY_KIND, rows=EVERY_ROW)
 def test_random_records_through_random_mappings_end_once_each(tmp_path_factory, mapping, rows):
     folder = tmp_path_factory.mktemp("mapped")
     (folder / "rag-loop-mapping.yaml").write_text(yaml.safe_dump(mapping))
