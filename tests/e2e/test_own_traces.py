@@ -44,7 +44,10 @@ def test_the_loop_runs_on_own_traces_and_evaluates_an_http_service_without_the_d
                "RAG_LOOP_REPORTS_DIR": str(work / "reports"),
                "RAG_LOOP_RAG_APP_URL": service.url + "/ok", "DAGSTER_DISABLE_TELEMETRY": "1",
                "DAGSTER_HOME": str(work / "dagster"),
-               "PYTHONPATH": str(PROJECT)}
+               "PYTHONPATH": str(PROJECT),
+               # torch on one thread: the tests run on every core already, and OpenMP's second
+               # thread spinning between batches cost 4-5 CPU s of this test's 34 (same results)
+               "OMP_NUM_THREADS": "1"}
         done = subprocess.run([sys.executable, str(PROJECT / "tests" / "e2e" / "scripts" / "own_traces_loop.py")],
                               env=env, cwd=work, capture_output=True, text=True, timeout=600)
     finally:
