@@ -63,9 +63,25 @@ def emptied(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     return con
 
 
-@settings(max_examples=30, deadline=None,
+def _mutated(number: int, field: str, value, ascii_only: bool = True) -> bytes:
+    return json.dumps({**json.loads(trace_line(f"m{number}")), field: value}, ensure_ascii=ascii_only).encode()
+
+
+# every kind of line hostile_line draws, in every run: good ones and repeats, each field given a
+# value of another type, too large, not finite, empty or nested, blanks, bare JSON, a carriage
+# return inside a record, bytes that are not UTF-8
+EVERY_KIND = [trace_line("t1").encode(), trace_line("t1").encode(), b"", b" ", b"\t ",
+              *[_mutated(n % 6, field, value, n % 2 == 0) for n, (field, value) in enumerate(zip(FIELDS, [
+                  None, "epoch", 2**65, "\u200b", float("nan"), "yes", {"doc_id": None}, [{"name": 1}],
+                  [None], {"x": [1.5]}, [1, [2]], "", float("inf")]))],
+              _mutated(0, "latency_ms", "x\u00e9"), json.dumps([1, {"score": -0.0}]).encode(), b"null",
+              trace_line("cr").replace(", ", ",\r ", 1).encode(), b"\xc3(", b'{"trace_id": "t2",', b"\x00"]
+
+
+@settings(max_examples=20, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(st.lists(hostile_line(), min_size=1, max_size=12))
+@example(lines=EVERY_KIND)
 # DuckDB's error quotes the line cut inside a character: its message does not decode
 @example(lines=[b'[[null], {"doc_id": null, "score": null, "x": "0\\u001f\\u0800"}]'])
 # a byte order mark opens the file: alone, a blank first line; before a record, not part of it
