@@ -48,7 +48,8 @@ def retrieval_expression(tables: Mapping[str, ir.Table], window: DriftWindow, fn
     rows = by_slice(fn.reuse(_window_rows(tables, window, fn)), "is_today", "is_baseline", "top_retrieval_score",
                     "top_rerank_score", "empty_retrieval", "documents", "overlap")
     levels = _score_levels(rows, "top_rerank_score", fn, now="is_today", before="is_baseline")
-    rerank = _quantiles(levels, {"now": {f"rerank_{k}": q for k, q in TERTILES.items()}, "before": _deciles()})
+    rerank = fn.reuse(_quantiles(levels, {"now": {f"rerank_{k}": q for k, q in TERTILES.items()},
+                                          "before": _deciles()}))  # read by the figures and the PSI
     retrieval = _quantiles(_score_levels(rows, "top_retrieval_score", fn, now="is_today"),
                            {"now": {f"retrieval_{k}": q for k, q in TERTILES.items()}})
     figures = _figures(rows, rerank, retrieval)
