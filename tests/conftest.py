@@ -77,6 +77,9 @@ def _built_early(request, worker_id):
 os.environ.setdefault("DEEPEVAL_TELEMETRY_OPT_OUT", "1")
 os.environ.setdefault("DEEPEVAL_DISABLE_DOTENV", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# two workers on two cores: a library's second OpenMP thread (torch, BLAS) only spins between
+# batches (a test of own traces: 4-5 CPU-s of ~34)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture
