@@ -65,24 +65,12 @@ def _agreement(name: str, curator: list, other: list) -> Agreement:
         confusion.setdefault(str(mine), {}).setdefault(str(theirs), 0)
         confusion[str(mine)][str(theirs)] += 1
     n = len(curator)
-    kappa = _cohen_kappa(curator, other) if n and len(set(curator) | set(other)) > 1 else None
+    from sklearn.metrics import cohen_kappa_score  # 0.7 s to import: only where there are labels
+    kappa = float(cohen_kappa_score(curator, other)) if n and len(set(curator) | set(other)) > 1 else None
     if kappa is not None and np.isnan(kappa):
         kappa = None
     agreement = sum(a == b for a, b in zip(curator, other)) / n if n else None
     return Agreement(name, n, kappa, agreement, confusion)
-
-
-def _cohen_kappa(a: list, b: list) -> float:
-    """Unweighted Cohen's kappa of two raters' labels, as sklearn's cohen_kappa_score computes it
-    (nan when chance agreement is certain), without importing sklearn (~1.5 CPU-s in a process
-    such as `rag-loop release` that needs nothing else of it)."""
-    index = {value: i for i, value in enumerate(dict.fromkeys([*a, *b]))}
-    confusion = np.zeros((len(index), len(index)))
-    np.add.at(confusion, ([index[v] for v in a], [index[v] for v in b]), 1)
-    n = confusion.sum()
-    observed = np.trace(confusion) / n
-    expected = float(confusion.sum(axis=1) @ confusion.sum(axis=0)) / n ** 2
-    return float((observed - expected) / (1 - expected)) if expected != 1 else float("nan")
 
 
 # --- curators grading the judge (issue 45): agreement from the grades, not from a proxy ---
