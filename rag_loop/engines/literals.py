@@ -28,7 +28,8 @@ SENTINEL = date(2400, 1, 1)
 # Ibis 12's spelling of date and instant literals: DuckDB's (and Spark's dates), Spark's instants
 _LITERAL = re.compile(r"\b(MAKE_DATE|MAKE_TIMESTAMPTZ|MAKE_TIMESTAMP)\((\d+), (\d+), (\d+)")
 _ISO_INSTANT = re.compile(r"(CAST\(')(\d{4})-(\d\d)-(\d\d)(T[\d:.]+(?:[+-]\d\d:\d\d)?' AS TIMESTAMP)")
-_SENTINEL_ERA = re.compile(r"\b2[3-9]\d\d\b")
+# a year of the sentinel era, not the digits after a decimal point (seconds 0.2477)
+_SENTINEL_ERA = re.compile(r"(?<![\w.])2[3-9]\d\d\b")
 _GENERATED_NAME = re.compile(r"\bibis_[a-z_]+_[a-z0-9]{26}\b")  # fresh on every compile (unnest)
 
 

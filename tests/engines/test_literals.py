@@ -10,7 +10,7 @@ from unittest.mock import patch
 import duckdb
 import ibis
 import pytest
-from hypothesis import HealthCheck, Phase, assume, given, settings
+from hypothesis import HealthCheck, Phase, assume, example, given, settings
 from hypothesis import strategies as st
 
 from rag_loop.drift import query_mix_expressions as drift
@@ -171,6 +171,7 @@ class Figures(Literals):
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(number=st.integers(-2 ** 62, 2 ** 62), share=st.floats(allow_nan=False, allow_infinity=False),
        text=st.text(), instant=st.datetimes(datetime(1900, 1, 1), datetime(2250, 1, 1), timezones=st.just(UTC)))
+@example(number=0, share=0.0, text="", instant=datetime(2000, 1, 1, 0, 0, 0, 247700, tzinfo=UTC))  # seconds 0.2477
 def test_every_literal_is_spelled_as_ibis_spells_it(spark_dialect, dialect, number, share, text, instant):
     """Numbers of any sign and size, any text (quotes, backslashes, newlines), instants: the
     placeholders' SQL, replaced, is the SQL of the figures, wherever a literal sits."""
