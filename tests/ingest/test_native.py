@@ -1,5 +1,6 @@
 import gzip
 
+import duckdb
 import pytest
 
 from rag_loop.ingest import ingest_directory
@@ -13,8 +14,35 @@ def _ingest(con, directory, **kwargs):
     return ingest_directory(con, directory, **kwargs)
 
 
-def _reasons(con):
-    return dict(con.execute("SELECT line_no, reason FROM quarantine ORDER BY 1").fetchall())
+def _reasons(con, source_file: str | None = None):
+    where = "WHERE source_file = $file" if source_file else ""
+    return dict(con.execute(f"SELECT line_no, reason FROM quarantine {where} ORDER BY 1",
+                            {"file": source_file} if source_file else {}).fetchall())
+
+
+@pytest.fixture
+def con():
+    """An in-memory database: these tests query what was ingested, none needs it on disk."""
+    with duckdb.connect() as connection:
+        yield connection
+
+
+@pytest.fixture(scope="module")
+def cases_run(tmp_path_factory):
+    """The files of the bad-record, reader-fallback and wrongly-typed cases, one per case, in one
+    directory ingested in one run into an in-memory database: each file is read, and falls back
+    to the next reader, on its own, and their stored trace ids differ (a bad record's is never
+    stored). The reports by file name, and the connection."""
+    directory = tmp_path_factory.mktemp("cases")
+    files = dict(_bad_record_file(line, reason, blank) for line, reason in BAD_RECORDS for blank in BLANKS)
+    files |= {f"t{case}.jsonl": _own_ids(content, case) for case, (content, _, _) in enumerate(FALLBACKS)}
+    files |= {f"{reader}.jsonl": _wrongly_typed_file(reader) for reader in ("read_json", "read_csv")}
+    for name, content in files.items():
+        (directory / name).write_bytes(content.encode())
+    with duckdb.connect() as connection:
+        report = ingest_directory(connection, directory)
+        assert len(report.files) == len(files)
+        yield {f.path: f for f in report.files}, connection
 
 
 def test_valid_trace_is_stored_with_chunks_spans_and_feedback(con, tmp_path):
@@ -33,7 +61,7 @@ def test_valid_trace_is_stored_with_chunks_spans_and_feedback(con, tmp_path):
     assert con.execute("SELECT category FROM trace_feedback").fetchall() == [("outdated_source",)]
 
 
-@pytest.mark.parametrize("line, reason", [
+BAD_RECORDS = [
     ("not json", "invalid_json"),
     ('{"trace_id": "x", "timestamp": "2026-11-01T00:00:00Z"', "invalid_json"),
     ('["a"]', "not_an_object"),
@@ -52,18 +80,29 @@ def test_valid_trace_is_stored_with_chunks_spans_and_feedback(con, tmp_path):
     (trace_line("x", chunks=[{"chunk_id": "c"}]), "missing_field: chunks[].doc_id"),
     (trace_line("x", feedback="bad"), "wrong_type: feedback"),
     (trace_line("x", spans=[{"duration_ms": 1}]), "missing_field: spans[].name"),
-])
-@pytest.mark.parametrize("blank", ["", "\n"], ids=["as_is", "after_a_blank_line"])
-def test_each_kind_of_bad_record_is_quarantined_with_its_reason(con, tmp_path, line, reason, blank):
+]
+BLANKS = ["", "\n"]
+
+
+def _bad_record_file(line: str, reason: str, blank: str) -> tuple[str, str]:
+    """A stored record (its own trace id), then `blank` and the bad record `line`."""
+    name = f"bad-{BAD_RECORDS.index((line, reason))}-{len(blank)}"
+    return f"{name}.jsonl", trace_line(f"good-{name}") + "\n" + blank + line + "\n"
+
+
+@pytest.mark.parametrize("line, reason", BAD_RECORDS)
+@pytest.mark.parametrize("blank", BLANKS, ids=["as_is", "after_a_blank_line"])
+def test_each_kind_of_bad_record_is_quarantined_with_its_reason(cases_run, line, reason, blank):
     # a blank line: read_json cannot number the lines, so read_csv reads the file
-    (tmp_path / "t.jsonl").write_text(trace_line("good") + "\n" + blank + line + "\n")
-    report = _ingest(con, tmp_path)
+    reports, con = cases_run
+    name = _bad_record_file(line, reason, blank)[0]
+    report = reports[name]
     if blank:
-        assert report.files[0].reader == "read_csv"
-    assert (report.total().ingested, report.total().quarantined) == (1, 1)
-    assert _reasons(con) == {2 + len(blank): reason}
-    raw = con.execute("SELECT raw FROM quarantine").fetchall()[0][0]
-    assert raw == line[:2000]
+        assert report.reader == "read_csv"
+    assert (report.counts.ingested, report.counts.quarantined) == (1, 1)
+    assert _reasons(con, name) == {2 + len(blank): reason}
+    raw = con.execute("SELECT raw FROM quarantine WHERE source_file = ?", [name]).fetchall()
+    assert raw == [(line[:2000],)]
 
 
 def test_invalid_utf8_and_oversized_lines_are_quarantined(con, tmp_path):
@@ -115,7 +154,7 @@ def test_clean_files_take_one_read_json_and_keep_line_numbers_across_parallel_bl
     assert con.execute("SELECT current_setting('preserve_insertion_order')").fetchall() == [(False,)]
 
 
-@pytest.mark.parametrize("content, reader, fallbacks", [
+FALLBACKS = [
     (trace_line("a") + "\n\n" + trace_line("b") + "\n", "read_csv", ["read_json: 1 blank lines"]),
     (trace_line("a") + "\nnot json\n" + trace_line("b") + "\n", "read_csv",
      ["read_json: Invalid Input Error: Malformed JSON"]),
@@ -123,34 +162,49 @@ def test_clean_files_take_one_read_json_and_keep_line_numbers_across_parallel_bl
      ["read_json: Invalid Input Error", "read_csv: a 0x1f byte", "batches: "]),
     (trace_line("a") + "\r\nnot json\n" + trace_line("b") + "\n", "batches",
      ["read_json: Invalid Input Error", "read_csv: Invalid Input Error"]),
-])
-def test_files_a_faster_reader_cannot_read_exactly_go_to_the_next(con, tmp_path, content, reader,
-                                                                   fallbacks):
-    (tmp_path / "t.jsonl").write_bytes(content.encode())
-    report = _ingest(con, tmp_path)
-    (file_report,) = report.files
+]
+
+
+def _own_ids(content: str, case: int) -> str:
+    """`content` with its traces a and b renamed a<case> and b<case>: ids of this file only."""
+    for trace in ("a", "b"):
+        content = content.replace(trace_line(trace), trace_line(f"{trace}{case}"))
+    return content
+
+
+@pytest.mark.parametrize("content, reader, fallbacks", FALLBACKS)
+def test_files_a_faster_reader_cannot_read_exactly_go_to_the_next(cases_run, content, reader, fallbacks):
+    reports, con = cases_run
+    case = [c for c, _, _ in FALLBACKS].index(content)
+    file_report = reports[f"t{case}.jsonl"]
     assert file_report.reader == reader
     assert len(file_report.fallbacks) == len(fallbacks)
     assert all(why.startswith(start) for why, start in zip(file_report.fallbacks, fallbacks))
-    assert con.execute("SELECT trace_id, source_line FROM raw_traces ORDER BY 1").fetchall() == [
-        ("a", 1), ("b", 3)]
+    assert con.execute("SELECT trace_id, source_line FROM raw_traces WHERE source_file = ? ORDER BY 1",
+                       [f"t{case}.jsonl"]).fetchall() == [(f"a{case}", 1), (f"b{case}", 3)]
+
+
+def _wrongly_typed_file(reader: str) -> str:
+    """Records a..h (ids suffixed by `reader`), six of them wrongly typed; a blank last line
+    sends the file to read_csv."""
+    blank = "\n" if reader == "read_csv" else ""
+    return "\n".join([
+        trace_line(f"a-{reader}"), trace_line(f"b-{reader}", answer=5),
+        trace_line(f"c-{reader}", citations=[{"id": 1}]), trace_line(f"d-{reader}", turn_id=2.5),
+        trace_line(f"e-{reader}", is_fallback=1), trace_line(f"f-{reader}", temperature="0.2"),
+        trace_line(f"g-{reader}", turn_id=3, temperature=1, is_fallback=False, answer="ok \u00e9 \\ \"q\""),
+        trace_line(f"h-{reader}", rewritten_query=["q"])]) + "\n" + blank
 
 
 @pytest.mark.parametrize("reader", ["read_json", "read_csv"])
-def test_wrongly_typed_values_are_not_coerced_by_the_fast_readers(con, tmp_path, reader):
-    blank = "\n" if reader == "read_csv" else ""  # a blank last line sends the file to read_csv
-    (tmp_path / "t.jsonl").write_text("\n".join([
-        trace_line("a"), trace_line("b", answer=5), trace_line("c", citations=[{"id": 1}]),
-        trace_line("d", turn_id=2.5), trace_line("e", is_fallback=1), trace_line("f", temperature="0.2"),
-        trace_line("g", turn_id=3, temperature=1, is_fallback=False, answer="ok \u00e9 \\ \"q\""),
-        trace_line("h", rewritten_query=["q"])]) + "\n" + blank)
-    report = _ingest(con, tmp_path)
-    assert report.files[0].reader == reader
-    assert _reasons(con) == {2: "wrong_type: answer", 3: "wrong_type: citations[]",
-                             4: "wrong_type: turn_id", 5: "wrong_type: is_fallback",
-                             6: "wrong_type: temperature", 8: "wrong_type: rewritten_query"}
+def test_wrongly_typed_values_are_not_coerced_by_the_fast_readers(cases_run, reader):
+    reports, con = cases_run
+    assert reports[f"{reader}.jsonl"].reader == reader
+    assert _reasons(con, f"{reader}.jsonl") == {
+        2: "wrong_type: answer", 3: "wrong_type: citations[]", 4: "wrong_type: turn_id",
+        5: "wrong_type: is_fallback", 6: "wrong_type: temperature", 8: "wrong_type: rewritten_query"}
     assert con.execute("SELECT turn_id, temperature, is_fallback, answer FROM raw_traces "
-                       "WHERE trace_id = 'g'").fetchall() == [(3, 1.0, False, 'ok \u00e9 \\ "q"')]
+                       "WHERE trace_id = ?", [f"g-{reader}"]).fetchall() == [(3, 1.0, False, 'ok \u00e9 \\ "q"')]
 
 
 @pytest.mark.parametrize("content, stats", [
