@@ -167,6 +167,12 @@ def rejudge_window(con: duckdb.DuckDBPyConnection, settings: JudgingSettings, ve
     days of the selection then (its newest day counts back). The first judge version has
     nothing to re-judge: None."""
     con.execute(ONLINE_DDL)
+    return _rejudge_window(con, settings, version)
+
+
+def _rejudge_window(con: duckdb.DuckDBPyConnection, settings: JudgingSettings, version: str) -> date | None:
+    """`rejudge_window` on a database whose online tables exist (`planned_work` has just made
+    them: the DDL once per call, not twice)."""
     stored = con.execute("SELECT rejudge_from FROM judge_windows WHERE judge_version = ?", [version]).fetchall()
     if stored:
         return stored[0][0]
@@ -204,7 +210,7 @@ def planned_work(con: duckdb.DuckDBPyConnection, settings: JudgingSettings, vers
     con.execute(ONLINE_DDL)
     if not settings.metrics:
         return pd.DataFrame(columns=_PLANNED_COLUMNS)
-    start = rejudge_window(con, settings, version)
+    start = _rejudge_window(con, settings, version)
     kept = "" if start is None else " AND (c.trace_id, {name}) NOT IN (SELECT trace_id, metric FROM kept)"
     drawn = [(_quoted(m.name), float(m.rate), _drawn(settings.salt, m)) for m in settings.metrics]
     keys = " UNION ALL ".join(f"SELECT c.day, {name} AS metric, c.trace_id FROM failure_candidates c "
