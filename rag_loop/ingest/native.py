@@ -157,14 +157,16 @@ def wrong_type_pattern(fields: dict[str, str]) -> str:
     `fields` when some value may not have its field's type.
 
     The text is the compact JSON `read_json` writes for a JSON column (no whitespace, keys
-    unescaped), where a `"` after `{` or `,` opens a key or a list element, never a string's
-    content or end: `[{,]"key":` finds every key spelled `key`. Conservative: the same key in
-    a nested object matches too, and only sends the line to the line loader.
+    unescaped), where `"key":` is a key spelled `key`: a `"` followed by `:` ends a key, and the
+    `"` before `key` opens it (or is an escaped quote inside a longer key). Conservative: the same
+    key in a nested object, or a key ending in `\\"key`, matches too, and only sends the line to
+    the line loader. (Not `[{,]"key":`: a leading character class costs RE2 about 0.1 CPU-s
+    per 100 MB more.)
     """
     by_type: dict[str, list[str]] = {}
     for key, kind in fields.items():
         by_type.setdefault(kind, []).append(key)
-    pattern = "|".join(f'[{{,]"(?:{"|".join(keys)})":(?:{_MAYBE_WRONG[kind]})'
+    pattern = "|".join(f'"(?:{"|".join(keys)})":(?:{_MAYBE_WRONG[kind]})'
                        for kind, keys in by_type.items())
     assert "'" not in pattern
     return pattern
