@@ -4,6 +4,7 @@ by an SDK's attribute length limit, are "retrieval unknown", never "nothing retr
 
 import json
 
+import duckdb
 import pytest
 
 from rag_loop.ingest import ingest_directory
@@ -43,13 +44,20 @@ def _ingest(con, tmp_path, *traces: list[dict]):
     return ingest_directory(con, tmp_path, now=AFTER)
 
 
+@pytest.fixture
+def con():
+    """An in-memory database: the test queries what was ingested, and needs it nowhere else."""
+    with duckdb.connect() as connection:
+        yield connection
+
+
 def _stored(con, trace: int) -> tuple:
     return con.execute("""SELECT t.retrieval_unreadable, count(c.trace_id) FROM raw_traces t
                           LEFT JOIN trace_chunks c USING (trace_id) WHERE trace_id = ?
                           GROUP BY ALL""", [trace_hex(trace)]).fetchall()[0]
 
 
-@pytest.mark.parametrize("documents, chunks, why", [
+UNREADABLE = [
     (DOCUMENTS[:30], 0, "JSON cut off at 30 chars"),
     (DOCUMENTS[:-1], 4, "JSON cut off"),  # only the closing bracket lost: every document kept
     (DOCUMENTS[:DOCUMENTS.index("}}, {", DOCUMENTS.index("}}, {") + 1) + 2] + ", {\"id", 2,
@@ -62,49 +70,28 @@ def _stored(con, trace: int) -> tuple:
     ({"kvlistValue": {"values": [{"key": "id", "value": {"stringValue": "leave@2026#c0"}}]}}, 0,
      "an object, not a list"),
     ({"intValue": "3"}, 0, "int, not a list"),
-])
-def test_unreadable_documents_mark_the_trace_retrieval_unknown(con, tmp_path, documents, chunks, why):
-    report = _ingest(con, tmp_path, genai_spans(1, documents))
-    assert report.assembly.ingested == 1 and report.assembly.retrieval_unknown == 1
-    unreadable, stored = _stored(con, 1)
-    assert stored == chunks
-    assert unreadable.startswith("retrieval kb: gen_ai.retrieval.documents: ") and why in unreadable
-    assert con.execute("SELECT state, reason FROM otlp_traces").fetchall() == [
-        ("ingested", f"retrieval_unknown: {unreadable}")]
-    # the answer and the query are still there: only the retrieval is unknown
-    assert con.execute("SELECT original_query, answer FROM raw_traces").fetchall() == [(QUERY, "answer 1")]
-
-
-@pytest.mark.parametrize("documents, chunks", [
+]
+READABLE = [
     ("[]", 0), (" [ ]\n", 0), (DOCUMENTS, 4),
     # OTLP arrays: of objects, and of JSON-encoded objects
     ({"arrayValue": {"values": [{"kvlistValue": {"values": [
         {"key": "id", "value": {"stringValue": "leave@2026#c0"}}]}}]}}, 1),
     ({"arrayValue": {"values": [{"stringValue": json.dumps({"id": "leave@2026#c0"})}]}}, 1),
-])
-def test_readable_documents_are_not_unknown(con, tmp_path, documents, chunks):
-    report = _ingest(con, tmp_path, genai_spans(1, documents))
-    assert report.assembly.ingested == 1 and report.assembly.retrieval_unknown == 0
-    assert _stored(con, 1) == (None, chunks)
-    assert con.execute("SELECT reason FROM otlp_traces").fetchall() == [(None,)]
+]
 
 
-def test_an_unreadable_reranker_output_leaves_the_selection_unknown(con, tmp_path):
-    spans = genai_spans(1)
-    spans.append(span(1, 4, 1, "rerank", {"gen_ai.operation.name": "rerank",
-                                          "gen_ai.retrieval.documents": DOCUMENTS[:50]}, 100, 120))
-    _ingest(con, tmp_path, spans)
-    assert con.execute("SELECT count(*), count(selected) FROM trace_chunks").fetchall() == [(4, 0)]
-    assert "rerank: gen_ai.retrieval.documents: JSON cut off" in _stored(con, 1)[0]
 
-
-def test_one_unreadable_trace_in_a_run_is_counted_and_every_span_accounted_for(con, tmp_path):
-    report = _ingest(con, tmp_path, genai_spans(1), genai_spans(2, DOCUMENTS[:100]), genai_spans(3, "[]"))
-    assert report.assembly.ingested == 3 and report.assembly.retrieval_unknown == 1
-    assert report.spans().ingested == 9 and report.spans().quarantined == report.spans().duplicates == 0
-    assert con.execute("SELECT trace_id FROM otlp_traces WHERE reason LIKE 'retrieval_unknown:%'"
-                       ).fetchall() == [(trace_hex(2),)]
-    assert con.execute("SELECT count(*) FROM quarantine").fetchall() == [(0,)]
+FINISH_REASONS = [
+    ({"stringValue": "length"}, "length"),  # a plain string: one finish reason
+    ({"stringValue": '["content_filter"]'}, "content_filter"),  # a JSON-encoded array
+    ({"arrayValue": {"values": [{"stringValue": "stop"}]}}, "stop"),  # as the SDK writes it
+]
+PARTS = [
+    "The answer is 15 days.",  # the text itself
+    json.dumps([{"type": "text", "content": "The answer is 15 days."}]),  # a JSON-encoded list
+]
+# the trace number of each case: a file and a trace of its own in the shared run
+RERANK, USERS_QUERY, CONTENT_NO_PARTS = 401, 402, 403
 
 
 def _chat(trace: int, finish_reasons: dict | None = None, parts=None) -> list[dict]:
@@ -118,38 +105,120 @@ def _chat(trace: int, finish_reasons: dict | None = None, parts=None) -> list[di
     return spans
 
 
-@pytest.mark.parametrize("value, expected", [
-    ({"stringValue": "length"}, "length"),  # a plain string: one finish reason
-    ({"stringValue": '["content_filter"]'}, "content_filter"),  # a JSON-encoded array
-    ({"arrayValue": {"values": [{"stringValue": "stop"}]}}, "stop"),  # as the SDK writes it
-])
-def test_a_string_finish_reasons_is_one_finish_reason(con, tmp_path, value, expected):
-    _ingest(con, tmp_path, _chat(1, finish_reasons=value))
-    assert con.execute("SELECT finish_reason, answer FROM raw_traces").fetchall() == [(expected, "answer 1")]
+def _rerank_spans(trace: int) -> list[dict]:
+    """A request whose reranker output is JSON cut off."""
+    spans = genai_spans(trace)
+    spans.append(span(trace, 4, 1, "rerank", {"gen_ai.operation.name": "rerank",
+                                              "gen_ai.retrieval.documents": DOCUMENTS[:50]}, 100, 120))
+    return spans
 
 
-@pytest.mark.parametrize("parts", [
-    "The answer is 15 days.",  # the text itself
-    json.dumps([{"type": "text", "content": "The answer is 15 days."}]),  # a JSON-encoded list
-])
-def test_string_message_parts_keep_the_answer(con, tmp_path, parts):
-    _ingest(con, tmp_path, _chat(1, parts=parts))
-    assert con.execute("SELECT answer FROM raw_traces").fetchall() == [("The answer is 15 days.",)]
-
-
-def test_string_message_parts_keep_the_users_query(con, tmp_path):
-    spans = genai_spans(1, query="leave days for contractors (condensed)")
-    spans[0] = span(1, 1, None, "invoke_workflow rag", {
+def _users_query_spans(trace: int) -> list[dict]:
+    """A request whose user message's parts are a string, and whose retrieval query differs."""
+    spans = genai_spans(trace, query="leave days for contractors (condensed)")
+    spans[0] = span(trace, 1, None, "invoke_workflow rag", {
         "gen_ai.operation.name": "invoke_workflow",
         "gen_ai.input.messages": json.dumps([{"role": "user", "parts": "and for contractors?"}])}, 0, 900)
-    _ingest(con, tmp_path, spans)
-    assert con.execute("SELECT original_query, rewritten_query FROM raw_traces").fetchall() == [
+    return spans
+
+
+def _content_no_parts_spans(trace: int) -> list[dict]:
+    """A request whose answer message has content and no parts."""
+    spans = genai_spans(trace)
+    spans[2] = span(trace, 3, 1, "chat m", {"gen_ai.operation.name": "chat", "gen_ai.output.messages":
+                                            json.dumps([{"role": "assistant", "content": "Fifteen."}])}, 100, 800)
+    return spans
+
+
+def _cases() -> dict[int, list[dict]]:
+    """Every case's spans by its trace number: unreadable documents 1.., readable 101..,
+    finish reasons 201.., message parts 301.., then the single cases."""
+    cases = {n + 1: genai_spans(n + 1, documents) for n, (documents, _, _) in enumerate(UNREADABLE)}
+    cases |= {101 + n: genai_spans(101 + n, documents) for n, (documents, _) in enumerate(READABLE)}
+    cases |= {201 + n: _chat(201 + n, finish_reasons=value) for n, (value, _) in enumerate(FINISH_REASONS)}
+    cases |= {301 + n: _chat(301 + n, parts=parts) for n, parts in enumerate(PARTS)}
+    return cases | {RERANK: _rerank_spans(RERANK), USERS_QUERY: _users_query_spans(USERS_QUERY),
+                    CONTENT_NO_PARTS: _content_no_parts_spans(CONTENT_NO_PARTS)}
+
+
+UNKNOWN = len(UNREADABLE) + 1  # the traces whose retrieval is unknown: the rerank case's too
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """Every case in a file of its own (each file is read on its own; every trace id differs),
+    ingested in one run into an in-memory database: the report and the connection."""
+    directory = tmp_path_factory.mktemp("traces")
+    for trace, spans in _cases().items():
+        write(directory / f"t{trace}.jsonl", [line(spans)])
+    with duckdb.connect() as connection:
+        yield ingest_directory(connection, directory, now=AFTER), connection
+
+
+def _row(con, sql: str, trace: int) -> list[tuple]:
+    return con.execute(sql, [trace_hex(trace)]).fetchall()
+
+
+@pytest.mark.parametrize("documents, chunks, why", UNREADABLE)
+def test_unreadable_documents_mark_the_trace_retrieval_unknown(run, documents, chunks, why):
+    report, con = run
+    trace = UNREADABLE.index((documents, chunks, why)) + 1
+    assert report.assembly.ingested == len(_cases()) and report.assembly.retrieval_unknown == UNKNOWN
+    unreadable, stored = _stored(con, trace)
+    assert stored == chunks
+    assert unreadable.startswith("retrieval kb: gen_ai.retrieval.documents: ") and why in unreadable
+    assert _row(con, "SELECT state, reason FROM otlp_traces WHERE trace_id = ?", trace) == [
+        ("ingested", f"retrieval_unknown: {unreadable}")]
+    # the answer and the query are still there: only the retrieval is unknown
+    assert _row(con, "SELECT original_query, answer FROM raw_traces WHERE trace_id = ?", trace) == [
+        (QUERY, f"answer {trace}")]
+
+
+@pytest.mark.parametrize("documents, chunks", READABLE)
+def test_readable_documents_are_not_unknown(run, documents, chunks):
+    report, con = run
+    trace = 101 + READABLE.index((documents, chunks))
+    assert report.assembly.ingested == len(_cases()) and report.assembly.retrieval_unknown == UNKNOWN
+    assert _stored(con, trace) == (None, chunks)
+    assert _row(con, "SELECT reason FROM otlp_traces WHERE trace_id = ?", trace) == [(None,)]
+
+
+def test_an_unreadable_reranker_output_leaves_the_selection_unknown(run):
+    _, con = run
+    assert _row(con, "SELECT count(*), count(selected) FROM trace_chunks WHERE trace_id = ?", RERANK) == [(4, 0)]
+    assert "rerank: gen_ai.retrieval.documents: JSON cut off" in _stored(con, RERANK)[0]
+
+
+def test_one_unreadable_trace_in_a_run_is_counted_and_every_span_accounted_for(con, tmp_path):
+    report = _ingest(con, tmp_path, genai_spans(1), genai_spans(2, DOCUMENTS[:100]), genai_spans(3, "[]"))
+    assert report.assembly.ingested == 3 and report.assembly.retrieval_unknown == 1
+    assert report.spans().ingested == 9 and report.spans().quarantined == report.spans().duplicates == 0
+    assert con.execute("SELECT trace_id FROM otlp_traces WHERE reason LIKE 'retrieval_unknown:%'"
+                       ).fetchall() == [(trace_hex(2),)]
+    assert con.execute("SELECT count(*) FROM quarantine").fetchall() == [(0,)]
+
+
+@pytest.mark.parametrize("value, expected", FINISH_REASONS)
+def test_a_string_finish_reasons_is_one_finish_reason(run, value, expected):
+    _, con = run
+    trace = 201 + FINISH_REASONS.index((value, expected))
+    assert _row(con, "SELECT finish_reason, answer FROM raw_traces WHERE trace_id = ?", trace) == [
+        (expected, f"answer {trace}")]
+
+
+@pytest.mark.parametrize("parts", PARTS)
+def test_string_message_parts_keep_the_answer(run, parts):
+    _, con = run
+    trace = 301 + PARTS.index(parts)
+    assert _row(con, "SELECT answer FROM raw_traces WHERE trace_id = ?", trace) == [("The answer is 15 days.",)]
+
+
+def test_string_message_parts_keep_the_users_query(run):
+    _, con = run
+    assert _row(con, "SELECT original_query, rewritten_query FROM raw_traces WHERE trace_id = ?", USERS_QUERY) == [
         ("and for contractors?", "leave days for contractors (condensed)")]
 
 
-def test_a_message_with_content_and_no_parts_keeps_the_answer(con, tmp_path):
-    spans = genai_spans(1)
-    spans[2] = span(1, 3, 1, "chat m", {"gen_ai.operation.name": "chat", "gen_ai.output.messages":
-                                        json.dumps([{"role": "assistant", "content": "Fifteen."}])}, 100, 800)
-    _ingest(con, tmp_path, spans)
-    assert con.execute("SELECT answer FROM raw_traces").fetchall() == [("Fifteen.",)]
+def test_a_message_with_content_and_no_parts_keeps_the_answer(run):
+    _, con = run
+    assert _row(con, "SELECT answer FROM raw_traces WHERE trace_id = ?", CONTENT_NO_PARTS) == [("Fifteen.",)]
