@@ -151,8 +151,11 @@ def _judged_columns(judged: pd.DataFrame) -> dict[str, np.ndarray]:
                # the random stream's rate; unknown (NaN) for judgements stored before the column
                "p_random": judged["p_random"].to_numpy(float) if "p_random" in judged
                else np.full(len(judged), np.nan)}
+    streams = judged["streams"].reset_index(drop=True).explode()  # indexed by row position
     for stream in DIAGNOSTIC_STREAMS:
-        columns[_drawn_by(stream)] = judged["streams"].map(lambda s, name=stream: name in list(s)).to_numpy(bool)
+        drawn = np.zeros(len(judged), dtype=bool)
+        drawn[streams.index[(streams == stream).to_numpy(bool)]] = True
+        columns[_drawn_by(stream)] = drawn
     return columns
 
 
