@@ -171,8 +171,7 @@ def estimates(rows: Mapping[str, np.ndarray], code: np.ndarray, confidence: floa
     days); each group's sums are numpy's sums of that group's array, so the figures are those
     of one group at a time. Rows ordered by group, then random, horvitz_thompson and the
     diagnostic streams that drew a trace of the group."""
-    starts = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
-    groups = len(starts)
+    groups = int(code[-1]) + 1 if len(code) else 0
 
     def sums(values: np.ndarray, where: np.ndarray | None = None) -> np.ndarray:
         """Σ values per group over the rows `where` (0 where a group has none)."""
