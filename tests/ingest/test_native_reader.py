@@ -69,6 +69,8 @@ def test_every_wrongly_typed_value_in_a_list_is_flagged(con, name, items, ascii_
 @pytest.mark.parametrize("name, items", [
     ("chunks", [{"doc_id": "d", "score": 1, "rank": -2, "rerank_score": -0.5e-3, "selected": False,
                  "text": 'x, "rank": 2.5 \\ é', "doc_id_from": None}]),
+    # a key-like run inside a string: its quotes are escaped, so `"rank":` does not match
+    ("chunks", [{"doc_id": 'a","rank":"x', "text": '{"score":"1"}'}]),
     ("spans", [{"name": "n", "duration_ms": 1.5e3, "start_time": "2026-11-01T00:00:00Z"}, {"name": "m"}]),
 ])
 def test_well_typed_lists_are_not_flagged(con, name, items):
