@@ -8,10 +8,11 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rag_loop.ingest.documents import is_heading, load_knowledge_base, paragraph_chunks
+from rag_loop.store.tables import create_tables
 from tests.helpers import DEMO
 
 LEAVE = """# Leave policy
@@ -144,16 +145,42 @@ def test_chunks_keep_every_word_in_order_and_stay_within_the_limit_unless_one_bl
             assert not is_heading(parts[-1]), "a heading is kept with the paragraph after it"
 
 
+@pytest.fixture
+def kb_con():
+    """One in-memory database with the tables for every example of a property test (each
+    example empties the KB's tables first): a fresh database per example costs its tables."""
+    with duckdb.connect() as connection:
+        create_tables(connection)
+        yield connection
+
+
 NAME = st.text(st.characters(blacklist_characters="/\x00", blacklist_categories=("Cs",)), min_size=1, max_size=40)
 CONTENT = st.one_of(st.binary(max_size=400), st.text(max_size=400).map(lambda t: t.encode("utf-8", "surrogatepass")))
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# every shape the strategies draw, in every run: each suffix; two files of one id (another
+# suffix, another case); stored text with a heading, a BOM, CRLF and NUL; bytes not UTF-8 and
+# a lone surrogate; empty and blank-only files; hidden names; names with spaces, glob
+# characters, a backslash, a newline, a dot inside and non-ASCII; a folder
+HOSTILE_FILES = {
+    ("leave policy", ".MD"): b"# Leave\r\n\r\n15 days.\r\n", ("leave policy", ".md"): b"Same id.",
+    ("faq*[?]", ".markdown"): "\ufeffSetext\n======\n\nAsk HR.\x00".encode(),
+    ("caf\u00e9 \u0111\u00f3ng", ".txt"): "Nh\u00e2n vi\u00ean ngh\u1ec9 ph\u00e9p.".encode(),
+    ("latin\\1", ".txt"): "Cong\u00e9s pay\u00e9s".encode("latin-1"),
+    ("lone\nsurrogate", ".md"): "a \ud800 b".encode("utf-8", "surrogatepass"),
+    ("empty", ".md"): b"", ("blank.only", ".txt"): b"\n \n\t\n", (".hidden", ".md"): b"# Hidden",
+}
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(files=st.dictionaries(st.tuples(NAME, st.sampled_from([".md", ".MD", ".markdown", ".txt"])), CONTENT,
                              min_size=1, max_size=6),
        folder=st.one_of(st.none(), NAME))
+@example(files=HOSTILE_FILES, folder=None)
+@example(files=HOSTILE_FILES, folder="sub folder \u00e9")
+@example(files=HOSTILE_FILES, folder=".hidden")
 def test_hostile_file_names_and_contents_never_crash_the_load_and_each_file_is_stored_or_quarantined(
-        tmp_path_factory, files, folder):
+        tmp_path_factory, kb_con, files, folder):
     kb = tmp_path_factory.mktemp("kb")
     written = []
     for (stem, suffix), content in files.items():
@@ -167,7 +194,8 @@ def test_hostile_file_names_and_contents_never_crash_the_load_and_each_file_is_s
             continue  # the file system refused the name (too long in bytes)
         if name not in written:
             written.append(name)
-    con = duckdb.connect()
+    con = kb_con
+    con.execute("DELETE FROM documents; DELETE FROM document_chunks; DELETE FROM quarantine")  # a new KB
     report = load_knowledge_base(con, kb)
     load_knowledge_base(con, kb)  # twice: the same tables
     stored = {d for (d,) in con.execute("SELECT doc_id FROM documents").fetchall()}
