@@ -22,6 +22,9 @@ import pandas as pd
 MARKER_COLORS = {"rag_version": "tab:red", "prompt_version": "tab:purple",
                  "index_version": "tab:brown", "document": "tab:gray"}
 DPI = 90
+# titles at a fixed height over their axes (none has ticks on top): matplotlib's automatic
+# placement measures every tick label of the axes on each draw
+TITLE_Y = 1.0
 _CHAR = 0.56 / 72  # a character's width in inches per point of font size (DejaVu Sans, wide side)
 
 
@@ -105,7 +108,7 @@ def bars(values: Mapping[str, float], title: str, xlabel: str = "", top: int = 2
     labels = [str(k)[:45] for k, _ in items]
     figure, (axis,) = _subplots(7, 0.3 * len(items) + 1.2)
     axis.barh(labels, [v for _, v in items], color="tab:blue")
-    axis.set_title(title)
+    axis.set_title(title, y=TITLE_Y)
     axis.set_xlabel(xlabel)
     axis.xaxis.set_major_locator(_ticks(5))
     _margins(figure, left=_text_width(labels, 10) + 0.2, bottom=0.75 if xlabel else 0.45, right=0.35)
@@ -121,7 +124,7 @@ def grouped_counts(groups: Mapping[str, Mapping[str, float]], title: str) -> byt
         items = sorted(counts.items(), key=lambda kv: -kv[1])[:10]
         labels = [str(k)[:14] for k, _ in items]
         axis.bar(labels, [v for _, v in items], color="tab:green")
-        axis.set_title(name)
+        axis.set_title(name, y=TITLE_Y)
         axis.tick_params(axis="x", rotation=45, labelsize=8)
         axis.yaxis.set_major_locator(_ticks(5, integer=True))
         longest = max(longest, _text_width(labels, 8))
@@ -157,7 +160,7 @@ def quality_heatmap(table: pd.DataFrame, slice_name: str, value: str = "mean") -
             if not np.isnan(score):
                 label = f"{score:.2f}" + (f"\n{change:+.2f}" if not np.isnan(change) else "")
                 axis.text(j, i, label, ha="center", va="center", fontsize=7)
-    axis.set_title(title)
+    axis.set_title(title, y=TITLE_Y)
     # a column label rotated by 30° reaches down by half its width (plus a line's height)
     _margins(figure, left=left, bottom=_text_width(columns, 8) / 2 + 0.3, right=0.7)  # the colour bar
     figure.colorbar(image, ax=axis, fraction=0.03)
@@ -176,7 +179,7 @@ def score_histograms(results: pd.DataFrame, baseline: pd.DataFrame | None) -> by
         if baseline is not None and len(baseline):
             before = baseline[(baseline["metric"] == metric) & ~baseline["errored"]]["score"].astype(float)
             axis.hist(before, bins=bins, histtype="step", linewidth=2, label="baseline", color="black")
-        axis.set_title(metric, fontsize=8)
+        axis.set_title(metric, fontsize=8, y=TITLE_Y)
         axis.set_xticks([0, 0.5, 1], ["0", "0.5", "1"])
         axis.yaxis.set_major_locator(_ticks(4, integer=True))
     axes[0].legend(fontsize=7)
@@ -197,7 +200,7 @@ def time_series(frame: pd.DataFrame, columns: Sequence[str], title: str,
                          linestyle="--", linewidth=1)
             axis.text(pd.to_datetime(row.day), axis.get_ylim()[1], f" {row.label}", rotation=90,
                       va="top", fontsize=6, color=MARKER_COLORS.get(row.kind, "gray"))
-    axis.set_title(title)
+    axis.set_title(title, y=TITLE_Y)
     axis.set_ylabel(ylabel)
     axis.legend(fontsize=7, loc="lower left")
     axis.yaxis.set_major_locator(_ticks(6))
