@@ -70,8 +70,7 @@ def _ticks(count: int, integer: bool = False):
 
 def _png(figure) -> bytes:
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=DPI)
-    _pyplot().close(figure)  # a no-op for our figures; kept for figures made with pyplot
+    figure.savefig(buffer, format="png", dpi=DPI)  # nothing to close: not in pyplot's registry
     return buffer.getvalue()
 
 
@@ -87,12 +86,16 @@ def _once(chart: Callable[..., bytes]) -> Callable[..., bytes]:
     """The chart's bytes reused when asked again with equal inputs (the last 16 charts)."""
     @wraps(chart)
     def drawn(*args, **kwargs) -> bytes:
-        key = (chart.__name__, _png, _fingerprint((args, sorted(kwargs.items()))))
-        if key not in _DRAWN:
-            _DRAWN[key] = chart(*args, **kwargs)
+        try:
+            key = (chart.__name__, _png, _fingerprint((args, sorted(kwargs.items()))))
+        except (pickle.PicklingError, TypeError, AttributeError):  # inputs we cannot fingerprint
+            return chart(*args, **kwargs)
+        png = _DRAWN.get(key)
+        if png is None:
+            png = _DRAWN[key] = chart(*args, **kwargs)
             while len(_DRAWN) > 16:
                 _DRAWN.popitem(last=False)
-        return _DRAWN[key]
+        return png
     return drawn
 
 
