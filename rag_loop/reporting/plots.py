@@ -65,7 +65,7 @@ def _text_width(labels: Sequence[str], points: float) -> float:
 def _ticks(count: int, integer: bool = False):
     """At most `count` ticks on an axis (each tick is texts to lay out and draw)."""
     from matplotlib.ticker import MaxNLocator
-    return MaxNLocator(count, integer=integer)
+    return MaxNLocator(count, integer=integer, steps=[1, 2, 2.5, 5, 10])  # round steps, as the default
 
 
 def _png(figure) -> bytes:
@@ -209,5 +209,6 @@ def time_series(frame: pd.DataFrame, columns: Sequence[str], title: str,
     axis.yaxis.set_major_locator(_ticks(6))
     for label in axis.get_xticklabels():
         label.set(rotation=30, ha="right")
-    _margins(figure, left=0.85 if ylabel else 0.6, bottom=0.85, right=0.2)
+    # tick labels up to 7 characters (0.00012, 12500.0), and the y label
+    _margins(figure, left=1.0 if ylabel else 0.75, bottom=0.85, right=0.2)
     return _png(figure)
