@@ -10,10 +10,7 @@ from scipy.spatial.distance import jensenshannon
 from rag_loop.drift.checks import Limit, assess
 from rag_loop.drift.days import RetrievalSettings, retrieval_day
 from rag_loop.drift.stats import js_divergence, psi, top_movers
-from tests.evaluation.conftest import charts_unrendered  # noqa: F401 - a fixture, used by pytestmark
 from tests.helpers import fake_embedder, undeclared_tables
-
-pytestmark = pytest.mark.usefixtures("charts_unrendered")  # the assets' charts are not looked at here
 
 
 def test_js_divergence_against_scipy_and_by_hand():

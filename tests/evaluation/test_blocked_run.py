@@ -20,7 +20,7 @@ REASON = "BLOCKED by its hard gates: Correctness [GEval] on the whole run: mean 
 
 
 @pytest.fixture
-def evaluation(small_release, tmp_path, charts_unrendered):
+def evaluation(small_release, tmp_path):
     goldens_dir, con = small_release
     con.close()
     resources = {"duckdb": DuckDBResource(database=str(tmp_path / "eval.duckdb")),

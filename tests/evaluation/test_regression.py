@@ -212,14 +212,12 @@ def test_replay_scores_what_production_answered(small_release):
 
 
 @pytest.mark.slow
-def test_demo_candidate_fails_a_gate_that_the_baseline_passes(demo_releases, monkeypatch):
+def test_demo_candidate_fails_a_gate_that_the_baseline_passes(demo_releases):
     from dagster import materialize
     from dagster_duckdb import DuckDBResource
 
-    from rag_loop.reporting import plots
     from rag_loop_dagster.assets.evaluation import regression_eval
     from rag_loop_dagster.assets.resources import LocalEmbedderResource, OfflineJudgeResource, PythonRagAppResource
-    from tests.evaluation.conftest import unrendered_png
     root, paths = demo_releases
 
     def evaluate(config):
@@ -228,9 +226,7 @@ def test_demo_candidate_fails_a_gate_that_the_baseline_passes(demo_releases, mon
             "rag_app": PythonRagAppResource(import_path=DEMO_APP["rag_app"], config={"config": config}),
             "judge": OfflineJudgeResource(), "embedder": LocalEmbedderResource()})
 
-    with monkeypatch.context() as patch:  # the baseline's charts are never looked at: not rasterized
-        patch.setattr(plots, "_png", unrendered_png)
-        baseline = evaluate("baseline")
+    baseline = evaluate("baseline")
     candidate = evaluate("candidate")
     assert baseline.success and not candidate.success
     checks = {c.check_name: c for c in candidate.get_asset_check_evaluations()}

@@ -25,9 +25,6 @@ from rag_loop.goldens.coverage import (
 )
 from rag_loop.store.releases import serialize
 from rag_loop.store.tables import create_tables
-from tests.evaluation.conftest import charts_unrendered  # noqa: F401 - a fixture, used by pytestmark
-
-pytestmark = pytest.mark.usefixtures("charts_unrendered")  # the assets' charts are not looked at here
 
 DAY = date(2026, 11, 2)
 

@@ -6,12 +6,8 @@ from datetime import date
 from pathlib import Path
 
 import duckdb
-import pytest
 
 from rag_loop.goldens.coverage import coverage_of_day, release_coverage_change, release_goldens
-from tests.evaluation.conftest import charts_unrendered  # noqa: F401 - a fixture, used by pytestmark
-
-pytestmark = pytest.mark.usefixtures("charts_unrendered")  # the assets' charts are not looked at here
 
 SURGE = date(2026, 11, 12)
 

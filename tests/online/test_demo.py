@@ -7,10 +7,7 @@ import pandas as pd
 import pytest
 
 from rag_loop.online.quality import OnlineQualitySettings, online_quality_day
-from tests.evaluation.conftest import charts_unrendered  # noqa: F401 - a fixture, used by pytestmark
 from tests.helpers import DEMO, demo_copy, fake_embedder, metadata_of, query
-
-pytestmark = pytest.mark.usefixtures("charts_unrendered")  # the assets' charts are not looked at here
 
 
 @pytest.fixture(scope="module")

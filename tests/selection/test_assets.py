@@ -12,10 +12,7 @@ from rag_loop.selection.signals import SignalSettings, compute_signals
 from rag_loop_dagster.assets.ingestion import raw_traces
 from rag_loop_dagster.assets.resources import DuckDBEngineResource, RagLoopPaths
 from rag_loop_dagster.assets.selection import failure_candidates, quality_estimates, trace_signals
-from tests.evaluation.conftest import charts_unrendered  # noqa: F401 - a fixture, used by pytestmark
 from tests.helpers import demo_config, metadata_of, query, trace_line
-
-pytestmark = pytest.mark.usefixtures("charts_unrendered")  # the assets' charts are not looked at here
 
 
 def test_materializations_report_counts_per_stream_signal_and_priority(demo_run):
