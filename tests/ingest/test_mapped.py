@@ -89,17 +89,14 @@ def _write(folder: Path, fmt: str, records: list[dict]) -> None:
                                  "contexts": json.dumps(r.get("contexts", []), ensure_ascii=False)})
 
 
-
-def _mapped_in_python_anyway(mapping_path: str, fmt: str) -> None:
-    """Skip the python run of a format other than JSONL: only JSONL is mapped in SQL
-    (mapped.sql_mapping), so the sql run of that format already maps it in Python."""
-    if mapping_path == "python" and fmt != "jsonl":
-        pytest.skip(f"{fmt} is mapped in Python on both paths: the sql run is this one")
+# only JSONL is mapped in SQL (mapped.sql_mapping): the other formats are mapped in Python on
+# both paths, so their sql run is the python one
+SQL_ONLY = pytest.mark.parametrize("mapping_path", ["sql"], indirect=True)
 
 
-@pytest.mark.parametrize("fmt", ["jsonl", "json", "parquet", "csv"])
+@pytest.mark.parametrize("fmt, mapping_path", [("jsonl", "sql"), ("jsonl", "python"), ("json", "sql"),
+                                               ("parquet", "sql"), ("csv", "sql")], indirect=["mapping_path"])
 def test_each_format_gives_the_same_traces_and_verdicts(tmp_path, fmt, mapping_path):
-    _mapped_in_python_anyway(mapping_path, fmt)
     _write(tmp_path / "traces", fmt, RECORDS)
     con = duckdb.connect()
     report = ingest_directory(con, tmp_path / "traces")
@@ -155,13 +152,12 @@ def test_a_mapping_that_cannot_be_used_sets_its_files_aside_until_it_is_fixed(tm
     assert con.execute("SELECT count(*) FROM quarantine WHERE reason LIKE '%latency_seconds%'").fetchall() == [(0,)]
 
 
+@SQL_ONLY  # the sensor does not map: once is enough
 def test_a_changed_mapping_file_alone_launches_ingestion(tmp_path, mapping_path):
     from dagster import DagsterInstance, build_sensor_context
 
     from rag_loop_dagster.assets.ingestion import new_trace_files_sensor
     from rag_loop_dagster.assets.resources import RagLoopPaths
-    if mapping_path == "python":
-        pytest.skip("the sensor does not map: once is enough")
     folder = tmp_path / "traces"
     _write(folder, "jsonl", RECORDS)
     paths = {"paths": RagLoopPaths(traces_dir=str(folder))}
@@ -206,13 +202,13 @@ def test_the_preview_shows_traces_coverage_and_what_is_missing_and_stores_nothin
     assert broken.exit_code == 1 and "the mapping cannot be used" in broken.output
 
 
+@SQL_ONLY  # a parquet file: mapped in Python on both paths
 def test_raw_traces_reports_the_mappings_coverage(tmp_path, mapping_path):
     from dagster import materialize
     from dagster_duckdb import DuckDBResource
 
     from rag_loop_dagster.assets.ingestion import raw_traces
     from rag_loop_dagster.assets.resources import DuckDBEngineResource, RagLoopPaths
-    _mapped_in_python_anyway(mapping_path, "parquet")
     _write(tmp_path / "traces" / "own", "parquet", RECORDS)
     (tmp_path / "traces" / "native.jsonl").write_text("")  # beside files of the native shape
     result = materialize([raw_traces], resources={
