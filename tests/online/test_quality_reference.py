@@ -10,22 +10,12 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from scipy.special import ndtri
 
-from rag_loop.online.quality import OnlineQualitySettings, quality_table
+from rag_loop.online.quality import OnlineQualitySettings, _slice_values, quality_table
 from rag_loop.selection.estimate_expressions import SEPARATOR
 from rag_loop.selection.estimates import wilson_interval
 from rag_loop.selection.sampling import DIAGNOSTIC_STREAMS
 
 SLICES = ((), ("language",), ("tenant", "language"))
-
-
-def _slice_values(frame: pd.DataFrame, dims: tuple[str, ...]) -> pd.Series:
-    if not dims:
-        return pd.Series("all", index=frame.index)
-    parts = [frame[d].astype("string").fillna("(none)") for d in dims]
-    value = parts[0]
-    for part in parts[1:]:
-        value = value + " × " + part
-    return value
 
 
 def _score_interval(ratio, pi, y, confidence, grid=2001):
