@@ -13,13 +13,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 MEMORY = Path("/dev/shm")
+MINIMUM_FREE = 1 << 30  # a run's databases and Dagster storage: tens of MB, with room to spare
 
 
 @contextmanager
 def in_memory(keep: Path) -> Iterator[Path]:
-    """A fresh folder in /dev/shm (`keep` itself where there is none), removed on exit after
-    its `*.log` files are copied into `keep`."""
-    if not MEMORY.is_dir():
+    """A fresh folder in /dev/shm (`keep` itself where there is none, or where it is small, as a
+    container's default 64 MB is), removed on exit after its `*.log` files are copied into `keep`."""
+    if not MEMORY.is_dir() or shutil.disk_usage(MEMORY).free < MINIMUM_FREE:
         yield keep
         return
     folder = Path(tempfile.mkdtemp(prefix="rag-loop-e2e-", dir=MEMORY))
