@@ -87,7 +87,7 @@ def _once(chart: Callable[..., bytes]) -> Callable[..., bytes]:
     @wraps(chart)
     def drawn(*args, **kwargs) -> bytes:
         try:
-            key = (chart.__name__, _png, _fingerprint((args, sorted(kwargs.items()))))
+            key = (chart.__name__, _fingerprint((args, sorted(kwargs.items()))))
         except (pickle.PicklingError, TypeError, AttributeError):  # inputs we cannot fingerprint
             return chart(*args, **kwargs)
         png = _DRAWN.get(key)
