@@ -13,10 +13,13 @@ delta-rs's `storage_options`).
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
@@ -43,6 +46,10 @@ DAY = "day"
 # (`attach`): in the connection's memory only, never in the database file
 OPTIONS_VARIABLE = "rag_loop_lake_options"
 ROW_GROUP_ROWS = 1 << 20  # rows of a row group `write_file` writes (pyarrow's default)
+# what a connection attached to an object-store lake keeps of its reads (`_immutable_files`)
+OPEN_FILES = 1024  # streams
+CACHED_READS = 64 << 20  # bytes of ranges read
+CACHED_READ = 4 << 20  # the largest range kept
 
 
 @dataclass(frozen=True)
@@ -304,12 +311,16 @@ class Lake:
 
 
 def _immutable_files(scheme: str, system: fs.FileSystem) -> Any:
-    """An fsspec filesystem of `system` for DuckDB that asks for a file's size and time once:
-    DuckDB asks 3-4 times per file it reads (a request each on an object store), and a lake's
-    data file is never rewritten under its name."""
+    """An fsspec filesystem of `system` for DuckDB that asks an object store as little as a
+    lake's files allow, since one is never rewritten under its name: a file's size and time once
+    (DuckDB asks 3-4 times per file it reads), its stream opened once and only when read (DuckDB
+    also opens a file just to ask its size; each open asks the store again: a HEAD), and a range
+    read before not asked again (DuckDB reads every file's footer in each statement that binds a
+    view of them: each query and DESCRIBE) while `CACHED_READS` bytes of them are kept."""
     from fsspec.implementations.arrow import ArrowFSWrapper
 
     known: dict[str, dict[str, Any]] = {}
+    reads = _ObjectReads(system)
 
     class Files(ArrowFSWrapper):
         protocol = scheme
@@ -324,7 +335,78 @@ def _immutable_files(scheme: str, system: fs.FileSystem) -> Any:
         def modified(self, path: str) -> Any:
             return self.info(path)["mtime"]
 
+        def _open(self, path: str, mode: str = "rb", *args: Any, **kwargs: Any) -> Any:
+            if mode != "rb":
+                return super()._open(path, mode, *args, **kwargs)
+            path = self._strip_protocol(path)
+            return _ReadAt(reads, path, self.info(path)["size"])
+
     return Files(system)
+
+
+class _ObjectReads:
+    """A process's reads of immutable object-store files: their streams (the most recently used
+    `OPEN_FILES`; a stream is a size and a path, no socket) and their recent ranges' bytes."""
+
+    def __init__(self, system: fs.FileSystem) -> None:
+        self.system = system
+        self.streams: OrderedDict[str, pa.NativeFile] = OrderedDict()
+        self.ranges: OrderedDict[tuple[str, int, int], bytes] = OrderedDict()
+        self.cached = 0  # bytes in `ranges`
+        self.lock = threading.Lock()  # DuckDB reads from several threads
+
+    def read(self, path: str, position: int, size: int) -> bytes:
+        key = (path, position, size)
+        with self.lock:
+            if (data := self.ranges.get(key)) is not None:
+                self.ranges.move_to_end(key)
+                return data
+            stream = self.streams.pop(path, None)
+        if stream is None:
+            stream = self.system.open_input_file(path)
+        data = stream.read_at(size, position)
+        with self.lock:
+            self.streams[path] = stream
+            while len(self.streams) > OPEN_FILES:
+                self.streams.popitem(last=False)
+            if len(data) <= CACHED_READ and key not in self.ranges:
+                self.ranges[key] = data
+                self.cached += len(data)
+                while self.cached > CACHED_READS:
+                    self.cached -= len(self.ranges.popitem(last=False)[1])
+        return data
+
+
+class _ReadAt(io.RawIOBase):
+    """A file DuckDB reads through fsspec, read by position through `_ObjectReads`."""
+
+    def __init__(self, reads: _ObjectReads, path: str, size: int) -> None:
+        super().__init__()
+        self._reads, self._path, self._size, self._position = reads, path, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._position = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}[whence] + offset
+        return self._position
+
+    def tell(self) -> int:
+        return self._position
+
+    def read(self, size: int = -1) -> bytes:
+        size = max(0, self._size - self._position if size < 0 else min(size, self._size - self._position))
+        data = self._reads.read(self._path, self._position, size) if size else b""
+        self._position += len(data)
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
 
 
 def new_file_name() -> str:
