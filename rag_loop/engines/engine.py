@@ -27,6 +27,7 @@ import ibis.expr.types as ir
 import pandas as pd
 import pyarrow as pa
 
+from rag_loop.engines import sql_cache
 from rag_loop.engines.functions import DUCKDB, SPARK, Functions
 from rag_loop.engines.literals import Placed, same_sql, to_placeholders
 from rag_loop.ingest.lake import ingest_directory_into_lake
@@ -157,21 +158,28 @@ class DuckDBEngine(Engine):
         and placed numbers (rag_loop.engines.literals.to_placeholders). A stage's first compile
         with placed settings is checked against compiling its settings as given; a stage whose
         check fails is compiled as given (tests/engines/test_literals.py proves the stages' other
-        shapes and values)."""
+        shapes and values). The SQL of a stage of rag_loop is kept across processes too
+        (rag_loop.engines.sql_cache), once its check passed."""
         if set(inputs) & set(CHILD_TABLES):  # a database from before their `day`, not ingested into since
             add_child_days(con)
         canonical, placed = to_placeholders(settings)
         if placed is not None and not self._movable.get(build, True):
             canonical, placed = settings, None
-        key = (name, build, repr(canonical), tuple(tuple(con.execute(f'DESCRIBE "{t}"').fetchall()) for t in inputs))
+        schemas = tuple(tuple(con.execute(f'DESCRIBE "{t}"').fetchall()) for t in inputs)
+        key = (name, build, repr(canonical), schemas)
         if key not in self._compiled:
             if len(self._compiled) > 64:
                 self._compiled.clear()
-            template = self._compile(con, inputs, build, canonical)
-            if placed is not None and build not in self._movable:
-                self._movable[build] = self._moves_back(con, inputs, build, settings, template, placed)
-                if not self._movable[build]:
-                    return self._compile(con, inputs, build, settings)
+            saved = sql_cache.stage_key(type(self), name, build, canonical, schemas)
+            template = None if saved is None else sql_cache.read(saved)
+            if template is None:
+                template = self._compile(con, inputs, build, canonical)
+                if placed is not None and build not in self._movable:
+                    self._movable[build] = self._moves_back(con, inputs, build, settings, template, placed)
+                    if not self._movable[build]:
+                        return self._compile(con, inputs, build, settings)
+                if saved is not None:
+                    sql_cache.write(saved, template)
             self._compiled[key] = template
         sql = self._compiled[key] if placed is None else placed.back(self._compiled[key], "duckdb")
         return sql if sql is not None else self._compile(con, inputs, build, settings)

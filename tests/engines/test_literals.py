@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from rag_loop.drift import query_mix_expressions as drift
 from rag_loop.drift import retrieval_expressions as retrieval
+from rag_loop.engines import sql_cache
 from rag_loop.engines.engine import DuckDBEngine
 from rag_loop.engines.functions import DUCKDB, SPARK, double
 from rag_loop.engines.literals import (
@@ -91,7 +92,8 @@ def test_the_sql_for_other_days_is_what_ibis_compiles_for_them(con, stage, data,
     def recorded(self, con, inputs, build, settings) -> str:
         compiled[repr(settings)] = sql = compile(self, con, inputs, build, settings)
         return sql
-    with patch.object(DuckDBEngine, "_compiled", {}), patch.object(DuckDBEngine, "_movable", {}):
+    with patch.object(DuckDBEngine, "_compiled", {}), patch.object(DuckDBEngine, "_movable", {}), \
+            patch.dict("os.environ", {sql_cache.VARIABLE: ""}):  # as in a process's first compile
         with patch.object(DuckDBEngine, "_compile", recorded):
             got = engine._sql(con, stage, inputs, build, first)
         # the engine compiled the canonical settings and, for its check, `first` as given (the
