@@ -265,14 +265,21 @@ def score_intervals(ratio: np.ndarray, total: np.ndarray, drawn: np.ndarray, kno
     return low, high
 
 
+def window_first(day: date, settings: OnlineQualitySettings) -> date:
+    """The first day of the SLO window ending on `day`."""
+    return day - timedelta(days=settings.window_days - 1)
+
+
 def slo_verdict(con: duckdb.DuckDBPyConnection, day: date, version: str,
-                settings: OnlineQualitySettings) -> Verdict:
+                settings: OnlineQualitySettings, judged: pd.DataFrame | None = None) -> Verdict:
     """One verdict for the window ending on `day`: every slice × metric whose estimated pass
     rate is under its target, with n ≥ min_sample (WARN; ERROR when the whole interval is
-    under the target). Silent below the minimum sample, never one alert per judgement."""
-    first = day - timedelta(days=settings.window_days - 1)
+    under the target). Silent below the minimum sample, never one alert per judgement.
+    `judged`: the window's `judged_traces` when the caller has read them already."""
+    first = window_first(day, settings)
     window = f"{first}..{day}"
-    judged = judged_traces(con, first, day, version)
+    if judged is None:
+        judged = judged_traces(con, first, day, version)
     judged = judged[judged["metric"].isin(list(settings.slo_targets))]
     if judged.empty:
         return Verdict("online_slo", None, 0, note=f"no judged trace in {window}", evaluated=False)
@@ -359,9 +366,11 @@ def online_quality_day(con: duckdb.DuckDBPyConnection, day: date, settings: Onli
                 Verdict("online_eval_budget", None, 0, note="nothing judged yet", evaluated=False)]
     traffic = engine.frame(con, ("trace_signals",), population_expression,
                            DaySlices(day, tuple(tuple(s) for s in settings.slices)))
-    judged = judged_traces(con, day, day, version)
+    # the window's rows are read once: the day's are among them (a trace's verdicts are all of its day)
+    window = judged_traces(con, window_first(day, settings), day, version)
+    judged = window[window["day"] == pd.Timestamp(day)].reset_index(drop=True)
     table = quality_table(judged, traffic, settings)
     replace_day(con, "online_quality", day, table.assign(judge_version=versions_used(judged, version)))
     cost = cost_row(con, day, version, engine)
     replace_day(con, "online_cost", day, cost)
-    return [slo_verdict(con, day, version, settings), budget_verdict(cost, settings.daily_budget_usd)]
+    return [slo_verdict(con, day, version, settings, window), budget_verdict(cost, settings.daily_budget_usd)]
