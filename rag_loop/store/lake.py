@@ -116,7 +116,8 @@ class Lake:
                                     secret_key=options.get("AWS_SECRET_ACCESS_KEY"),
                                     session_token=options.get("AWS_SESSION_TOKEN"),
                                     region=options.get("AWS_REGION") or options.get("AWS_DEFAULT_REGION"),
-                                    endpoint_override=host, scheme=scheme),
+                                    endpoint_override=host, scheme=scheme,
+                                    allow_delayed_open=True),  # a small file: one PUT, not three requests
                     self.root.split("://", 1)[1].rstrip("/"))
         return fs.FileSystem.from_uri(self.root)
 
@@ -151,9 +152,9 @@ class Lake:
         relative = {i.path.removeprefix(folder + "/"): i.size for i in infos if i.type == fs.FileType.File}
         return {path: size for path, size in relative.items() if not path.startswith("_delta_log/")}
 
-    def days(self, table: str) -> list[date]:
-        """The days the table's current version has rows of, in order."""
-        return sorted({d for d in _added(self.delta(table)).get(f"partition.{DAY}", []) if d is not None})
+    def days(self, table: str, delta: DeltaTable | None = None) -> list[date]:
+        """The days the table's current version (or its version `delta`) has rows of, in order."""
+        return sorted({d for d in _added(delta or self.delta(table)).get(f"partition.{DAY}", []) if d is not None})
 
     def files(self, table: str, days: Iterable[date] | None = None, delta: DeltaTable | None = None) -> list[str]:
         """The files of the table's current version, or of its version `delta` (of `days` only),
@@ -236,24 +237,28 @@ class Lake:
                 pass
 
     def commit_files(self, table: str, added: Sequence[Path | LakeFile], removed: Sequence[str],
-                     schema: pa.Schema) -> None:
+                     schema: pa.Schema, delta: DeltaTable | None = None) -> DeltaTable | None:
         """Parquet files written in the table's folder, under `day=` folders (`write_file`'s, or
         a local table's paths), added to it and the files `removed` (their paths as the table
         lists them) taken out of it, in one commit; `schema` (with `day`) is the table's after
-        it, so a column the files add joins it first (older files read NULL there)."""
+        it, so a column the files add joins it first (older files read NULL there). `delta`: the
+        table as loaded before (its log not read again); returns it brought to the version after
+        the commit, or None (a table made)."""
         actions: list[AddAction | RemoveAction] = [
             _add_action(_written(self.path(table), file) if isinstance(file, Path) else file) for file in added]
         now = int(time.time() * 1000)
-        delta = self.delta(table)
+        delta = delta or self.delta(table)
         listed = _added(delta) if removed else {}  # the removed files' sizes; every file's add action: only then
         sizes = dict(zip(listed.get("path", []), listed.get("size_bytes", []), strict=True))
         actions += [RemoveAction(path, True, now, sizes.get(path), {DAY: _day_of(path)}) for path in removed]
         if delta is None:
             self._create(table, schema, [a for a in actions if isinstance(a, AddAction)])
-            return
+            return None
         _evolve(delta, schema)
         if actions:
             delta.create_write_transaction(actions, mode="append", schema=delta.schema(), partition_by=[DAY])
+            delta.update_incremental()  # the commits since it was loaded: ours, and any other's
+        return delta
 
     def commit_days(self, table: str, added: Sequence[Path], days: Collection[date] | None,
                     schema: pa.Schema) -> None:
@@ -494,14 +499,15 @@ def _duckdb_types(schema: pa.Schema) -> dict[str, str]:
 
 
 def create_lake_views(con: duckdb.DuckDBPyConnection, lake: Lake, columns: Mapping[str, Sequence[str]],
-                      catalog: str | None = None) -> None:
+                      catalog: str | None = None, deltas: Mapping[str, DeltaTable] | None = None) -> None:
     """(Re)create the view of each lake table (name: its columns, in that order) over its
-    current version's files, in the database's schema or in `catalog`'s (a name a temp table of
-    the connection shadows); inside the caller's transaction. A writer of the table makes its
-    view again after each commit: the view lists that version's files."""
+    current version's files (or those of its version in `deltas`, loaded by the caller), in the
+    database's schema or in `catalog`'s (a name a temp table of the connection shadows); inside
+    the caller's transaction. A writer of the table makes its view again after each commit: the
+    view lists that version's files."""
     for name, listed in columns.items():
         view = f'"{catalog}".main."{name}"' if catalog else f'"{name}"'
-        delta = lake.delta(name)  # the schema and the files of one version
+        delta = (deltas or {}).get(name) or lake.delta(name)  # the schema and the files of one version
         if delta is None:
             raise FileNotFoundError(f"no table {name} in the lake {lake.root}")
         query = files_query(lake.files(name, delta=delta), pa.schema(delta.schema().to_arrow()), listed)

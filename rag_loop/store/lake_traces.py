@@ -38,6 +38,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+from deltalake import DeltaTable
 
 from rag_loop.store.ddl import ADDED_COLUMNS, CHILD_TABLES, KEPT_IN_LAKE, span_day
 from rag_loop.store.deployment import ROW_DAY
@@ -79,9 +80,19 @@ class LakeTraces:
     # the files whose rows flush(keep_spans=True) kept loaded, as the table lists them
     kept_files: dict[str, set[str]] = field(default_factory=dict, init=False)
     schemas: dict[str, pa.Schema] = field(default_factory=dict, init=False)  # the run's columns, with day
+    # each kept table as loaded once in the run (`delta`), brought forward by the run's commits
+    deltas: dict[str, DeltaTable | None] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         self.lake = Lake.of(self.lake)
+
+    def delta(self, table: str) -> DeltaTable | None:
+        """The table's version the run reads: loaded on first use (each load reads the log), then
+        the version after each of the run's commits. Another writer's commit in between (a
+        compaction) leaves files the run reads listed by the version before it: same rows."""
+        if self.deltas.get(table) is None:
+            self.deltas[table] = self.lake.delta(table)
+        return self.deltas[table]
 
     @contextmanager
     def shadowing(self, con: duckdb.DuckDBPyConnection) -> Iterator[LakeTraces]:
@@ -97,7 +108,8 @@ class LakeTraces:
                     con.execute(f'ALTER TABLE temp.main."{name}" ADD COLUMN IF NOT EXISTS {column}')
             schema = delta_types(con.sql(f'SELECT * FROM temp.main."{table}" LIMIT 0').to_arrow_table().schema)
             self.schemas[table] = schema if DAY in schema.names else schema.append(pa.field(DAY, pa.date32()))
-            self.lake.commit_files(table, [], [], self.schemas[table])  # no commit if nothing is missing
+            # no commit if nothing is missing
+            self.deltas[table] = self.lake.commit_files(table, [], [], self.schemas[table], self.delta(table))
         con.execute("CREATE OR REPLACE TEMP TABLE _lake_loaded (trace_id VARCHAR, children BOOLEAN)")
         con.execute("CREATE OR REPLACE TEMP TABLE _lake_loaded_pending (trace_id VARCHAR)")
         con.execute("CREATE OR REPLACE TEMP TABLE _lake_loaded_spans (trace_id VARCHAR)")
@@ -111,7 +123,7 @@ class LakeTraces:
     def stored(self, table: str, columns: str, days: Iterable[date]) -> str:
         """DuckDB SQL of `columns` of the lake's `table` rows on `days` (its current version's
         files of those days): the stored copies first copy wins reads."""
-        files = self.lake.files(table, days)
+        files = self.lake.files(table, days, self.delta(table))
         if not files:
             return f"SELECT {columns} FROM temp.main.\"{table}\" WHERE false"
         return f"SELECT {columns} FROM {read_files(files, filename=True)}"
@@ -154,7 +166,7 @@ class LakeTraces:
         trace needs it. A trace first seen in this run (not pending when it began, never
         assembled) whose spans the run's first flush kept loaded (`flush(keep_spans=True)`)
         has no other span: none is read."""
-        days = self.lake.days("otlp_spans")
+        days = self.lake.days("otlp_spans", self.delta("otlp_spans"))
         if not days:
             return
         con.execute("""CREATE OR REPLACE TEMP TABLE _lake_wanted AS
@@ -197,7 +209,7 @@ class LakeTraces:
         its copy as loaded (with each row's day and file, as the table lists it); not those of
         the files whose rows the temp tables kept (`flush(keep_spans=True)`)."""
         kept = self.kept_files.get(table, set())
-        files = [path for path in self.lake.files(table, days) if relative_file(path) not in kept]
+        files = [path for path in self.lake.files(table, days, self.delta(table)) if relative_file(path) not in kept]
         if not files:
             return
         derived = f", {DAY}" if table in ROW_DAY else ""  # its day is computed from its columns
@@ -227,20 +239,23 @@ class LakeTraces:
         changed = [table for table in KEPT_IN_LAKE if added[table] or removed[table]]
         for n, table in enumerate(changed):
             try:
-                self.lake.commit_files(table, added[table], removed[table], self.schemas[table])
+                self.deltas[table] = self.lake.commit_files(table, added[table], removed[table],
+                                                            self.schemas[table], self.delta(table))
             except BaseException:
                 for later in changed[n + 1:]:
                     self.lake.discard(later, added[later])
                 raise
         catalog = con.execute("SELECT current_database()").fetchall()[0][0]
-        views = {table: [name for (name, *_) in con.execute(f'DESCRIBE "{catalog}".main."{table}"').fetchall()]
-                 for table in KEPT_IN_LAKE}
+        views = {table: [name for (name,) in con.execute(  # the catalog's: a DESCRIBE reads every file's footer
+            "SELECT column_name FROM duckdb_columns() WHERE database_name = ? AND schema_name = 'main' "
+            "AND table_name = ? ORDER BY column_index", [catalog, table]).fetchall()] for table in KEPT_IN_LAKE}
         wanted = {table: [name for (name, *_) in con.execute(f'DESCRIBE temp.main."{table}"').fetchall()]
                   for table in KEPT_IN_LAKE}
         stale = [table for table in KEPT_IN_LAKE if table in changed  # a new version: other files
                  or wanted[table] != views[table]]  # from before a column
         if stale:
-            create_lake_views(con, self.lake, {table: wanted[table] for table in stale}, catalog)
+            create_lake_views(con, self.lake, {table: wanted[table] for table in stale}, catalog,
+                              {table: self.deltas[table] for table in changed if self.deltas.get(table)})
         kept = ("otlp_spans", _before("otlp_spans"), LOADED_BY_TABLE["otlp_spans"]) if keep_spans else ()
         for table in (*KEPT_IN_LAKE, *_before_tables(), *LOADED):
             if table not in kept:
