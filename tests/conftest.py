@@ -61,7 +61,16 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _built_early(request, worker_id):
+def _session_sql_cache(tmp_path_factory, worker_id):
+    """The DuckDB engine's SQL kept across processes (rag_loop.engines.sql_cache) in the test
+    session's folder: shared by the workers and the subprocesses they start, never the user's."""
+    shared = tmp_path_factory.getbasetemp()
+    folder = (shared if worker_id == "master" else shared.parent) / "sql_cache"
+    os.environ.setdefault("RAG_LOOP_SQL_CACHE", str(folder))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _built_early(request, worker_id, _session_sql_cache):
     """With several workers, one builds the demo run (and its drift days) before its first
     test, while the others run tests that need neither, instead of one waiting for the other:
     the worker whose first test is not a Spark test (the other starts the Spark modules at
