@@ -14,7 +14,8 @@ from rag_loop.selection.signals import SIGNALS
 NO_RISK = {"query_type_rates": {}, "risk_level_rates": {}}
 
 
-def population(seed: int, days: int = 4, per_day: int = 5000) -> pd.DataFrame:
+def population(seed: int, days: int = 4, per_day: int = 5000,
+               first_day: dt.date = dt.date(2026, 11, 1)) -> pd.DataFrame:
     """Synthetic `trace_signals` with a known failure and signals that over-select failures."""
     rng = np.random.default_rng(seed)
     n = days * per_day
@@ -23,7 +24,7 @@ def population(seed: int, days: int = 4, per_day: int = 5000) -> pd.DataFrame:
                                        [0.05, 0.15], 0.25)
     frame = pd.DataFrame({
         "trace_id": pd.Series(range(n)).map(f"t{seed}-{{}}".format),
-        "day": np.array([dt.date(2026, 11, 1) + dt.timedelta(days=d) for d in range(days)])[np.arange(n) % days],
+        "day": np.array([first_day + dt.timedelta(days=d) for d in range(days)])[np.arange(n) % days],
         "query_type": query_type, "risk_level": np.where(query_type == "security", "high", "low"),
         "language": rng.choice(["en", "vi"], n), "failed": failed})
     for signal in SIGNALS:
@@ -192,19 +193,24 @@ def test_parse_slices_validates_and_always_includes_the_whole_population():
 
 
 def test_horvitz_thompson_and_random_stream_are_unbiased_where_the_naive_rate_is_not():
+    # 20 populations, each on 4 days of its own, selected and estimated in one run: selection,
+    # thinning and estimates are per day, so each population's figures are what a run of it
+    # alone gives (one run instead of 20 compiled and ran the same per-day queries 20 times);
+    # one salt for all: each seed's trace ids are its own, and so are their draws
+    first = dt.date(2026, 1, 1)
+    con = _connect(pd.concat([population(100 + seed, first_day=first + dt.timedelta(days=4 * seed))
+                              for seed in range(20)], ignore_index=True))
+    select_candidates(con, SamplingPolicy(salt="unbiased", daily_budget_usd=3.0))  # thinned
+    estimates = estimate_rates(con, slices=[()], outcomes=["failed"])
+    seeds = pd.to_datetime(estimates["day"]).dt.date.map(lambda day: (day - first).days // 4)
+    assert sorted(seeds.unique()) == list(range(20)) and (seeds.value_counts() == 4).all()
     errors = {"random_rate": [], "ht_rate": [], "naive_rate_biased": []}
-    for seed in range(20):
-        frame = population(100 + seed)
-        con = _connect(frame)
-        # thinned; one salt for all: each seed's trace ids are its own, and so are their draws
-        # (a salt per seed compiled the selection 20 times, two thirds of the test's time)
-        select_candidates(con, SamplingPolicy(salt="unbiased", daily_budget_usd=3.0))
-        estimates = estimate_rates(con, slices=[()], outcomes=["failed"])
-        totals = estimates[["population_failures", "random_failures", "random_n",
-                            "selected_failures", "selected_n", "population_n"]].sum()
+    for _, rows in estimates.groupby(seeds):
+        totals = rows[["population_failures", "random_failures", "random_n",
+                       "selected_failures", "selected_n", "population_n"]].sum()
         truth = totals.population_failures / totals.population_n
         pooled = {"random_rate": totals.random_failures / totals.random_n,
-                  "ht_rate": (estimates.ht_rate * estimates.population_n).sum() / totals.population_n,
+                  "ht_rate": (rows.ht_rate * rows.population_n).sum() / totals.population_n,
                   "naive_rate_biased": totals.selected_failures / totals.selected_n}
         for name, value in pooled.items():
             errors[name].append(value - truth)
