@@ -321,7 +321,21 @@ def _immutable_files(scheme: str, system: fs.FileSystem) -> Any:
     (DuckDB asks 3-4 times per file it reads), its stream opened once and only when read (DuckDB
     also opens a file just to ask its size; each open asks the store again: a HEAD), and a range
     read before not asked again (DuckDB reads every file's footer in each statement that binds a
-    view of them: each query and DESCRIBE) while `CACHED_READS` bytes of them are kept."""
+    view of them: each query and DESCRIBE) while `CACHED_READS` bytes of them are kept. One per
+    store (an equal `system`) in the process: every connection attached to it shares what it knows."""
+    for known_system, files in _FILESYSTEMS:
+        if files.protocol == scheme and known_system.equals(system):
+            return files
+    files = _new_immutable_files(scheme, system)
+    _FILESYSTEMS.append((system, files))
+    del _FILESYSTEMS[:-8]  # the most recent stores
+    return files
+
+
+_FILESYSTEMS: list[tuple[fs.FileSystem, Any]] = []  # `_immutable_files`'s, the most recent last
+
+
+def _new_immutable_files(scheme: str, system: fs.FileSystem) -> Any:
     from fsspec.implementations.arrow import ArrowFSWrapper
 
     known: dict[str, dict[str, Any]] = {}
