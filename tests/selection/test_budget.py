@@ -20,10 +20,11 @@ FIRST = dt.date(2026, 11, 1)
 
 
 def traffic(sizes: list[int], flagged_shares: list[float], seed: int, prefix: str = "t") -> pd.DataFrame:
-    """`trace_signals` of one day per size: a share of each day's traces thumbs-down, a failure
-    outcome (`failed`) more likely on those."""
+    """`trace_signals` of one day per size, but its `signals` list (`_connect` makes it from
+    `thumbs_down`): a share of each day's traces thumbs-down, a failure outcome (`failed`)
+    more likely on those."""
     rng = np.random.default_rng(seed)
-    days = [FIRST + dt.timedelta(days=d) for d, n in enumerate(sizes) for _ in range(n)]
+    days = np.repeat(np.array([FIRST + dt.timedelta(days=d) for d in range(len(sizes))], dtype=object), sizes)
     share = np.repeat(flagged_shares, sizes)
     n = len(days)
     frame = pd.DataFrame({"trace_id": [f"{prefix}{seed}-{i}" for i in range(n)], "day": days,
@@ -32,14 +33,13 @@ def traffic(sizes: list[int], flagged_shares: list[float], seed: int, prefix: st
         frame[signal] = False
     frame["thumbs_down"] = rng.random(n) < share
     frame["failed"] = rng.random(n) < np.where(frame["thumbs_down"], 0.6, 0.1)
-    frame["signals"] = [["thumbs_down"] if down else [] for down in frame["thumbs_down"]]
     frame["signal_count"] = frame["thumbs_down"].astype(int)
     return frame
 
 
 def _connect(frame: pd.DataFrame) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
-    con.register("_traffic", frame.drop(columns="signals"))  # typed here: pandas' sample may hold only []
+    con.register("_traffic", frame)  # the list typed here, not by pandas (a frame may hold only [])
     con.execute("CREATE TABLE trace_signals AS SELECT *, CASE WHEN thumbs_down THEN ['thumbs_down'] "
                 "ELSE []::VARCHAR[] END AS signals FROM _traffic")
     return con
