@@ -272,6 +272,8 @@ class LakeTraces:
         and the rows added to a loaded id whose loaded rows all stay (a late span). With
         `keep`, the table's rows become loaded as in those files (flush's `keep_spans`)."""
         before = _before(table)
+        if not con.execute(f'SELECT EXISTS (FROM "{table}") OR EXISTS (FROM "{before}")').fetchall()[0][0]:
+            return  # nothing loaded, nothing new (most tables of a run: its statements cost ~10 ms)
         columns = ", ".join(f'"{name}"' for (name, *_) in con.execute(f'DESCRIBE "{table}"').fetchall())
         loaded = f"SELECT trace_id FROM {LOADED_BY_TABLE.get(table, '_lake_loaded WHERE children')}"
         now = f'SELECT {columns} FROM "{table}" SEMI JOIN ({loaded}) USING (trace_id)'
