@@ -20,33 +20,32 @@ SLICES = ("all", "language", "query_type", "origin", "failure_type", "tag")
 
 def summarize(results: pd.DataFrame, severe_below: float = 0.3,
               slices: Sequence[str] = SLICES) -> pd.DataFrame:
-    """Per metric × slice value: n, errored, mean, median, pass_rate, p10, severe."""
+    """Per metric × slice value: n, errored, mean, median, pass_rate, p10, severe (floats).
+    Errored cases count in n and errored only; a case without a verdict is not in pass_rate."""
+    errored = results["errored"].astype(bool)
+    score = results["score"].astype(float).where(~errored)
+    known = results["passed"].notna() & ~errored
+    # one vectorised aggregation per slice: a groupby.apply of a Series per group cost ~7 ms a group
+    measures = pd.DataFrame({
+        "metric": results["metric"], "errored": errored.astype(float), "score": score,
+        "passed": np.where(known, results["passed"].where(known, False).astype(bool), np.nan),
+        "severe": (score < severe_below).astype(float)}, index=results.index)
     frames = []
     for dimension in slices:
         if dimension == "all":
-            keyed = results.assign(slice="all", slice_value="all")
+            keyed = measures.assign(slice="all", slice_value="all")
         elif dimension == "tag":
-            keyed = results.explode("tags").dropna(subset=["tags"])
-            keyed = keyed.assign(slice="tag", slice_value=keyed["tags"].astype(str))
+            tags = results["tags"].explode().dropna()
+            keyed = measures.loc[tags.index].assign(slice="tag", slice_value=tags.astype(str).to_numpy())
         else:
-            keyed = results.assign(slice=dimension, slice_value=results[dimension].fillna("(none)").astype(str))
-        frames.append(keyed.groupby(["metric", "slice", "slice_value"], sort=True).apply(
-            _quality, severe_below, include_groups=False).reset_index())
+            keyed = measures.assign(slice=dimension, slice_value=results[dimension].fillna("(none)").astype(str))
+        groups = keyed.groupby(["metric", "slice", "slice_value"], sort=True)
+        table = groups.agg(n=("score", "size"), errored=("errored", "sum"), mean=("score", "mean"),
+                           median=("score", "median"), pass_rate=("passed", "mean"))
+        table["p10"] = groups["score"].quantile(0.1)
+        table["severe"] = groups["severe"].sum()
+        frames.append(table.astype(float).reset_index())
     return pd.concat(frames, ignore_index=True)
-
-
-def _quality(group: pd.DataFrame, severe_below: float) -> pd.Series:
-    scored = group[~group["errored"]]
-    scores = scored["score"].astype(float)
-    gated = scored["passed"].dropna()
-    return pd.Series({
-        "n": len(group), "errored": int(group["errored"].sum()),
-        "mean": scores.mean() if len(scores) else np.nan,
-        "median": scores.median() if len(scores) else np.nan,
-        "pass_rate": gated.astype(float).mean() if len(gated) else np.nan,
-        "p10": scores.quantile(0.1) if len(scores) else np.nan,
-        "severe": int((scores < severe_below).sum()),
-    })
 
 
 def compare(summary: pd.DataFrame, baseline: pd.DataFrame | None) -> pd.DataFrame:
