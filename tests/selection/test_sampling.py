@@ -31,10 +31,10 @@ def population(seed: int, days: int = 4, per_day: int = 5000,
         frame[signal] = False
     frame["thumbs_down"] = rng.random(n) < np.where(failed, 0.4, 0.03)
     frame["low_rerank_score"] = rng.random(n) < np.where(failed, 0.5, 0.1)
-    named = {(a, b): [s for s, on in (("thumbs_down", a), ("low_rerank_score", b)) if on]
-             for a in (False, True) for b in (False, True)}
-    frame["signals"] = [list(named[pair]) for pair in zip(frame["thumbs_down"], frame["low_rerank_score"])]
-    frame["signal_count"] = frame["signals"].map(len)
+    named = np.empty(4, dtype=object)  # the signals lists by 2 * thumbs_down + low_rerank_score
+    named[:] = [[], ["low_rerank_score"], ["thumbs_down"], ["thumbs_down", "low_rerank_score"]]
+    frame["signals"] = named[2 * frame["thumbs_down"].to_numpy() + frame["low_rerank_score"].to_numpy()]
+    frame["signal_count"] = frame["thumbs_down"].astype(int) + frame["low_rerank_score"].astype(int)
     return frame
 
 
