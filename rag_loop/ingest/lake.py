@@ -128,9 +128,11 @@ def _store_files(con: duckdb.DuckDBPyConnection, files: list[NewFile], run: Path
 def _stage_files(files: list[NewFile], run: Path, max_record_bytes: int, batch_bytes: int,
                  memory_limit: str | None, pool: LazyPool) -> dict[int, FileReport]:
     """Read each file as the embedded path does, into one in-memory DuckDB whose tables are
-    emptied after each file (one per file cost ~40 ms to make), and stage its tables; the
-    reports by file order."""
-    reports = {}
+    emptied after each file (one per file cost ~40 ms to make), and stage its tables that have
+    rows (an empty one for a folder of none: the folders are read by glob); the reports by file
+    order."""
+    reports: dict[int, FileReport] = {}
+    empty: dict[str, str | None] = {}  # a folder's table while no file of it is staged, else None
     with duckdb.connect() as con:
         create_tables(con)
         con.execute("SET TimeZone = 'UTC'")
@@ -142,11 +144,21 @@ def _stage_files(files: list[NewFile], run: Path, max_record_bytes: int, batch_b
             report = reports[file.order] = read_file(con, file.path, file.relative, max_record_bytes,
                                                      batch_bytes, pool)
             con.execute("COMMIT")
-            for table, folder in (SPAN_TABLES if report.format == "otlp" else STAGED_TABLES).items():
-                write_parquet(con, f"SELECT *, {int(file.order)}::BIGINT AS file_order FROM {table}",
-                              staged_file(run, folder, file.order))
+            folders = SPAN_TABLES if report.format == "otlp" else STAGED_TABLES
+            filled = con.execute(" UNION ALL ".join(f"SELECT '{folder}', EXISTS (FROM {table})"
+                                                    for table, folder in folders.items())).fetchall()
+            for (table, folder), (_, rows) in zip(folders.items(), filled, strict=True):
+                if rows:
+                    write_parquet(con, f"SELECT *, {int(file.order)}::BIGINT AS file_order FROM {table}",
+                                  staged_file(run, folder, file.order))
+                    empty[folder] = None
+                else:
+                    empty.setdefault(folder, table)
             for table in tables:
                 con.execute(f'DELETE FROM "{table}"')
+        for folder, table in empty.items():
+            if table is not None:
+                write_parquet(con, f"SELECT *, 0::BIGINT AS file_order FROM {table}", staged_file(run, folder, 0))
     return reports
 
 
