@@ -7,7 +7,8 @@ killed write's files and the next write succeeds.
 The child process replaces four days (300,000 rows) in one `Lake.write`; the table's target file
 size is small, so the write leaves files on disk one after another while it runs, and the test
 kills it at points of that progress: as it starts, after its first file, after its sixth, and
-after its commit."""
+after its commit. Each write is a process forked for it by one writer server, which imported the
+modules once (an import is ~0.55 CPU-s, more than most of the writes)."""
 
 from __future__ import annotations
 
@@ -39,11 +40,11 @@ POINTS = {"at-start": (0, False), "one-file": (1, False), "six-files": (6, False
 SEED = time.time_ns()
 
 CHILD = """
-import sys
+import os, sys
 from datetime import date, timedelta
 import pyarrow as pa
 from rag_loop.store.lake import Lake
-root, per_day = sys.argv[1], int(sys.argv[2])
+per_day = int(sys.argv[1])
 days = [date(2026, 11, 1) + timedelta(days=i) for i in range(4)]
 schema = pa.schema([("trace_id", pa.string()), ("n", pa.int64()), ("answer", pa.string()), ("day", pa.date32())])
 def batches():
@@ -54,8 +55,14 @@ def batches():
                                    pa.array([f"answer {i} " * 3 for i in n]), pa.array([d] * len(n), pa.date32())],
                                   schema=schema)
 print("ready", flush=True)
-Lake.of(root).write("t", pa.RecordBatchReader.from_batches(schema, batches()), days=set(days))
-print("committed", flush=True)
+for line in sys.stdin:  # a lake root: a writer process forked for it, its pid printed as it starts
+    pid = os.fork()
+    if pid == 0:
+        Lake.of(line.strip()).write("t", pa.RecordBatchReader.from_batches(schema, batches()), days=set(days))
+        os._exit(0)
+    print(pid, flush=True)
+    os.waitpid(pid, 0)  # killed or ended
+    print("ended", flush=True)
 """
 
 
@@ -73,11 +80,26 @@ def make_table(root: Path) -> Lake:
     return Lake.of(root)
 
 
-def start_write(root: Path, script: Path) -> subprocess.Popen:
-    child = subprocess.Popen([sys.executable, str(script), str(root), str(ROWS_PER_DAY)], cwd=PROJECT,
-                             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(PROJECT)})
-    assert child.stdout.readline() == "ready\n"  # imports done: the write starts now
-    return child
+def start_server(script: Path) -> subprocess.Popen:
+    server = subprocess.Popen([sys.executable, str(script), str(ROWS_PER_DAY)], cwd=PROJECT, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(PROJECT)})
+    assert server.stdout.readline() == "ready\n"  # imports done
+    return server
+
+
+def start_write(server: subprocess.Popen, root: Path) -> int:
+    """The pid of a process that writes to the lake `root`, started now (the server reaps it)."""
+    server.stdin.write(f"{root}\n")
+    server.stdin.flush()
+    return int(server.stdout.readline())
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:  # ended and reaped by the server
+        return False
+    return True
 
 
 def on_disk(lake: Lake) -> set[str]:
@@ -100,13 +122,15 @@ OLD = (300, 3, 300, 3 * sum(range(100)), DAYS[0], DAYS[2])
 NEW = (4 * ROWS_PER_DAY, 4, 0, 4 * sum(range(ROWS_PER_DAY)), DAYS[0], DAYS[3])
 
 
-def kill_when(child: subprocess.Popen, reached, timeout: float = 60) -> None:
-    """SIGKILL to the child once `reached()` (polled every 2 ms), or once it exits by itself."""
+def kill_when(pid: int, reached, timeout: float = 60) -> None:
+    """SIGKILL to the writer once `reached()` (polled every 2 ms), or once it exits by itself."""
     deadline = time.monotonic() + timeout
-    while not reached() and child.poll() is None and time.monotonic() < deadline:
+    while not reached() and alive(pid) and time.monotonic() < deadline:
         time.sleep(0.002)
-    child.send_signal(signal.SIGKILL)
-    child.wait()
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def progressed(lake: Lake, files: int) -> bool:
@@ -126,16 +150,22 @@ def killed(tmp_path_factory):
     script = base / "child.py"
     script.write_text(CHILD)
     kills = []
-    for point, (new_files, committed) in POINTS.items():
-        lake = make_table(base / point)
-        old = len(on_disk(lake))
-        commit = lake.path("t") / "_delta_log" / f"{1:020d}.json"
-        child = start_write(lake.path(), script)
-        if point == "random":  # a moment drawn anew each run (the seed is in the assertion messages)
-            kill_when(child, partial(passed, time.monotonic() + random.Random(SEED).uniform(0, 1.5)))
-        else:
-            kill_when(child, commit.exists if committed else partial(progressed, lake, old + new_files))
-        kills.append((point, lake, on_disk(lake) - listed(lake)))
+    server = start_server(script)
+    try:
+        for point, (new_files, committed) in POINTS.items():
+            lake = make_table(base / point)
+            old = len(on_disk(lake))
+            commit = lake.path("t") / "_delta_log" / f"{1:020d}.json"
+            writer = start_write(server, lake.path())
+            if point == "random":  # a moment drawn anew each run (the seed is in the assertion messages)
+                kill_when(writer, partial(passed, time.monotonic() + random.Random(SEED).uniform(0, 1.5)))
+            else:
+                kill_when(writer, commit.exists if committed else partial(progressed, lake, old + new_files))
+            assert server.stdout.readline() == "ended\n"  # gone, not only signalled
+            kills.append((point, lake, on_disk(lake) - listed(lake)))
+    finally:
+        server.stdin.close()
+        server.wait()
     return kills
 
 
