@@ -85,10 +85,11 @@ def read(key: list[str]) -> str | None:
         entry = json.loads(path.read_text(encoding="utf-8"))
         if entry["key"] != key or not isinstance(entry["sql"], str):
             return None
-        os.utime(path)  # recently used
-        return entry["sql"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    with contextlib.suppress(OSError):  # a folder shipped read-only is still read
+        os.utime(path)  # recently used
+    return entry["sql"]
 
 
 def write(key: list[str], sql: str) -> None:
