@@ -38,8 +38,10 @@ WALL_CLOCK = {"raw_traces": "ingested_at", "trace_chunks": None, "trace_spans": 
 def tables(con) -> dict[str, list[tuple]]:
     """Every ingestion table's rows, sorted, without the wall-clock columns, columns by name (a
     lake's view from before a column has it last)."""
-    def columns(table: str, clock: str | None) -> str:
-        names = sorted(c for c, *_ in con.execute(f"DESCRIBE {table}").fetchall() if c != clock)
+    def columns(table: str, clock: str | None) -> str:  # the catalog's: a DESCRIBE of a view reads its files
+        names = sorted(c for (c,) in con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() "
+            "AND schema_name = current_schema() AND table_name = ?", [table]).fetchall() if c != clock)
         return ", ".join(f'"{name}"' for name in names)
     return {table: con.execute(f"SELECT {columns(table, clock)} FROM {table} ORDER BY ALL").fetchall()
             for table, clock in WALL_CLOCK.items()}
