@@ -22,13 +22,19 @@ def spark():
     One compiler thread and the serial collector leave the other test worker its core (the
     Spark modules alone: 142 instead of 151 CPU-seconds). Adaptive query execution off: it
     re-plans each of these small queries' stages for nothing (it changes plans, never rows;
-    test_spark.py's Spark work took 41 instead of 44 JVM CPU-seconds)."""
+    test_spark.py's Spark work took 41 instead of 44 JVM CPU-seconds). No code generation for
+    expressions either (Spark's interpreted projections and predicates, which its own tests hold
+    to the generated ones' results): each task compiled its projections with Janino, whose class
+    lookups scan every jar; on these few rows a quarter to a third of the JVM's time (the OTLP
+    fixtures' retrieval figures: 4 instead of 6 CPU-s warm, 12 instead of 17.5 cold; the same
+    rows to the last bit)."""
     from rag_loop.engines.engine import spark_session
     java = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m -XX:+UseSerialGC -XX:CICompilerCount=1"
     session = spark_session("local[2]", {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2",
                                          "spark.driver.extraJavaOptions": java,
-                                         "spark.sql.codegen.wholeStage": "false", "spark.sql.adaptive.enabled": "false",
-                                         **_connect_server()})
+                                         "spark.sql.codegen.wholeStage": "false",
+                                         "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+                                         "spark.sql.adaptive.enabled": "false", **_connect_server()})
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

@@ -205,7 +205,7 @@ def _the_drift_days_are_duckdbs(spark, con: duckdb.DuckDBPyConnection, lake) -> 
         on_duckdb = run(con, day, settings)
         expected = con.execute(f"SELECT * FROM {table} WHERE day = ?", [day]).df()
         on_spark = run(con, day, settings, SparkEngine(spark, lake))
-        assert not [t.name for t in spark.catalog.listTables() if t.name.startswith("rag_loop_reused")]  # released
+        assert not spark.sql("SHOW VIEWS LIKE 'rag_loop_reused*'").collect()  # released
         pd.testing.assert_frame_equal(con.execute(f"SELECT * FROM {table} WHERE day = ?", [day]).df(), expected,
                                       check_exact=False, rtol=0, atol=1e-12)
         assert [(v.name, v.fired, v.severity, v.n) for v in on_spark] == [
