@@ -158,8 +158,8 @@ class DuckDBEngine(Engine):
         and placed numbers (rag_loop.engines.literals.to_placeholders). A stage's first compile
         with placed settings is checked against compiling its settings as given; a stage whose
         check fails is compiled as given (tests/engines/test_literals.py proves the stages' other
-        shapes and values). The SQL of a stage of rag_loop is kept across processes too
-        (rag_loop.engines.sql_cache), once its check passed."""
+        shapes and values). The SQL of a stage of rag_loop, and its passed check, are kept across
+        processes too (rag_loop.engines.sql_cache)."""
         if set(inputs) & set(CHILD_TABLES):  # a database from before their `day`, not ingested into since
             add_child_days(con)
         canonical, placed = to_placeholders(settings)
@@ -175,7 +175,7 @@ class DuckDBEngine(Engine):
             if template is None:
                 template = self._compile(con, inputs, build, canonical)
                 if placed is not None and build not in self._movable:
-                    self._movable[build] = self._moves_back(con, inputs, build, settings, template, placed)
+                    self._movable[build] = self._checked(con, inputs, build, settings, template, placed)
                     if not self._movable[build]:
                         return self._compile(con, inputs, build, settings)
                 if saved is not None:
@@ -183,6 +183,18 @@ class DuckDBEngine(Engine):
             self._compiled[key] = template
         sql = self._compiled[key] if placed is None else placed.back(self._compiled[key], "duckdb")
         return sql if sql is not None else self._compile(con, inputs, build, settings)
+
+    def _checked(self, con: duckdb.DuckDBPyConnection, inputs: Sequence[str], build: Build, settings: Any,
+                 template: str, placed: Placed) -> bool:
+        """`_moves_back`, once a stage of rag_loop and code version: a check passed in another
+        process is kept (rag_loop.engines.sql_cache) as this process's is in `_movable`."""
+        saved = sql_cache.stage_key(type(self), "<moves back>", build, None, ())
+        if saved is not None and sql_cache.read(saved) == "passed":
+            return True
+        passed = self._moves_back(con, inputs, build, settings, template, placed)
+        if passed and saved is not None:
+            sql_cache.write(saved, "passed")
+        return passed
 
     def _moves_back(self, con: duckdb.DuckDBPyConnection, inputs: Sequence[str], build: Build, settings: Any,
                     template: str, placed: Placed) -> bool:

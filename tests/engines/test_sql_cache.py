@@ -12,7 +12,7 @@ import pytest
 
 from rag_loop.engines import sql_cache
 from rag_loop.engines.engine import DuckDBEngine
-from rag_loop.engines.literals import same_sql
+from rag_loop.engines.literals import same_sql, to_placeholders
 from rag_loop.selection import sampling_expressions as sampling
 from rag_loop.store.tables import create_tables
 
@@ -73,7 +73,9 @@ def test_a_changed_schema_or_setting_shape_compiles_anew(con, compiles):
     sql(con, settings)
     with fresh(compiles):
         other = sampling.SampleDays(41, settings.days)  # another shape: its number is not placed
-        assert same_sql(sql(con, other), direct(con, other)) and compiles
+        got = sql(con, other)
+        assert compiles == [to_placeholders(other)[0]]  # its check passed in the first process: not again
+        assert same_sql(got, direct(con, other))
     con.execute("ALTER TABLE raw_traces ADD COLUMN extra VARCHAR")
     with fresh(compiles):
         assert same_sql(sql(con, settings), direct(con, settings)) and compiles
@@ -99,7 +101,7 @@ def test_changed_code_compiles_anew(con, compiles, tmp_path):
 def test_an_entry_that_cannot_be_read_is_compiled_anew_and_rewritten(con, compiles, tmp_path, damage):
     settings = sampling.SampleDays(40, (date(2026, 11, 2),))
     sql(con, settings)
-    [entry] = (tmp_path / "cache").glob("*.json")
+    [entry] = [e for e in (tmp_path / "cache").glob("*.json") if "trace_novelty" in e.read_text()]  # not the check's
     text = entry.read_text()
     entry.write_text({"truncated": text[:len(text) // 2], "not json": "\x00garbage",
                       "another key": text.replace("trace_novelty", "other_stage")}[damage])
@@ -114,7 +116,10 @@ def test_a_stage_that_failed_its_check_or_a_folder_that_cannot_be_written_keeps_
     settings = sampling.SampleDays(40, (date(2026, 11, 2),))
     with patch.object(DuckDBEngine, "_moves_back", return_value=False):
         assert same_sql(sql(con, settings), direct(con, settings))
-    assert not (tmp_path / "cache").exists()
+        assert not (tmp_path / "cache").exists()
+        with fresh(compiles):  # nor is its failed check kept: checked again
+            sql(con, settings)
+            assert len(compiles) == 2  # canonical, then as given (the check itself is patched)
     (tmp_path / "file").write_text("")
     with fresh(compiles), patch.dict("os.environ", {sql_cache.VARIABLE: str(tmp_path / "file" / "cache")}):
         assert same_sql(sql(con, settings), direct(con, settings))
