@@ -282,15 +282,17 @@ class Lake:
         create_table_with_add_actions(self.uri(table), Schema.from_arrow(_day_last(schema)), added,
                                       mode="error", partition_by=[DAY], storage_options=self.options())
 
-    def optimize(self, table: str, target_size: int | None = None) -> dict[str, Any]:
-        """Small files of each day compacted into fewer (one commit); returns delta-rs's metrics."""
-        delta = self.delta(table)
+    def optimize(self, table: str, target_size: int | None = None, delta: DeltaTable | None = None) -> dict[str, Any]:
+        """Small files of each day compacted into fewer (one commit); returns delta-rs's metrics.
+        `delta`: the table as loaded before, brought to the version after."""
+        delta = delta or self.delta(table)
         return {} if delta is None else delta.optimize.compact(target_size=target_size)
 
-    def vacuum(self, table: str, retention_hours: int = 168) -> list[str]:
+    def vacuum(self, table: str, retention_hours: int = 168, delta: DeltaTable | None = None) -> list[str]:
         """Files no version within `retention_hours` lists deleted (a killed write's too);
-        returns them. Readers of a version older than that lose its files."""
-        delta = self.delta(table)
+        returns them. Readers of a version older than that lose its files. `delta`: the table
+        as loaded before."""
+        delta = delta or self.delta(table)
         if delta is None:
             return []
         # full: files no version ever listed (a killed write's) too, by their age; without it
