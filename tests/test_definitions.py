@@ -14,7 +14,7 @@ def test_definitions_load():
 
 def test_every_job_queues_as_the_duckdb_writer():
     """deploy/dagster.yaml queues runs one at a time on this tag (tests/e2e/test_webserver runs
-    the loop, ingest_job and a release through it): a job without it would hit DuckDB's lock."""
+    the loop and a release through it): a job without it would hit DuckDB's lock."""
     from rag_loop_dagster.assets.resources import DUCKDB_WRITER
     from rag_loop_dagster.definitions import defs
     jobs = [j for j in defs.get_repository_def().job_names if not j.startswith("__")]  # Dagster's own
