@@ -26,7 +26,6 @@ import duckdb
 import numpy as np
 import pandas as pd
 from deepeval.test_case import LLMTestCase
-from sklearn.metrics import cohen_kappa_score, confusion_matrix, roc_auc_score
 
 from rag_loop.evaluation.judges.base import Judge
 from rag_loop.store.ddl import CALIBRATIONS_DDL
@@ -163,6 +162,8 @@ def score_rows(rows: Sequence[CalibrationRow], make_metric: Callable[[], Any],
 def calibrate(scores: Sequence[float], faithful: Sequence[bool], threshold: float,
               errors: list[dict[str, Any]] | None = None) -> Calibration:
     """Agreement figures of judge scores against human labels."""
+    # sklearn is imported where it is used: every regression eval imports this module (latest_calibration)
+    from sklearn.metrics import cohen_kappa_score, confusion_matrix, roc_auc_score
     y, s = np.array(faithful, dtype=bool), np.array(scores, dtype=float)
     both = len(set(y.tolist())) == 2
     auc = float(roc_auc_score(y, s)) if both else None
