@@ -99,10 +99,12 @@ class LakeTraces:
         """The kept tables' names as empty temp tables for the block (the database's views stay
         as they are). Each kept table of the lake exists, with every column the run writes (a
         lake from before a column gets it: its older files read NULL there)."""
-        for table in KEPT_IN_LAKE:
-            con.execute(f'CREATE OR REPLACE TEMP TABLE "{table}" AS SELECT * FROM "{table}" LIMIT 0')
-            con.execute(f'CREATE OR REPLACE TEMP TABLE "{_before(table)}" AS '
-                        f'SELECT *, NULL::DATE AS _day, NULL::VARCHAR AS _file FROM "{table}" LIMIT 0')
+        for table in KEPT_IN_LAKE:  # the view's columns from the catalog: binding it reads every file's footer
+            columns = ", ".join(f'"{name}" {kind}' for name, kind in con.execute(
+                "SELECT column_name, data_type FROM duckdb_columns() WHERE database_name = current_database() "
+                "AND schema_name = current_schema() AND table_name = ? ORDER BY column_index", [table]).fetchall())
+            con.execute(f'CREATE OR REPLACE TEMP TABLE "{table}" ({columns})')
+            con.execute(f'CREATE OR REPLACE TEMP TABLE "{_before(table)}" ({columns}, _day DATE, _file VARCHAR)')
             for column in ADDED_COLUMNS.get(table, ()):  # a lake from before a column: its files lack it
                 for name in (table, _before(table)):
                     con.execute(f'ALTER TABLE temp.main."{name}" ADD COLUMN IF NOT EXISTS {column}')
