@@ -528,11 +528,16 @@ def _name_paths(con: duckdb.DuckDBPyConnection, relative: str, mapping: Mapping)
     rows = con.execute("SELECT DISTINCT reason FROM quarantine WHERE source_file = ? AND format = ? "
                        "AND reason NOT LIKE 'mapping_failed:%' AND reason NOT LIKE '% (mapping: %'",
                        [relative, MAPPED_FORMAT]).fetchall()
+    named: dict[str, str] = {}
     for (reason,) in rows:
         target = _REASON_FIELDS.get(reason) or (reason.split(": ", 1)[1] if ": " in reason else None)
         if target is None or not target[:1].isalpha():
             continue
         where = paths.get(target)
-        said = f"path {where!r}" if where else "not in the mapping"
-        con.execute("UPDATE quarantine SET reason = reason || ? WHERE source_file = ? AND format = ? AND reason = ?",
-                    [f" (mapping: {said})", relative, MAPPED_FORMAT, reason])
+        named[reason] = f" (mapping: {'path ' + repr(where) if where else 'not in the mapping'})"
+    if named:  # one statement for every reason (a file's reasons are few, but one each cost a scan each)
+        con.execute("""UPDATE quarantine SET reason = quarantine.reason || s.suffix
+                       FROM (SELECT unnest($reasons::VARCHAR[]) AS reason, unnest($suffixes::VARCHAR[]) AS suffix) s
+                       WHERE source_file = $file AND format = $format AND quarantine.reason = s.reason""",
+                    {"reasons": list(named), "suffixes": list(named.values()), "file": relative,
+                     "format": MAPPED_FORMAT})
