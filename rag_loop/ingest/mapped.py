@@ -256,9 +256,16 @@ def store_mapped_file(con: duckdb.DuckDBPyConnection, path: Path, relative: str,
         con.execute("DROP TABLE IF EXISTS _mapped_typed")
     _name_paths(con, relative, mapping)
     con.execute("DELETE FROM mapping_coverage WHERE source_file = ?", [relative])
-    con.executemany("INSERT INTO mapping_coverage VALUES (?, ?, ?, ?, ?, ?, ?, ?, now())",
-                    [[relative, str(mapping.path), mapping.digest, row["field"], row["path"], row["records"],
-                      row["resolved"], row["top_failure"]] for row in coverage.rows(mapping)])
+    rows = coverage.rows(mapping)
+    if rows:  # one statement (a statement a row cost more than mapping a small file)
+        con.execute("""INSERT INTO mapping_coverage
+                       SELECT $file, $mapping, $digest, unnest($fields::VARCHAR[]), unnest($paths::VARCHAR[]),
+                              unnest($records::BIGINT[]), unnest($resolved::BIGINT[]),
+                              unnest($failures::VARCHAR[]), now()""",
+                    {"file": relative, "mapping": str(mapping.path), "digest": mapping.digest,
+                     **{name: [row[key] for row in rows] for name, key in (
+                         ("fields", "field"), ("paths", "path"), ("records", "records"),
+                         ("resolved", "resolved"), ("failures", "top_failure"))}})
     return counts
 
 
