@@ -109,11 +109,12 @@ def _window_day(day: dt.date, traffic: int, pass_rate: float, p_random: float, s
     """One day's random-stream sample of `traffic` traces passing at `pass_rate`, drawn at `p_random`."""
     rng = np.random.default_rng(seed)
     passed = rng.random(traffic) < pass_rate
-    drawn = rng.random(traffic) < p_random
-    return pd.DataFrame({"day": day, "trace_id": [f"{day}-{i}" for i in range(traffic)], "metric": "Faithfulness",
+    drawn = np.flatnonzero(rng.random(traffic) < p_random)  # only the drawn rows are built (the rows, index kept)
+    passed = passed[drawn]
+    return pd.DataFrame({"day": day, "trace_id": [f"{day}-{i}" for i in drawn], "metric": "Faithfulness",
                          "score": np.where(passed, 0.9, 0.2), "passed": passed, "by_random": True,
-                         "streams": [["random"]] * traffic, "inclusion_probability": p_random,
-                         "p_random": p_random, **dict.fromkeys(SLICE_COLUMNS, "x")})[drawn]
+                         "streams": [["random"]] * len(drawn), "inclusion_probability": p_random,
+                         "p_random": p_random, **dict.fromkeys(SLICE_COLUMNS, "x")}, index=drawn)
 
 
 def test_a_window_of_days_with_different_random_rates_is_weighted_by_day():
