@@ -97,12 +97,15 @@ class LakeTraces:
     @contextmanager
     def shadowing(self, con: duckdb.DuckDBPyConnection) -> Iterator[LakeTraces]:
         """The kept tables' names as empty temp tables for the block (the database's views stay
-        as they are). Each kept table of the lake exists, with every column the run writes (a
-        lake from before a column gets it: its older files read NULL there)."""
+        as they are). Each kept table of the lake has every column the run writes (a lake from
+        before a column gets it: its older files read NULL there); a view's columns are all its
+        table's (create_lake_views takes their types from its schema), so only a table whose
+        view lacks one is loaded here."""
         for table in KEPT_IN_LAKE:  # the view's columns from the catalog: binding it reads every file's footer
-            columns = ", ".join(f'"{name}" {kind}' for name, kind in con.execute(
+            viewed = con.execute(
                 "SELECT column_name, data_type FROM duckdb_columns() WHERE database_name = current_database() "
-                "AND schema_name = current_schema() AND table_name = ? ORDER BY column_index", [table]).fetchall())
+                "AND schema_name = current_schema() AND table_name = ? ORDER BY column_index", [table]).fetchall()
+            columns = ", ".join(f'"{name}" {kind}' for name, kind in viewed)
             con.execute(f'CREATE OR REPLACE TEMP TABLE "{table}" ({columns})')
             con.execute(f'CREATE OR REPLACE TEMP TABLE "{_before(table)}" ({columns}, _day DATE, _file VARCHAR)')
             for column in ADDED_COLUMNS.get(table, ()):  # a lake from before a column: its files lack it
@@ -110,8 +113,8 @@ class LakeTraces:
                     con.execute(f'ALTER TABLE temp.main."{name}" ADD COLUMN IF NOT EXISTS {column}')
             schema = delta_types(con.sql(f'SELECT * FROM temp.main."{table}" LIMIT 0').to_arrow_table().schema)
             self.schemas[table] = schema if DAY in schema.names else schema.append(pa.field(DAY, pa.date32()))
-            # no commit if nothing is missing
-            self.deltas[table] = self.lake.commit_files(table, [], [], self.schemas[table], self.delta(table))
+            if set(schema.names) - {name for name, _ in viewed}:  # no commit if the table has them all
+                self.deltas[table] = self.lake.commit_files(table, [], [], self.schemas[table], self.delta(table))
         con.execute("CREATE OR REPLACE TEMP TABLE _lake_loaded (trace_id VARCHAR, children BOOLEAN)")
         con.execute("CREATE OR REPLACE TEMP TABLE _lake_loaded_pending (trace_id VARCHAR)")
         con.execute("CREATE OR REPLACE TEMP TABLE _lake_loaded_spans (trace_id VARCHAR)")
@@ -125,7 +128,8 @@ class LakeTraces:
     def stored(self, table: str, columns: str, days: Iterable[date]) -> str:
         """DuckDB SQL of `columns` of the lake's `table` rows on `days` (its current version's
         files of those days): the stored copies first copy wins reads."""
-        files = self.lake.files(table, days, self.delta(table))
+        days = list(days)
+        files = self.lake.files(table, days, self.delta(table)) if days else []  # no day: the log not read
         if not files:
             return f"SELECT {columns} FROM temp.main.\"{table}\" WHERE false"
         return f"SELECT {columns} FROM {read_files(files, filename=True)}"
@@ -168,13 +172,12 @@ class LakeTraces:
         trace needs it. A trace first seen in this run (not pending when it began, never
         assembled) whose spans the run's first flush kept loaded (`flush(keep_spans=True)`)
         has no other span: none is read."""
-        days = self.lake.days("otlp_spans", self.delta("otlp_spans"))
-        if not days:
-            return
         con.execute("""CREATE OR REPLACE TEMP TABLE _lake_wanted AS
                        SELECT trace_id, day FROM otlp_pending ANTI JOIN _lake_loaded_pending USING (trace_id)""")
         try:
             if not con.execute("SELECT count(*) FROM _lake_wanted").fetchall()[0][0]:
+                return  # the log not read
+            if not (days := self.lake.days("otlp_spans", self.delta("otlp_spans"))):
                 return
             con.execute("CREATE OR REPLACE TEMP TABLE _lake_ids AS SELECT DISTINCT trace_id FROM _lake_wanted")
             self._load_rows(con, "otlp_traces", "_lake_ids", None)
@@ -210,6 +213,8 @@ class LakeTraces:
         table `ids`, read by DuckDB from its current version's files, into the temp table and
         its copy as loaded (with each row's day and file, as the table lists it); not those of
         the files whose rows the temp tables kept (`flush(keep_spans=True)`)."""
+        if days == []:  # the log not read
+            return
         kept = self.kept_files.get(table, set())
         files = [path for path in self.lake.files(table, days, self.delta(table)) if relative_file(path) not in kept]
         if not files:
