@@ -1,4 +1,5 @@
-"""The committed demo data holds the planted events the demo's story tells."""
+"""The committed demo data holds the planted events the demo's story tells (tests/e2e/test_planted_events.py:
+the detectors find them)."""
 
 import duckdb
 
