@@ -8,7 +8,17 @@ from functools import partial
 import pytest
 
 from tests.engines.conftest import needs_spark
-from tests.store.test_lake_crash import CHILD, OLD, kill_when, listed, make_table, on_disk, progressed, start_write
+from tests.store.test_lake_crash import (
+    CHILD,
+    OLD,
+    kill_when,
+    listed,
+    make_table,
+    on_disk,
+    progressed,
+    start_server,
+    start_write,
+)
 
 pytestmark = [pytest.mark.slow, needs_spark]
 
@@ -17,7 +27,13 @@ def test_spark_reads_the_previous_version_by_its_files(spark, tmp_path):
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     lake = make_table(tmp_path / "lake")
-    kill_when(start_write(lake.path(), script), partial(progressed, lake, len(on_disk(lake)) + 6))
+    server = start_server(script)
+    try:
+        kill_when(start_write(server, lake.path()), partial(progressed, lake, len(on_disk(lake)) + 6))
+        assert server.stdout.readline() == "ended\n"  # gone, not only signalled
+    finally:
+        server.stdin.close()
+        server.wait()
     orphans = on_disk(lake) - listed(lake)  # the killed write's files, beside the version's
     assert lake.delta("t").version() == 0 and len(orphans) >= 6
     frame = spark.read.option("basePath", str(lake.path("t"))).parquet(*lake.files("t"))
