@@ -1,7 +1,11 @@
 """trace_judgments: what is judged, once per judge version, with what context; what cannot be."""
 
 import math
+import shutil
+from collections.abc import Callable
+from pathlib import Path
 
+import duckdb
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -86,14 +90,31 @@ def test_rates_outside_zero_one_and_metrics_that_need_a_reference_are_refused():
         OnlineMetric("Contextual Recall", 0.7)
 
 
+@pytest.fixture(scope="module")
+def world_of(tmp_path_factory) -> Callable[[int], duckdb.DuckDBPyConnection]:
+    """A fresh copy of the world of `n` traces (`_traces(n)`): each built once (a build is most
+    of a property example's time), closed, and its database file copied for every example."""
+    built: dict[int, Path] = {}
+
+    def copy(n: int) -> duckdb.DuckDBPyConnection:
+        if n not in built:
+            folder = tmp_path_factory.mktemp(f"world{n}")
+            build_world(folder, _traces(n)).close()
+            built[n] = folder / "world.duckdb"
+        copied = tmp_path_factory.mktemp("w") / "world.duckdb"
+        shutil.copy(built[n], copied)
+        return duckdb.connect(str(copied))
+    return copy
+
+
 HOSTILE = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.none(),
                     st.sampled_from(["raise", "timeout", "error-flag"]))
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=10, deadline=None)
 @given(replies=st.lists(HOSTILE, min_size=1, max_size=12))
-def test_hostile_judge_replies_are_errored_never_passed_and_never_block_the_others(tmp_path_factory, replies):
-    con = build_world(tmp_path_factory.mktemp("w"), _traces(len(replies)))
+def test_hostile_judge_replies_are_errored_never_passed_and_never_block_the_others(world_of, replies):
+    con = world_of(len(replies))
 
     def verdict(name, case):
         reply = replies[len(calls) % len(replies)]
@@ -117,11 +138,11 @@ def test_hostile_judge_replies_are_errored_never_passed_and_never_block_the_othe
             assert status == "errored" and passed is None and score is None
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=6, deadline=None)
 @given(kill_after=st.integers(0, 29), flush_every=st.integers(1, 8))
 def test_a_run_killed_half_way_keeps_what_it_judged_and_the_rerun_judges_only_the_rest(
-        tmp_path_factory, kill_after, flush_every):
-    con = build_world(tmp_path_factory.mktemp("w"), _traces(10))
+        world_of, kill_after, flush_every):
+    con = world_of(10)
     calls: list[str] = []
 
     def dying(name, case):
