@@ -19,7 +19,8 @@ the row ids are the line numbers (rows keep the file's order: `preserve_insertio
 Strictness is about half of the ingestion's CPU beyond a bare `read_json` (DuckDB 2.0.1 has
 no strict typing): on bench/ingest.py's 200k traces the `_read` statement takes ~4.3 CPU-s,
 ~3.5 with the lists typed by `read_json` itself, ~3.1 with every value so typed (coerced); at
-1M traces the whole ingestion is ~1.9x the bare read's CPU, a coercing reader ~1.6x (issue 42).
+1M traces the ingestion takes ~2.05x the bare read's CPU, a coercing reader ~1.6x (issue 42;
+~1.95x and ~1.4x with a 3GB memory_limit, under which `_read` does not spill).
 """
 
 from __future__ import annotations
