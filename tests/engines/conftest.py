@@ -1,12 +1,7 @@
-import hashlib
 import importlib.util
-import os
 import shutil
 import socket
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
 import pytest
 
@@ -35,48 +30,14 @@ def spark():
     rows to the last bit)."""
     from rag_loop.engines.engine import spark_session
     java = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m -XX:+UseSerialGC -XX:CICompilerCount=1"
-    archive = _class_archive(java)
-    shared = f" -XX:SharedArchiveFile={archive}" if archive.exists() else " -XX:+RecordDynamicDumpInfo"
     session = spark_session("local[2]", {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2",
-                                         "spark.driver.extraJavaOptions": java + shared,
+                                         "spark.driver.extraJavaOptions": java,
                                          "spark.sql.codegen.wholeStage": "false",
                                          "spark.sql.codegen.factoryMode": "NO_CODEGEN",
                                          "spark.sql.adaptive.enabled": "false", **_connect_server()})
     session.sparkContext.setLogLevel("ERROR")
     yield session
-    if not archive.exists():
-        _dump_classes(session, archive)
     session.stop()
-
-
-def _class_archive(java: str) -> Path:
-    """Where the JVM's loaded classes are archived (a dynamic class-data sharing archive, 150 MB,
-    which the next sessions map instead of loading and verifying Spark's classes from its jars:
-    the Spark modules took 67 instead of 79 CPU-seconds, the Connect test 27 instead of 38; the
-    session that writes it pays ~7 for the dump): one per Java, pyspark and JVM options, in the
-    temporary folder. A stale or foreign archive costs nothing: the JVM checks it and goes without."""
-    import pyspark
-    key = "\0".join((str(Path(shutil.which("java") or "java").resolve()), pyspark.__version__, java))
-    return Path(tempfile.gettempdir()) / f"rag-loop-spark-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
-
-
-def _dump_classes(session, archive: Path) -> None:
-    """The classes the tests loaded, archived by the running JVM (jcmd, from the JDK; without it
-    no archive), written aside and renamed: a concurrent session reads a whole archive or none."""
-    jcmd = shutil.which("jcmd")
-    if jcmd is None:
-        return
-    pid = session._jvm.java.lang.ProcessHandle.current().pid()
-    partial = archive.with_suffix(f".{os.getpid()}.partial")
-    try:
-        subprocess.run([jcmd, str(pid), "VM.cds", "dynamic_dump", str(partial)], capture_output=True, timeout=120,
-                       check=False)
-        if partial.exists():
-            os.replace(partial, archive)
-    except (OSError, subprocess.SubprocessError):
-        pass
-    finally:
-        partial.unlink(missing_ok=True)
 
 
 @pytest.fixture
