@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 
@@ -134,7 +135,32 @@ def compile_once() -> None:
 
 def hdbscan_labels(points: np.ndarray, settings: ClusterSettings) -> np.ndarray:
     """HDBSCAN cluster of each point (NOISE for noise), by the settings' backend."""
+    if settings.backend == "fast_hdbscan":
+        _start_numba_threads()
     return BACKENDS[settings.backend](np.ascontiguousarray(points, dtype=np.float64), settings)
+
+
+@cache
+def _start_numba_threads() -> None:
+    """Start Numba's threading layer (once per process) leaving this thread's OpenMP thread
+    count as configured.
+
+    Numba's OpenMP layer binds to the libgomp already loaded (torch's) and, when it starts, sets
+    the starting thread's OpenMP count to NUMBA_NUM_THREADS: torch would then embed on that many
+    threads whatever OMP_NUM_THREADS or torch.set_num_threads said. Numba's own loops keep their
+    count (they pass it to each parallel region), so only the other OpenMP users' is restored:
+    a runtime loaded before keeps its count, one Numba loads gets OMP_NUM_THREADS'."""
+    import numba
+    from threadpoolctl import ThreadpoolController  # scikit-learn's dependency
+
+    before = {lib.filepath: lib.num_threads
+              for lib in ThreadpoolController().select(user_api="openmp").lib_controllers}
+    numba.get_num_threads()  # starts the layer
+    configured = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    for lib in ThreadpoolController().select(user_api="openmp").lib_controllers:
+        count = before.get(lib.filepath, int(configured) if configured.isdigit() else None)
+        if count and lib.num_threads != count:
+            lib.set_num_threads(count)
 
 
 def nearest(queries: np.ndarray, points: np.ndarray, exclude_self: bool = False,
