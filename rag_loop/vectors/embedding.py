@@ -9,9 +9,10 @@ Every vector is L2-normalized float32, so a dot product is a cosine.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -55,12 +56,18 @@ def resolve_precision(precision: str, cpuinfo: str = "/proc/cpuinfo") -> str:
     return precision
 
 
+# sentence-transformers models by (path, device, precision), loaded once per process: each Dagster
+# run builds its resources anew, and the offline judge and the router load the same model
+_LOADED: dict[tuple[str, str, str], Any] = {}
+_LOADING = threading.Lock()
+
+
 class SentenceTransformerEmbedder:
     """A sentence-transformers model by name or path; default: the bundled all-MiniLM-L6-v2.
 
     Weights in bfloat16 (`precision`, by default where the CPU multiplies bfloat16 natively)
     give vectors within cosine 0.9998 of float32 ones about twice as fast (bench/intent_dedup.py),
-    so both share `model_id` and the cache."""
+    so both share `model_id` and the cache. Embedders of one model share it (see `_LOADED`)."""
 
     def __init__(self, model: str | None = None, batch_size: int = 64, device: str = "cpu",
                  precision: str = "auto"):
@@ -72,8 +79,12 @@ class SentenceTransformerEmbedder:
         else:
             path, self.model_id = model, model
         self.precision = resolve_precision(precision)
-        self.model = SentenceTransformer(path, device=device,
-                                         model_kwargs={"dtype": getattr(torch, self.precision)})
+        key = (path, device, self.precision)
+        with _LOADING:
+            if key not in _LOADED:
+                _LOADED[key] = SentenceTransformer(path, device=device,
+                                                   model_kwargs={"dtype": getattr(torch, self.precision)})
+        self.model = _LOADED[key]
         self.batch_size = batch_size
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:

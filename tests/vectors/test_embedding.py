@@ -48,6 +48,15 @@ def test_router_picks_a_model_and_a_text_form_per_language():
     assert router.prepare("Café", "en") == "Café"
 
 
+def test_a_process_loads_a_model_once_however_many_routers_and_embedders_ask(minilm):
+    # each Dagster run builds its embedder resource, so its router, anew; the judge has its own
+    first, second = (LanguageRouter().for_language(None) for _ in range(2))
+    assert first is not second and first.model is second.model is minilm.model
+    assert SentenceTransformerEmbedder(batch_size=8).model is minilm.model
+    other = "float32" if minilm.precision == "bfloat16" else "bfloat16"
+    assert SentenceTransformerEmbedder(precision=other).model is not minilm.model
+
+
 @pytest.mark.slow
 def test_bfloat16_weights_give_the_float32_vectors():
     texts, _ = labelled_queries(intent_count=3, per_intent=10)
