@@ -33,23 +33,33 @@ _SCALARS: dict[Any, str] = {
 
 
 def duckdb_type(annotation: Any) -> Any:
-    """DuckDB `json_transform` structure for a type annotation of the trace model."""
+    """DuckDB `json_transform` structure for a type annotation of the trace model: a fresh copy
+    (dicts, lists and type names), so the caller may change it."""
+    return json.loads(_duckdb_type_json(annotation))
+
+
+@cache
+def _duckdb_type_json(annotation: Any) -> str:
+    return json.dumps(_duckdb_type(annotation))
+
+
+def _duckdb_type(annotation: Any) -> Any:
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
         (inner,) = [a for a in typing.get_args(annotation) if a is not type(None)]
-        return duckdb_type(inner)
+        return _duckdb_type(inner)
     if origin is list:
-        return [duckdb_type(typing.get_args(annotation)[0])]
+        return [_duckdb_type(typing.get_args(annotation)[0])]
     if origin is dict:
         return "JSON"
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return {name: duckdb_type(f.annotation) for name, f in annotation.model_fields.items()}
+        return {name: _duckdb_type(f.annotation) for name, f in annotation.model_fields.items()}
     return _SCALARS[annotation]
 
 
 def trace_struct() -> str:
     """The JSON structure string that parses a native trace line in DuckDB."""
-    return json.dumps(duckdb_type(Trace))
+    return _duckdb_type_json(Trace)
 
 
 _COMPATIBLE = {
@@ -118,7 +128,7 @@ _GIVEN_LANGUAGE = """nullif(trim(t."language"), '')"""
 
 
 def _classify_structures(con: duckdb.DuckDBPyConnection) -> None:
-    expected = duckdb_type(Trace)
+    expected = _model_type()
     rows = con.execute("SELECT DISTINCT structure FROM _parsed WHERE structure IS NOT NULL").fetchall()
     problems = []
     for (structure,) in rows:
@@ -214,7 +224,7 @@ def _overflow_sql(raw: str) -> str:
     `json_structure` calls 2^63 a UBIGINT like any positive integer, and `json_transform` into
     BIGINT turns it into NULL: read as HUGEINT and compared instead.
     """
-    expected = duckdb_type(Trace)
+    expected = _model_type()
     top = [k for k, v in expected.items() if v == "BIGINT"]
     nested = {k: [f for f, t in v[0].items() if t == "BIGINT"] for k, v in expected.items()
               if isinstance(v, list) and isinstance(v[0], dict)}
@@ -280,6 +290,7 @@ def fits_model(record: Any) -> bool:
 
 @cache
 def _model_type() -> Any:
+    """`duckdb_type(Trace)`, one object shared by its readers, which never change it."""
     return duckdb_type(Trace)
 
 
