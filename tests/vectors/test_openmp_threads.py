@@ -22,6 +22,7 @@ for method in ("leaf", "eom"):
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("torch_first", [True, False], ids=["torch-loaded-before", "torch-loaded-after"])
 def test_clustering_leaves_the_omp_num_threads_torch_embeds_with(torch_first):
     script = ("import torch; assert torch.get_num_threads() == 1\n" if torch_first else "") + CLUSTER + \
