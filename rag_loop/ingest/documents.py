@@ -21,10 +21,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 from pydantic import ValidationError
 
 from rag_loop.ingest.language import EVERY_LANGUAGE, LanguageSettings, identify
 from rag_loop.ingest.lines import preview
+from rag_loop.ingest.records import insert_rows
 from rag_loop.schema import Document, DocumentChunk
 from rag_loop.store.tables import create_tables
 
@@ -37,6 +39,14 @@ _SETEXT_UNDERLINE = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
 _BLANK_LINES = re.compile(r"\n[ \t]*\n")
 
 Quarantined = tuple[str, int | None, str, str, str]  # source_file, line_no, format, reason, raw
+_QUARANTINED_ROW = pa.schema([("source_file", pa.string()), ("line_no", pa.int64()), ("format", pa.string()),
+                              ("reason", pa.string()), ("raw", pa.string())])
+_DOCUMENT_ROW = pa.schema([("doc_id", pa.string()), ("version", pa.string()), ("title", pa.string()),
+                           ("language", pa.string()), ("updated", pa.timestamp("us", "UTC")),
+                           ("updated_naive", pa.timestamp("us")), ("indexed", pa.timestamp("us", "UTC")),
+                           ("indexed_naive", pa.timestamp("us")), ("known", pa.bool_())])
+_CHUNK_ROW = pa.schema([("chunk_id", pa.string()), ("doc_id", pa.string()), ("version", pa.string()),
+                        ("text", pa.string())])
 
 
 @dataclass
@@ -57,25 +67,39 @@ def load_knowledge_base(con: duckdb.DuckDBPyConnection, directory: Path,
     bad += unreadable
     con.execute("BEGIN")
     try:
-        if documents:  # executemany refuses an empty list
-            con.executemany(
-                "INSERT OR REPLACE INTO documents (doc_id, version, title, language, source_updated_at, "
-                "indexed_at, indexed_at_known) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(d.doc_id, d.version, d.title, d.language, d.source_updated_at, d.indexed_at, known)
-                 for group, known in ((exported, True), (files, False)) for d in group])
-        if any(d.chunks for d in documents):
-            con.executemany(
-                "INSERT OR REPLACE INTO document_chunks VALUES (?, ?, ?, ?)",
-                [(c.chunk_id, d.doc_id, d.version, c.text) for d in documents for c in d.chunks])
+        _upsert_documents(con, exported, files)
+        # one chunk id given twice: the later one wins, as row-by-row upserts would leave it
+        chunks = {c.chunk_id: (c.chunk_id, d.doc_id, d.version, c.text) for d in documents for c in d.chunks}
+        insert_rows(con, "INSERT OR REPLACE INTO document_chunks SELECT * FROM _ingest_rows",
+                    list(chunks.values()), _CHUNK_ROW)
         con.execute("DELETE FROM quarantine WHERE format = 'document'")  # the KB is reloaded whole
-        if bad:
-            con.executemany("INSERT INTO quarantine (source_file, line_no, format, reason, raw, "
-                            "quarantined_at) VALUES (?, ?, ?, ?, ?, now())", bad)
+        insert_rows(con, "INSERT INTO quarantine (source_file, line_no, format, reason, raw, quarantined_at) "
+                         "SELECT *, now() FROM _ingest_rows", bad, _QUARANTINED_ROW)
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
         raise
     return KnowledgeReport(len(documents), sum(len(d.chunks) for d in documents), len(bad))
+
+
+def _upsert_documents(con: duckdb.DuckDBPyConnection, exported: list[Document],
+                      files: list[Document]) -> None:
+    """Upsert the document versions, the later of a repeated (doc_id, version) winning."""
+    rows = {(d.doc_id, d.version): (d.doc_id, d.version, d.title, d.language,
+                                    *_aware_or_naive(d.source_updated_at), *_aware_or_naive(d.indexed_at), known)
+            for group, known in ((exported, True), (files, False)) for d in group}
+    insert_rows(con, """
+        INSERT OR REPLACE INTO documents (doc_id, version, title, language, source_updated_at,
+                                          indexed_at, indexed_at_known)
+        SELECT doc_id, version, title, language, coalesce(updated, updated_naive::TIMESTAMPTZ),
+               coalesce(indexed, indexed_naive::TIMESTAMPTZ), known FROM _ingest_rows""",
+                list(rows.values()), _DOCUMENT_ROW)
+
+
+def _aware_or_naive(time: datetime | None) -> tuple[datetime | None, datetime | None]:
+    """A time in the first place if aware, else in the second: DuckDB reads a naive time in the
+    session's time zone, as it reads a naive datetime given as a parameter."""
+    return (time, None) if time is not None and time.utcoffset() is not None else (None, time)
 
 
 def read_exports(directory: Path) -> tuple[list[Document], list[Quarantined]]:

@@ -39,7 +39,7 @@ from rag_loop.ingest.otlp.assembly import (
 )
 from rag_loop.ingest.otlp.spans import read_spans
 from rag_loop.ingest.parallel import LazyPool
-from rag_loop.ingest.records import BatchCounts, load_batch, quarantine_rejected
+from rag_loop.ingest.records import BatchCounts, insert_rows, load_batch, quarantine_rejected
 from rag_loop.logs import Log, quiet
 from rag_loop.store.deployment import require_home
 from rag_loop.store.tables import create_tables
@@ -334,8 +334,12 @@ def mark_ingested(con: duckdb.DuckDBPyConnection, stored: list[tuple[NewFile, Fi
              report.counts.ingested + report.counts.duplicates + report.counts.quarantined,
              report.counts.ingested, report.counts.duplicates, report.counts.quarantined]
             for file, report in stored if report.reader != "retry"]
-    if rows:
-        con.executemany("INSERT INTO ingested_files VALUES (?, ?, ?, ?, ?, ?, ?, ?, now())", rows)
+    insert_rows(con, "INSERT INTO ingested_files SELECT *, now() FROM _ingest_rows", rows, _INGESTED_ROW)
+
+
+_INGESTED_ROW = pa.schema([("path", pa.string()), ("size", pa.int64()), ("mtime_ns", pa.int64()),
+                           ("format", pa.string()), *((name, pa.int64()) for name in
+                                                      ("records", "ingested", "duplicates", "quarantined"))])
 
 
 def log_file(log: Log, report: FileReport) -> None:

@@ -12,6 +12,7 @@ import json
 import math
 import types
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
@@ -60,6 +61,38 @@ def _duckdb_type(annotation: Any) -> Any:
 def trace_struct() -> str:
     """The JSON structure string that parses a native trace line in DuckDB."""
     return _duckdb_type_json(Trace)
+
+
+def _rows_table(rows: Sequence[Sequence[Any]], schema: pa.Schema) -> pa.Table:
+    """Rows (`schema`'s columns, in order) as an Arrow table."""
+    if not rows:
+        return schema.empty_table()
+    columns = zip(*rows, strict=True)
+    return pa.table([pa.array(c, f.type) for c, f in zip(columns, schema, strict=True)], schema=schema)
+
+
+_SQL_TYPES = {pa.string(): "VARCHAR", pa.int64(): "BIGINT", pa.bool_(): "BOOLEAN",
+              pa.timestamp("us", "UTC"): "TIMESTAMPTZ", pa.timestamp("us"): "TIMESTAMP"}
+_FEW_ROWS = 8  # up to this many, binding the values costs less than registering a table
+
+
+def insert_rows(con: duckdb.DuckDBPyConnection, sql: str, rows: Sequence[Sequence[Any]],
+                schema: pa.Schema, parameters: list[Any] | None = None) -> None:
+    """Run `sql` (its own `parameters` after) over `rows` (`schema`'s columns), which it reads
+    as `_ingest_rows`: one statement where `executemany` runs one per row. Nothing for no rows."""
+    if not rows:
+        return
+    if len(rows) <= _FEW_ROWS:
+        row = "(" + ", ".join(f"?::{_SQL_TYPES[f.type]}" for f in schema) + ")"
+        names = ", ".join(f'"{name}"' for name in schema.names)
+        con.execute(f"WITH _ingest_rows ({names}) AS (VALUES {', '.join([row] * len(rows))}) {sql}",
+                    [*(value for r in rows for value in r), *(parameters or [])])
+        return
+    con.register("_ingest_rows", _rows_table(rows, schema))
+    try:
+        con.execute(sql, parameters)
+    finally:
+        con.unregister("_ingest_rows")
 
 
 _COMPATIBLE = {
@@ -127,6 +160,9 @@ def _trace_columns() -> str:
 _GIVEN_LANGUAGE = """nullif(trim(t."language"), '')"""
 
 
+_PROBLEM_ROW = pa.schema([("structure", pa.string()), ("problem", pa.string())])
+
+
 def _classify_structures(con: duckdb.DuckDBPyConnection) -> None:
     expected = _model_type()
     rows = con.execute("SELECT DISTINCT structure FROM _parsed WHERE structure IS NOT NULL").fetchall()
@@ -142,8 +178,7 @@ def _classify_structures(con: duckdb.DuckDBPyConnection) -> None:
         elif problem := structure_problem(found, expected):
             problems.append((structure, f"wrong_type: {problem}"))
     con.execute("CREATE OR REPLACE TEMP TABLE _structure_problems (structure VARCHAR, problem VARCHAR)")
-    if problems:
-        con.executemany("INSERT INTO _structure_problems VALUES (?, ?)", problems)
+    insert_rows(con, "INSERT INTO _structure_problems SELECT * FROM _ingest_rows", problems, _PROBLEM_ROW)
 
 
 def load_batch(con: duckdb.DuckDBPyConnection, lines: pa.Table, source_file: str,
@@ -414,9 +449,12 @@ def store_verdicts(con: duckdb.DuckDBPyConnection, source_file: str, source_form
 def quarantine_rejected(con: duckdb.DuckDBPyConnection, rejected: list[Rejected],
                         source_file: str, source_format: str) -> BatchCounts:
     """Store records refused before parsing (not UTF-8, oversized, unreadable file)."""
-    if rejected:
-        con.executemany(
-            "INSERT INTO quarantine (source_file, line_no, format, reason, raw, quarantined_at, "
-            "span_id) VALUES (?, ?, ?, ?, ?, now(), ?)",
-            [(source_file, r.line_no, source_format, r.reason, r.raw, r.span_id) for r in rejected])
+    insert_rows(con, "INSERT INTO quarantine (source_file, line_no, format, reason, raw, quarantined_at, "
+                     "span_id) SELECT ?, line_no, ?, reason, raw, now(), span_id FROM _ingest_rows",
+                [(r.line_no, r.reason, r.raw, r.span_id) for r in rejected], _REJECTED_ROW,
+                [source_file, source_format])
     return BatchCounts(quarantined=len(rejected))
+
+
+_REJECTED_ROW = pa.schema([("line_no", pa.int64()), ("reason", pa.string()), ("raw", pa.string()),
+                           ("span_id", pa.string())])
