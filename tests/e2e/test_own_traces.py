@@ -47,8 +47,7 @@ def test_the_loop_runs_on_own_traces_and_evaluates_an_http_service_without_the_d
                "PYTHONPATH": str(PROJECT),
                # torch on one thread: the tests run on every core already, and OpenMP's second
                # thread spinning between batches cost 4-5 CPU s of this test's 34 (same results).
-               # Numba's too: its OpenMP layer shares torch's libgomp and sets the count to its
-               # own after the clustering's parallel loops (32 -> 24 CPU-s under load)
+               # Numba's too: one clustering thread, as in the workers (tests/__init__.py)
                "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
         done = subprocess.run([sys.executable, str(PROJECT / "tests" / "e2e" / "scripts" / "own_traces_loop.py")],
                               env=env, cwd=work, capture_output=True, text=True, timeout=600)
