@@ -79,7 +79,8 @@ def _window_rows(tables: Mapping[str, ir.Table], window: DriftWindow, fn: Functi
     """The window's traces: slices and scores; for the day's traces also the documents used
     and the top-k overlap with the latest retrieval of the same query in the baseline window.
     Chunk lists are gathered for those traces only (the day's, and one per repeated query),
-    not for the whole window."""
+    not for the whole window. Each part is read once (Spark computes a part again at each
+    reading): the rows are one stream, the day's chunks and the earlier traces' join it."""
     signals, traces, chunks = tables["trace_signals"], tables["raw_traces"], tables["trace_chunks"]
     in_window = signals.filter(signals.day.between(window.start, window.day))
     traces = traces.filter(on_days(fn, traces["timestamp"], day_range(window.start, window.day)))
@@ -88,31 +89,27 @@ def _window_rows(tables: Mapping[str, ir.Table], window: DriftWindow, fn: Functi
                             asked_at=traces["timestamp"])
     rows = in_window.join(queries, in_window.trace_id == queries.q_trace_id).select(
         "trace_id", "day", *SLICE_COLUMNS, "top_retrieval_score", "top_rerank_score", "empty_retrieval", "query",
-        "asked_at", is_today=in_window.day == window.day, is_baseline=in_window.day <= window.end)
+        is_today=in_window.day == window.day, is_baseline=in_window.day <= window.end)
     named = chunks.filter(chunks.chunk_id.notnull())
-    before = rows.filter(rows.is_baseline & rows.trace_id.isin(named.trace_id))
+    baseline_ids = in_window.filter(in_window.day <= window.end).trace_id
+    before = queries.filter(queries.q_trace_id.isin(baseline_ids) & queries.q_trace_id.isin(named.trace_id))
     latest = ibis.row_number().over(group_by=before.query, order_by=[ibis.desc(before.asked_at),
-                                                                     ibis.desc(before.trace_id)])
+                                                                     ibis.desc(before.q_trace_id)])
     earlier = before.mutate(latest=latest)
-    earlier = earlier.filter(earlier.latest == 0).select(e_query=earlier.query, e_trace_id=earlier.trace_id)
-    today = rows.filter(rows.is_today)
-    ids = ibis.union(today.select(w_trace_id=today.trace_id), earlier.select(w_trace_id=earlier.e_trace_id))
-    wanted = chunks.filter(chunks.trace_id.isin(ids.w_trace_id))  # one semi join: an OR of two is a nested loop
-    used = wanted.group_by(k_trace_id=wanted.trace_id).aggregate(
-        documents=wanted.doc_id.nunique(), chunk_ids=fn.distinct(wanted.chunk_id.collect()))
-    then = used.select(t_trace_id=used.k_trace_id, e_chunk_ids=used.chunk_ids)
-    joined = (today.left_join(used, today.trace_id == used.k_trace_id)
-              .left_join(earlier, today.query == earlier.e_query)
-              .left_join(then, earlier.e_trace_id == then.t_trace_id))
+    earlier = earlier.filter(earlier.latest == 0).select(e_query=earlier.query, e_trace_id=earlier.q_trace_id)
+    then = chunks.join(earlier, chunks.trace_id == earlier.e_trace_id)  # one trace per query
+    then = then.group_by(then.e_query).aggregate(e_chunk_ids=fn.distinct(then.chunk_id.collect()))
+    todays = chunks.filter(chunks.day == window.day)
+    used = todays.group_by(k_trace_id=todays.trace_id).aggregate(
+        documents=fn.distinct(todays.doc_id.collect()).length(), chunk_ids=fn.distinct(todays.chunk_id.collect()))
+    rows = rows.view()  # Ibis: not merged into the join below, which joins parts derived from its tables
+    joined = (rows.left_join(used, rows.is_today & (rows.trace_id == used.k_trace_id))
+              .left_join(then, rows.is_today & (rows.query == then.e_query)))
     shared = ibis.ifelse(joined.chunk_ids.isnull(), 0, joined.chunk_ids.intersect(joined.e_chunk_ids).length())
     both = joined.chunk_ids.length().fill_null(0) + joined.e_chunk_ids.length() - shared
     overlap = ibis.ifelse(joined.e_query.notnull(), shared.cast("float64") / ibis.greatest(both, 1), ibis.null())
-    columns = ["day", *SLICE_COLUMNS, "top_retrieval_score", "top_rerank_score", "empty_retrieval", "is_today",
-               "is_baseline"]
-    day_rows = joined.select(*columns, documents=joined.documents, overlap=overlap)
-    baseline_rows = rows.filter(~rows.is_today).select(*columns, documents=ibis.null("int64"),
-                                                       overlap=ibis.null("float64"))
-    return ibis.union(day_rows, baseline_rows)
+    return joined.select("day", *SLICE_COLUMNS, "top_retrieval_score", "top_rerank_score", "empty_retrieval",
+                         "is_today", "is_baseline", documents=joined.documents, overlap=overlap)
 
 
 def _figures(part: ir.Table, rerank: ir.Table, retrieval: ir.Table) -> ir.Table:
@@ -176,9 +173,9 @@ def _score_levels(part: ir.Table, column: str, fn: Functions, **counts: str) -> 
     """Per slice value and distinct score of `column`: how many of the rows each boolean column
     of `counts` (name: column) marks have it. The quantiles, the KS distance and the PSI read
     these, not the rows; computed once for all of them (`fn.reuse`)."""
-    scored = part.filter(part[column].notnull())
-    return fn.reuse(scored.group_by(["slice_order", "slice_value", scored[column].name("score")]).aggregate(
-        **{name: scored.count(where=scored[mask]) for name, mask in counts.items()}))
+    levels = part.group_by(["slice_order", "slice_value", part[column].name("score")]).aggregate(
+        **{name: part.count(where=part[mask]) for name, mask in counts.items()})
+    return fn.reuse(levels.filter(levels.score.notnull()))
 
 
 def _ks_distance(levels: ir.Table) -> ir.Table:
