@@ -93,10 +93,8 @@ def _window_rows(tables: Mapping[str, ir.Table], window: DriftWindow, fn: Functi
     named = chunks.filter(chunks.chunk_id.notnull())
     baseline_ids = in_window.filter(in_window.day <= window.end).trace_id
     before = queries.filter(queries.q_trace_id.isin(baseline_ids) & queries.q_trace_id.isin(named.trace_id))
-    latest = ibis.row_number().over(group_by=before.query, order_by=[ibis.desc(before.asked_at),
-                                                                     ibis.desc(before.q_trace_id)])
-    earlier = before.mutate(latest=latest)
-    earlier = earlier.filter(earlier.latest == 0).select(e_query=earlier.query, e_trace_id=earlier.q_trace_id)
+    newest = ibis.struct({"at": before.asked_at, "id": before.q_trace_id})  # ties: the larger id
+    earlier = before.group_by(e_query=before.query).aggregate(e_trace_id=before.q_trace_id.argmax(newest))
     then = chunks.join(earlier, chunks.trace_id == earlier.e_trace_id)  # one trace per query
     then = then.group_by(then.e_query).aggregate(e_chunk_ids=fn.distinct(then.chunk_id.collect()))
     todays = chunks.filter(chunks.day == window.day)

@@ -8,7 +8,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from scipy.stats import ks_2samp
 
@@ -25,7 +25,8 @@ TRACE = st.fixed_dictionaries({
     "language": st.sampled_from(["en", "vi", None]), "tenant": st.sampled_from(["acme", "globex"]),
     "query": st.sampled_from(["refund", "Refund ", "  refund", "hours", "đổi trả"]),
     "retrieval": SCORES, "rerank": SCORES, "empty": st.booleans(), "stale": st.booleans(),
-    "chunks": st.one_of(st.none(), st.lists(st.sampled_from(["a#1", "a#2", "b#1", "c#1"]), max_size=4))})
+    "chunks": st.one_of(st.none(), st.lists(st.sampled_from(["a#1", "a#2", "b#1", "c#1"]), max_size=4)),
+    "second": st.sampled_from([0, 0, 1])})  # a day's traces asked in the same second: the latest has the larger id
 
 
 def _window(con: duckdb.DuckDBPyConnection, traces: list[dict]) -> None:
@@ -36,7 +37,7 @@ def _window(con: duckdb.DuckDBPyConnection, traces: list[dict]) -> None:
                         "language": t["language"], "tenant": t["tenant"], "top_retrieval_score": t["retrieval"],
                         "top_rerank_score": t["rerank"], "empty_retrieval": t["empty"], "stale_source": t["stale"]})
         raw.append({"trace_id": trace_id, "original_query": t["query"],
-                    "timestamp": datetime.combine(day, datetime.min.time(), UTC) + timedelta(seconds=i)})
+                    "timestamp": datetime.combine(day, datetime.min.time(), UTC) + timedelta(seconds=t["second"])})
         chunks += [{"trace_id": trace_id, "doc_id": c.split("#")[0], "chunk_id": c, "day": day}
                    for c in t["chunks"] or []]
     columns = {"trace_signals": ["trace_id", "day", *SLICE_COLUMNS, "top_retrieval_score", "top_rerank_score",
@@ -118,8 +119,14 @@ def assert_figures_equal(got: pd.DataFrame, expected: pd.DataFrame) -> None:
     pd.testing.assert_frame_equal(got, expected, check_dtype=False, check_exact=False, rtol=1e-9, atol=1e-12)
 
 
+def _asked(day: int, chunks: list[str]) -> dict:
+    return {"day": day, "language": "en", "tenant": "acme", "query": "refund", "retrieval": 0.5, "rerank": 0.5,
+            "empty": False, "stale": False, "chunks": chunks, "second": 0}
+
+
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(TRACE, max_size=40))
+@example([_asked(1, ["a#1"]), _asked(1, ["b#1"]), _asked(0, ["b#1"])])  # the day's overlaps the later id's only
 def test_the_retrieval_figures_equal_the_pandas_reference(traces):
     with duckdb.connect() as con:
         _window(con, traces)
