@@ -287,10 +287,17 @@ def lines_at(path: Path, wanted: Iterable[int]) -> pa.Table:
 
 @dataclass
 class ParsedFile:
-    """A native file parsed into the view `_read_numbered` (line_no, t, trace_id, clean)."""
+    """A native file parsed into `_read`; `numbered` (SQL, a subquery: not a view, whose
+    creation and drop would cost two more statements a file) selects (line_no, t, trace_id, clean)."""
 
+    numbered: str
     raw_lines: Callable[[list[int]], pa.Table]  # the text of these lines: (line_no, raw)
     rejected: list[Rejected] = field(default_factory=list)  # lines refused before parsing
+    unclean: list[int] | None = None  # the line numbers of the rows not clean, when known
+
+
+_NUMBERED_BY_ROWID = "(SELECT rowid + 1 AS line_no, t, t.trace_id AS trace_id, clean FROM _read) AS _read_numbered"
+_NUMBERED = "(SELECT line_no, t, t.trace_id AS trace_id, clean FROM _read) AS _read_numbered"
 
 
 def read_native_file(con: duckdb.DuckDBPyConnection, path: Path,
@@ -305,15 +312,13 @@ def read_native_file(con: duckdb.DuckDBPyConnection, path: Path,
             stats.cancel()
             raise NeedsExactReader(_first_line(error)) from error
         lines, longest = stats.result()
-    records = _check_row_ids(con, "_read")
+    records, unclean = _check_row_ids(con, "_read", "list(rowid + 1 ORDER BY rowid) FILTER (WHERE NOT clean)")
     problem = (f"{lines - records} blank lines" if records != lines else
                f"a line of {longest} bytes" if longest > max_record_bytes else None)
     if problem:  # read_json does not enforce maximum_object_size on small records
         forget_read(con)
         raise NeedsExactReader(problem)
-    con.execute("""CREATE OR REPLACE TEMP VIEW _read_numbered AS
-                   SELECT rowid + 1 AS line_no, t, t.trace_id AS trace_id, clean FROM _read""")
-    return ParsedFile(lambda numbers: lines_at(path, numbers))
+    return ParsedFile(_NUMBERED_BY_ROWID, lambda numbers: lines_at(path, numbers), unclean=unclean or [])
 
 
 def read_native_lines(con: duckdb.DuckDBPyConnection, path: Path,
@@ -332,11 +337,9 @@ def read_native_lines(con: duckdb.DuckDBPyConnection, path: Path,
     except _READ_ERRORS as error:
         forget_read(con)
         raise NeedsExactReader(_first_line(error)) from error
-    con.execute("""CREATE OR REPLACE TEMP VIEW _read_numbered AS
-                   SELECT line_no, t, t.trace_id AS trace_id, clean FROM _read""")
     rejected = [Rejected(n, oversized_reason(size, max_record_bytes), raw)
                 for n, size, raw in oversized]
-    return ParsedFile(lambda numbers: _lines_from_table(con, numbers), rejected)
+    return ParsedFile(_NUMBERED, lambda numbers: _lines_from_table(con, numbers), rejected)
 
 
 def _lines_from_table(con: duckdb.DuckDBPyConnection, numbers: list[int]) -> pa.Table:
@@ -349,26 +352,29 @@ def _compression(path: Path) -> str:
     return "gzip" if is_gzip(path) else "none"
 
 
-def _check_row_ids(con: duckdb.DuckDBPyConnection, table: str) -> int:
-    """The rows of `table`, after checking that its row ids count 0, 1, 2... (line numbers)."""
-    rows, first, last = con.execute(
-        f"SELECT count(*), min(rowid), max(rowid) FROM {table}").fetchall()[0]
+def _check_row_ids(con: duckdb.DuckDBPyConnection, table: str, also: str = "NULL") -> tuple[int, Any]:
+    """The rows of `table` and the aggregate `also` over them (in the same statement), after
+    checking that its row ids count 0, 1, 2... (line numbers)."""
+    rows, first, last, value = con.execute(
+        f"SELECT count(*), min(rowid), max(rowid), {also} FROM {table}").fetchall()[0]
     if rows and (first, last) != (0, rows - 1):
         forget_read(con)
         raise NeedsExactReader(f"row ids {first}..{last} are not line numbers")
-    return rows
+    return rows, value
 
 
 def store_read_file(con: duckdb.DuckDBPyConnection, parsed: ParsedFile,
                     source_file: str) -> BatchCounts:
     """Store the clean traces of a parsed file; unclean lines go to the line loader."""
     counts = quarantine_rejected(con, parsed.rejected, source_file, "native")
-    con.execute("""CREATE OR REPLACE TEMP TABLE _verdict AS SELECT line_no, line_no AS source_line,
-                   NULL::VARCHAR AS span_id, trace_id, NULL::VARCHAR AS reason
-                   FROM _read_numbered WHERE clean""")
-    counts += store_verdicts(con, source_file, "native", parsed="_read_numbered")
-    unclean = [n for (n,) in con.execute(
-        "SELECT line_no FROM _read_numbered WHERE NOT clean").fetchall()]
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE _verdict AS SELECT line_no, line_no AS source_line,
+                    NULL::VARCHAR AS span_id, trace_id, NULL::VARCHAR AS reason
+                    FROM {parsed.numbered} WHERE clean""")
+    counts += store_verdicts(con, source_file, "native", parsed=parsed.numbered)
+    unclean = parsed.unclean
+    if unclean is None:
+        unclean = [n for (n,) in con.execute(
+            f"SELECT line_no FROM {parsed.numbered} WHERE NOT clean").fetchall()]
     lines = parsed.raw_lines(unclean) if unclean else None
     forget_read(con)
     if lines is not None:
@@ -378,5 +384,4 @@ def store_read_file(con: duckdb.DuckDBPyConnection, parsed: ParsedFile,
 
 def forget_read(con: duckdb.DuckDBPyConnection) -> None:
     """Free the parsed file."""
-    con.execute("DROP VIEW IF EXISTS _read_numbered; DROP TABLE IF EXISTS _read; "
-                "DROP TABLE IF EXISTS _lines")
+    con.execute("DROP TABLE IF EXISTS _read; DROP TABLE IF EXISTS _lines")

@@ -412,15 +412,24 @@ def store_verdicts(con: duckdb.DuckDBPyConnection, source_file: str, source_form
         SELECT line_no, source_line FROM _verdict
         WHERE reason IS NULL AND trace_id NOT IN (SELECT trace_id FROM raw_traces)
         QUALIFY row_number() OVER (PARTITION BY trace_id ORDER BY line_no) = 1""")
-    params = [source_file, set_aside_format or source_format]
-    con.execute("""
-        INSERT INTO trace_duplicates
-        SELECT ?, v.source_line, v.trace_id, ?, now(), v.span_id FROM _verdict v
-        WHERE v.reason IS NULL AND v.line_no NOT IN (SELECT line_no FROM _keep)
-          AND NOT EXISTS (SELECT 1 FROM raw_traces r  -- the same record, read again
-                          WHERE r.trace_id = v.trace_id AND r.source_file = ? AND r.source_line = v.source_line)
-        """, [*params, source_file])
-    new = f"{parsed} JOIN _keep USING (line_no)"
+    total, bad, kept = con.execute("""
+        SELECT count(*), count(reason), (SELECT count(*) FROM _keep) FROM _verdict""").fetchall()[0]
+    # a statement costs ~1-5 ms even on no rows: those with nothing to write are not run
+    if total - bad - kept:
+        con.execute("""
+            INSERT INTO trace_duplicates
+            SELECT ?, v.source_line, v.trace_id, ?, now(), v.span_id FROM _verdict v
+            WHERE v.reason IS NULL AND v.line_no NOT IN (SELECT line_no FROM _keep)
+              AND NOT EXISTS (SELECT 1 FROM raw_traces r  -- the same record, read again
+                              WHERE r.trace_id = v.trace_id AND r.source_file = ? AND r.source_line = v.source_line)
+            """, [source_file, set_aside_format or source_format, source_file])
+    if kept:
+        _store_kept(con, f"{parsed} JOIN _keep USING (line_no)", source_file, source_format)
+    return BatchCounts(ingested=kept, duplicates=total - bad - kept, quarantined=bad)
+
+
+def _store_kept(con: duckdb.DuckDBPyConnection, new: str, source_file: str, source_format: str) -> None:
+    """The traces `new` selects (t, source_line) into raw_traces and its child tables."""
     con.execute(f"""
         INSERT INTO raw_traces BY NAME
         SELECT {_trace_columns()}, ? AS source_format, ? AS source_file,
@@ -441,9 +450,6 @@ def store_verdicts(con: duckdb.DuckDBPyConnection, source_file: str, source_form
         INSERT INTO trace_feedback BY NAME
         SELECT t.trace_id, t.feedback.rating, t.feedback.category, t.feedback.comment, {_TRACE_DAY} AS day
         FROM {new} WHERE t.feedback IS NOT NULL""")
-    total, bad, kept = con.execute("""
-        SELECT count(*), count(reason), (SELECT count(*) FROM _keep) FROM _verdict""").fetchall()[0]
-    return BatchCounts(ingested=kept, duplicates=total - bad - kept, quarantined=bad)
 
 
 def quarantine_rejected(con: duckdb.DuckDBPyConnection, rejected: list[Rejected],

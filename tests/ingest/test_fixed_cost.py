@@ -40,3 +40,20 @@ def test_a_run_with_nothing_pending_or_undecided_skips_assembly_and_labelling(co
     ingest_directory(again, tmp_path)
     touched = [s for s in again.statements if "_trace_stats" in s or s.startswith("UPDATE raw_traces")]
     assert touched == []
+
+
+def test_a_clean_file_runs_no_statement_for_duplicates_it_does_not_have(con, tmp_path):
+    (tmp_path / "a.jsonl").write_text(trace_line("one", language="en") + "\n" + trace_line("two", language="en") + "\n")
+    recorded = RecordingConnection(con)
+    ingest_directory(recorded, tmp_path)
+    assert not [s for s in recorded.statements if "trace_duplicates" in s and s.startswith("INSERT")]
+    assert not [s for s in recorded.statements if "VIEW" in s]
+    assert con.execute("SELECT count(*) FROM raw_traces").fetchall() == [(2,)]
+
+    (tmp_path / "b.jsonl").write_text(trace_line("two", language="en") + "\n" + trace_line("three", language="en")
+                                      + "\n" + trace_line("three", language="en") + "\n")
+    report = ingest_directory(con, tmp_path)
+    new = [(f.path, f.counts.ingested, f.counts.duplicates) for f in report.files if not f.skipped]
+    assert new == [("b.jsonl", 1, 2)]
+    assert sorted(con.execute("SELECT trace_id, line_no FROM trace_duplicates").fetchall()) == \
+        [("three", 3), ("two", 1)]
