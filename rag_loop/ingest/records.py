@@ -407,10 +407,13 @@ def store_verdicts(con: duckdb.DuckDBPyConnection, source_file: str, source_form
 
     Rows with a reason are counted as quarantined; the caller stored them with their text.
     """
+    # the stored ids are narrowed to the batch's first: NOT IN over all of raw_traces hashes
+    # every stored id per batch (~75 CPU-ms at 1M traces), a semi join only probes them
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _keep AS
         SELECT line_no, source_line FROM _verdict
-        WHERE reason IS NULL AND trace_id NOT IN (SELECT trace_id FROM raw_traces)
+        WHERE reason IS NULL AND trace_id NOT IN (
+            SELECT trace_id FROM raw_traces WHERE trace_id IN (SELECT trace_id FROM _verdict))
         QUALIFY row_number() OVER (PARTITION BY trace_id ORDER BY line_no) = 1""")
     total, bad, kept = con.execute("""
         SELECT count(*), count(reason), (SELECT count(*) FROM _keep) FROM _verdict""").fetchall()[0]
