@@ -285,22 +285,26 @@ def listed_files(con: duckdb.DuckDBPyConnection, directory: Path,
                  report: IngestReport) -> Iterator[FileReport | NewFile]:
     """The trace files of `directory` in path order: a skipped FileReport for each one ingested
     before (same name, size and mtime), a NewFile for the others. What is not a trace file, or
-    is gone since the listing, goes to `report.ignored`. Lazy: each file is looked at just
-    before the caller reads it."""
+    is gone since the listing, goes to `report.ignored`. Lazy: each file's size and mtime are
+    taken just before the caller reads it."""
     files, ignored = trace_files(directory)
     report.ignored.extend(ignored)
-    for order, path in enumerate(files):
-        relative = display_name(path, directory)
+    names = [display_name(path, directory) for path in files]
+    # one query for the whole listing instead of one per file (~0.5 ms each; a sensor's run lists every file)
+    formats: dict[tuple[str, int, int], str | None] = {}
+    for name, size, mtime_ns, fmt in con.execute(
+            "SELECT path, size, mtime_ns, format FROM ingested_files WHERE path IN (SELECT unnest(?::VARCHAR[]))",
+            [names]).fetchall() if names else ():
+        formats.setdefault((name, size, mtime_ns), fmt)
+    for order, (path, relative) in enumerate(zip(files, names, strict=True)):
         try:
             stat = path.stat()
         except OSError as error:  # gone or unreachable since the listing
             report.ignored.append(f"{relative}: not readable ({type(error).__name__})")
             continue
-        seen = con.execute(
-            "SELECT format FROM ingested_files WHERE path = ? AND size = ? AND mtime_ns = ?",
-            [relative, stat.st_size, stat.st_mtime_ns]).fetchall()
-        if seen:
-            yield FileReport(relative, seen[0][0], BatchCounts(), skipped=True)
+        key = (relative, stat.st_size, stat.st_mtime_ns)
+        if key in formats:
+            yield FileReport(relative, formats[key], BatchCounts(), skipped=True)
         else:
             yield NewFile(order, path, relative, stat.st_size, stat.st_mtime_ns)
 

@@ -57,3 +57,14 @@ def test_a_clean_file_runs_no_statement_for_duplicates_it_does_not_have(con, tmp
     assert new == [("b.jsonl", 1, 2)]
     assert sorted(con.execute("SELECT trace_id, line_no FROM trace_duplicates").fetchall()) == \
         [("three", 3), ("two", 1)]
+
+
+def test_a_folder_listed_again_is_looked_up_in_one_query(con, tmp_path):
+    for name in ("a", "b", "c"):
+        (tmp_path / f"{name}.jsonl").write_text(trace_line(name, language="en") + "\n")
+    ingest_directory(con, tmp_path)
+    (tmp_path / "b.jsonl").write_text(trace_line("b2", language="en") + "\n")  # changed: read again
+    again = RecordingConnection(con)
+    report = ingest_directory(again, tmp_path)
+    assert [(f.path, f.skipped) for f in report.files] == [("a.jsonl", True), ("b.jsonl", False), ("c.jsonl", True)]
+    assert len([s for s in again.statements if "FROM ingested_files" in s]) == 1
