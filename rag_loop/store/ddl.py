@@ -3,8 +3,8 @@
 Which asset writes each table is declared in `rag_loop_dagster/assets/` (a stage's own table, or a part of its
 multi_asset); tables a stage builds from a query (trace_signals, failure_candidates,
 quality_estimates, query_embeddings, intent_clusters, trace_clusters, curation_queue) take
-the schema of that SELECT. Columns added after a first release are added to existing
-databases by `ALTER TABLE ... ADD COLUMN IF NOT EXISTS` here too.
+the schema of that SELECT. Columns added after a first release are in a new
+database's DDL, and added to existing databases by `ALTER TABLE ... ADD COLUMN IF NOT EXISTS`.
 """
 
 # ingestion (raw_traces and its parts, knowledge_base's documents)
@@ -20,7 +20,8 @@ TRACE_COLUMNS = """
     finish_reason VARCHAR, status VARCHAR, error VARCHAR,
     is_fallback BOOLEAN, latency_ms DOUBLE, cost_usd DOUBLE,
     language VARCHAR, tenant VARCHAR, query_type VARCHAR, risk_level VARCHAR,
-    source_format VARCHAR, source_file VARCHAR, source_line BIGINT, ingested_at TIMESTAMPTZ
+    source_format VARCHAR, source_file VARCHAR, source_line BIGINT, ingested_at TIMESTAMPTZ,
+    retrieval_unreadable VARCHAR, service VARCHAR, user_id VARCHAR, language_source VARCHAR
 """
 
 INGESTION_DDL = f"""
@@ -37,11 +38,9 @@ CREATE TABLE IF NOT EXISTS trace_feedback (
 CREATE TABLE IF NOT EXISTS quarantine (
     source_file VARCHAR, line_no BIGINT, format VARCHAR, reason VARCHAR, raw VARCHAR,
     quarantined_at TIMESTAMPTZ, span_id VARCHAR);
-ALTER TABLE quarantine ADD COLUMN IF NOT EXISTS span_id VARCHAR;
 CREATE TABLE IF NOT EXISTS trace_duplicates (
     source_file VARCHAR, line_no BIGINT, trace_id VARCHAR, format VARCHAR,
     seen_at TIMESTAMPTZ, span_id VARCHAR);
-ALTER TABLE trace_duplicates ADD COLUMN IF NOT EXISTS span_id VARCHAR;
 -- OTLP: every span received (the unit of ingestion), and what became of each trace id
 CREATE TABLE IF NOT EXISTS otlp_spans (
     trace_id VARCHAR NOT NULL, span_id VARCHAR NOT NULL, parent_span_id VARCHAR, name VARCHAR,
@@ -61,7 +60,7 @@ CREATE TABLE IF NOT EXISTS mapping_coverage (
     records BIGINT, resolved BIGINT, top_failure VARCHAR, ingested_at TIMESTAMPTZ);
 CREATE TABLE IF NOT EXISTS documents (
     doc_id VARCHAR NOT NULL, version VARCHAR NOT NULL, title VARCHAR, language VARCHAR,
-    source_updated_at TIMESTAMPTZ NOT NULL, indexed_at TIMESTAMPTZ,
+    source_updated_at TIMESTAMPTZ NOT NULL, indexed_at TIMESTAMPTZ, indexed_at_known BOOLEAN,
     PRIMARY KEY (doc_id, version));
 CREATE TABLE IF NOT EXISTS document_chunks (
     chunk_id VARCHAR PRIMARY KEY, doc_id VARCHAR NOT NULL, version VARCHAR NOT NULL,
@@ -80,7 +79,9 @@ def span_day(start_ns: str = "start_ns") -> str:
 # otlp_pending: the trace ids with spans stored since their last assembly, or never assembled,
 # the only ones assembly looks at (not every span stored), with each day those spans are on
 # (`span_day`: where the trace lake keeps them). Created in one statement from the stored
-# spans (none in a new database), so a database made before it loses no waiting trace.
+# spans, so a database made before it loses no waiting trace; a new database's (`NEW_PENDING`)
+# has the same columns.
+NEW_PENDING = "CREATE TABLE otlp_pending (trace_id VARCHAR, day DATE)"
 PENDING_FROM_SPANS = f"""
     CREATE TABLE otlp_pending AS
     SELECT DISTINCT trace_id, {span_day()} AS day FROM otlp_spans
@@ -88,10 +89,13 @@ PENDING_FROM_SPANS = f"""
                GROUP BY s.trace_id, t.trace_id, t.spans HAVING t.trace_id IS NULL OR count(*) > t.spans)
     USING (trace_id)"""
 
-# columns added after the first release, by table: databases made before get them (the child
-# tables' `day`, with its values, in rag_loop.store.tables.add_child_days); a table that is a
-# view of the trace lake's files is left as it is
+# columns added after the first release, by table: a new database has them from the DDL above,
+# one made before gets them (the child tables' `day`, with its values, in
+# rag_loop.store.tables.add_child_days); a table that is a view of the trace lake's files is
+# left as it is
 ADDED_COLUMNS = {
+    "quarantine": ("span_id VARCHAR",),
+    "trace_duplicates": ("span_id VARCHAR",),
     "trace_chunks": ("doc_id_from VARCHAR",),
     "raw_traces": ("llm_calls BIGINT", "final_input_tokens BIGINT", "final_output_tokens BIGINT",
                    "retrieval_unreadable VARCHAR", "service VARCHAR", "user_id VARCHAR",

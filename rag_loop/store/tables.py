@@ -17,6 +17,7 @@ from rag_loop.store.ddl import (
     CHILD_TABLES,
     DRIFT_DAY_COLUMNS,
     INGESTION_DDL,
+    NEW_PENDING,
     PENDING_FROM_SPANS,
 )
 
@@ -24,24 +25,28 @@ from rag_loop.store.ddl import (
 def create_tables(con: duckdb.DuckDBPyConnection) -> None:
     """Create every ingestion table that does not exist yet, and bring older ones up to date
     (a view of that name, the trace lake's table in a lake-backed deployment, is left as it is).
-    One catalog query tells what is missing (`_missing`): an up-to-date database costs only it,
-    a new one the tables' DDL besides."""
-    expected = _ingestion_schema()
-    found = _schema(con, list(expected))
+    An up-to-date database costs one catalog query (each table's CREATE statement as DuckDB
+    writes it from the catalog, the same as a new database's), a new one the DDL besides; any
+    other the columns' catalog query (`_missing`), which lists every internal view's columns."""
+    expected, statements = _ingestion_schema()
+    relations = {name: sql for name, sql in con.execute(_RELATIONS).fetchall() if name in expected}
+    if all(relations.get(name, "") in (None, statement) for name, statement in statements.items()):
+        return
+    found = _schema(con, list(expected)) if relations else {}
     if _missing(expected, found):
         _create_or_update(con, found)
 
 
 def _create_or_update(con: duckdb.DuckDBPyConnection, found: dict[str, dict[str, bool] | None]) -> None:
     """The statements `create_tables` needs, given what `_schema` `found` before: the tables' DDL
-    (a no-op for those that exist), the columns added since the first release that a table lacks
-    (a new one too: they are not in its DDL), the child tables' days (`add_child_days`)."""
+    (a no-op for those that exist; a new table has every column), the columns added since the
+    first release that an existing table lacks, the child tables' days (`add_child_days`)."""
     con.execute(INGESTION_DDL)
-    if "otlp_pending" not in found:
-        con.execute(PENDING_FROM_SPANS)
+    if "otlp_pending" not in found:  # from the stored spans, if there are any
+        con.execute(PENDING_FROM_SPANS if "otlp_spans" in found else NEW_PENDING)
     for table, columns in ADDED_COLUMNS.items():
-        present = found.get(table, {})  # a new table has the DDL's columns only
-        if present is None:  # a view: left as it is
+        present = found.get(table)
+        if present is None:  # a new table, made with them just now; a view, left as it is
             continue
         for column in columns:
             if column.split()[0] not in present:
@@ -69,6 +74,14 @@ def add_child_days(con: duckdb.DuckDBPyConnection) -> None:
             con.execute(f"ALTER TABLE {table} ALTER COLUMN day SET NOT NULL")
 
 
+# every relation of the current schema (a list parameter to filter them by costs more than they do)
+_RELATIONS = """
+    SELECT table_name, sql FROM duckdb_tables()
+    WHERE database_name = current_database() AND schema_name = current_schema()
+    UNION ALL
+    SELECT view_name, NULL FROM duckdb_views()
+    WHERE database_name = current_database() AND schema_name = current_schema() AND NOT internal"""
+
 _CATALOG = """
     SELECT t.table_name, c.column_name, c.is_nullable FROM duckdb_tables() t
     JOIN duckdb_columns() c USING (database_name, schema_name, table_name)
@@ -81,14 +94,16 @@ _CATALOG = """
 
 
 @cache
-def _ingestion_schema() -> dict[str, dict[str, bool]]:
+def _ingestion_schema() -> tuple[dict[str, dict[str, bool]], dict[str, str]]:
     """What `create_tables` makes of a new database: each table's columns and whether they are
-    nullable, read from the catalog of a scratch in-memory database (once a process)."""
+    nullable, and its CREATE statement, read from the catalog of a scratch in-memory database
+    (once a process)."""
     with duckdb.connect() as scratch:
         _create_or_update(scratch, {})
-        return _schema(scratch, [name for (name,) in scratch.execute(
-            "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
-            "AND schema_name = current_schema()").fetchall()])
+        statements = dict(scratch.execute(
+            "SELECT table_name, sql FROM duckdb_tables() WHERE database_name = current_database() "
+            "AND schema_name = current_schema()").fetchall())
+        return _schema(scratch, list(statements)), statements
 
 
 def _schema(con: duckdb.DuckDBPyConnection, names: list[str]) -> dict[str, dict[str, bool] | None]:
