@@ -40,7 +40,8 @@ def test_field_mapping_reads_nested_replies(service):
 @pytest.mark.parametrize("path, message", [
     ("/error", "HTTP 500"), ("/slow", "no reply"), ("/text", "not JSON"), ("/empty", "no string")])
 def test_a_bad_reply_errors_the_case_and_never_passes_it(service, path, message):
-    app = HttpRagApp(service.url + path, timeout_seconds=0.5)
+    # /slow holds its reply 2 s: a short timeout there is met twice; the others answer at once
+    app = HttpRagApp(service.url + path, timeout_seconds=0.2 if path == "/slow" else 5.0)
     with pytest.raises(RagAppError, match=message):
         app("q")
     golden = {"input": "q", "expected_output": "a", "additional_metadata": {"language": "en"}}
