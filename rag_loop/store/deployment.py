@@ -42,6 +42,11 @@ def recorded_lake(con: duckdb.DuckDBPyConnection) -> Lake | None:
     if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
                        "AND schema_name = current_schema() AND table_name = ?", [DEPLOYMENT]).fetchall()[0][0]:
         return None
+    return _read_record(con)
+
+
+def _read_record(con: duckdb.DuckDBPyConnection) -> Lake | None:
+    """`recorded_lake` of a database that has the record's table."""
     rows = con.execute(f"SELECT lake, storage_options, getvariable('{OPTIONS_VARIABLE}') "
                        f"FROM {DEPLOYMENT}").fetchall()
     if not rows:
@@ -65,11 +70,12 @@ def require_home(con: duckdb.DuckDBPyConnection, lake: Lake | None) -> None:
     """Raise WrongHome when the database records another home than `lake` (the configured one:
     None, embedded). A database that records none and has no trace-sized rows (a new one) is
     not refused: a lake-backed run makes it the lake's (`migrate`, every table empty)."""
-    recorded = recorded_lake(con)
+    has_record, views = _home(con)
+    recorded = _read_record(con) if has_record else None
     if lake is None and recorded is not None:
         raise WrongHome(f"the trace-sized tables are in the trace lake {recorded.root}, and this deployment is "
                         "embedded: run `rag-loop lake migrate --to embedded` first (or configure the lake)")
-    if lake is None and (views := _views(con)):  # a lake-backed database from before the record
+    if lake is None and views:  # a lake-backed database from before the record
         raise WrongHome(f"{', '.join(views)} are views of a trace lake, and this deployment is embedded: "
                         "run `rag-loop lake migrate --to embedded` with that lake first (or configure it)")
     if lake is not None and recorded is not None and recorded.root != lake.root:
@@ -82,11 +88,17 @@ def require_home(con: duckdb.DuckDBPyConnection, lake: Lake | None) -> None:
         migrate(con, lake, "lake")
 
 
-def _views(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """The trace-sized names the database holds as views."""
-    query = ("SELECT view_name FROM duckdb_views() WHERE database_name = current_database() AND "
-             "schema_name = current_schema() AND view_name IN (SELECT unnest(?)) ORDER BY 1")
-    return [name for (name,) in con.execute(query, [list(TRACE_SIZED)]).fetchall()]
+def _home(con: duckdb.DuckDBPyConnection) -> tuple[bool, list[str]]:
+    """Whether the database has the record's table, and the trace-sized names it holds as views:
+    one catalog query (require_home's, before each run and ingestion)."""
+    rows = con.execute(f"""
+        SELECT table_name, 'table' FROM duckdb_tables() WHERE database_name = current_database()
+          AND schema_name = current_schema() AND table_name = '{DEPLOYMENT}'
+        UNION ALL
+        SELECT view_name, 'view' FROM duckdb_views() WHERE database_name = current_database()
+          AND schema_name = current_schema() AND NOT internal""").fetchall()
+    return (any(kind == "table" for _, kind in rows),
+            sorted(name for name, kind in rows if kind == "view" and name in TRACE_SIZED))
 
 
 def _tables(con: duckdb.DuckDBPyConnection) -> list[tuple[str, int]]:
