@@ -58,7 +58,7 @@ def verdicts_by_file(tmp_path_factory) -> dict[str, dict[int, str]]:
         files += [_bigint_file(n, after_blank_line) for n in range(len(BEYOND_BIGINT))]
         for name, text in files:
             (directory / name).write_text(text)
-    with duckdb.connect(str(tmp_path_factory.mktemp("db") / "test.duckdb")) as con:
+    with duckdb.connect() as con:
         ingest_directory(con, directory)
         found: dict[str, dict[int, str]] = {}
         for name, line, verdict in con.execute("SELECT source_file, source_line, 'stored' FROM raw_traces UNION ALL "

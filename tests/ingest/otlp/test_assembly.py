@@ -150,7 +150,7 @@ def test_assembly_looks_only_at_the_pending_traces_and_misses_none(tmp_path_fact
     is over for all, none is left and every trace holds all its spans."""
     folder = tmp_path_factory.mktemp("runs")
     later = datetime(2026, 11, 11, 11, 1, tzinfo=UTC)
-    with duckdb.connect(str(folder / "rag.duckdb")) as con:
+    with duckdb.connect() as con:
         for number, (spans, grace_over) in enumerate(runs):
             chosen = [shifted(request_spans(t)[s], -11 * 3_600_000) if day_before else request_spans(t)[s]
                       for t, s, day_before in spans]  # 23:00 the day before

@@ -17,9 +17,9 @@ FRAMEWORKS = ("llamaindex", "langchain", "genai")
 
 
 @pytest.fixture(scope="module", params=FRAMEWORKS)
-def ingested(request, tmp_path_factory):
+def ingested(request):
     import duckdb
-    con = duckdb.connect(str(tmp_path_factory.mktemp("db") / "t.duckdb"))
+    con = duckdb.connect()
     report = ingest_directory(con, FIXTURES / "traces" / request.param)
     yield request.param, con, report
     con.close()
@@ -89,7 +89,7 @@ def test_documents_retrieved_and_context_used_match(ingested):
     assert {g[4] for rows in chunks.values() for g in rows} <= {"doc_id", "source", "file_path"}
 
 
-def test_worker_processes_store_exactly_what_one_process_stores(tmp_path, monkeypatch):
+def test_worker_processes_store_exactly_what_one_process_stores(monkeypatch):
     import duckdb
 
     import rag_loop.ingest.pipeline as pipeline
@@ -101,7 +101,7 @@ def test_worker_processes_store_exactly_what_one_process_stores(tmp_path, monkey
               "quarantine": "* EXCLUDE (quarantined_at)"}
     stored = []
     for workers in (1, 2):
-        with duckdb.connect(str(tmp_path / f"{workers}.duckdb")) as con:
+        with duckdb.connect() as con:
             ingest_directory(con, FIXTURES / "traces", workers=workers)
             stored.append({t: sorted(map(str, con.execute(f"SELECT {columns} FROM {t}").fetchall()))
                            for t, columns in tables.items()})
