@@ -6,7 +6,6 @@ text) and mapping coverage; which mappings compile to SQL."""
 import gzip
 import json
 
-import duckdb
 import pytest
 import yaml
 from hypothesis import HealthCheck, assume, example, given, settings
@@ -112,16 +111,17 @@ TABLES = {"raw_traces": "ingested_at", "trace_chunks": "", "trace_spans": "", "t
           "trace_duplicates": "seen_at", "quarantine": "quarantined_at", "mapping_coverage": "ingested_at"}
 
 
-def stored(folder, monkeypatch, python: bool, **options) -> dict[str, list]:
-    """Every row the ingestion of `folder` writes, by table (times of ingestion aside)."""
+def stored(folder, monkeypatch, emptied, python: bool, **options) -> dict[str, list]:
+    """Every row the ingestion of `folder` into an emptied database writes, by table (times of
+    ingestion aside)."""
     with monkeypatch.context() as patch:
         if python:
             patch.setattr(mapped, "sql_mapping", lambda spec: None)
-        with duckdb.connect() as con:
-            ingest_directory(con, folder, **options)
-            return {table: sorted(map(repr, con.execute(
-                f"SELECT * {f'EXCLUDE ({drop})' if drop else ''} FROM {table}").fetchall()))
-                for table, drop in TABLES.items()}
+        con = emptied("python" if python else "sql")
+        ingest_directory(con, folder, **options)
+        return {table: sorted(map(repr, con.execute(
+            f"SELECT * {f'EXCLUDE ({drop})' if drop else ''} FROM {table}").fetchall()))
+            for table, drop in TABLES.items()}
 
 
 @st.composite
@@ -186,14 +186,14 @@ WILD_ROWS = [{"n": 1764547200123456789, "ctx": ["yes", 1], "a.b": 1764547200, "m
 @given(case=cases())
 @example(case=(TAME_ALL, GOOD + ODD_LINES))
 @example(case=(WILD, WILD_ROWS + ODD_LINES[::-1]))
-def test_the_sql_path_stores_what_the_python_path_stores(tmp_path_factory, monkeypatch, case):
+def test_the_sql_path_stores_what_the_python_path_stores(tmp_path_factory, monkeypatch, emptied, case):
     mapping, rows = case
     assume(sql_mapping(FieldMap.model_validate(mapping)) is not None)
     folder = tmp_path_factory.mktemp("mapped")
     (folder / "rag-loop-mapping.yaml").write_text(yaml.safe_dump(mapping, allow_unicode=True))
     lines = [row if isinstance(row, str) else json.dumps(row, ensure_ascii=False) for row in rows]
     (folder / "log.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    assert stored(folder, monkeypatch, python=False) == stored(folder, monkeypatch, python=True)
+    assert stored(folder, monkeypatch, emptied, python=False) == stored(folder, monkeypatch, emptied, python=True)
 
 
 @pytest.mark.parametrize("fields, sql", [
@@ -209,10 +209,10 @@ def test_which_mappings_take_the_sql_path(fields, sql):
     assert (sql_mapping(FieldMap.model_validate(mapping)) is not None) == sql
 
 
-def test_a_key_repeated_in_a_record_keeps_its_first_value_on_both_paths(tmp_path, monkeypatch):
+def test_a_key_repeated_in_a_record_keeps_its_first_value_on_both_paths(tmp_path, monkeypatch, emptied):
     (tmp_path / "rag-loop-mapping.yaml").write_text("fields: {trace_id: id, timestamp: ts, original_query: q}")
     (tmp_path / "log.jsonl").write_text('{"id": "a", "id": "b", "ts": "2026-01-01T00:00:00Z", "q": "why"}\n')
-    both = [stored(tmp_path, monkeypatch, python) for python in (False, True)]
+    both = [stored(tmp_path, monkeypatch, emptied, python) for python in (False, True)]
     assert both[0] == both[1] and "'a'" in both[0]["raw_traces"][0]
 
 
@@ -257,17 +257,17 @@ def _shaped_lines(count: int) -> list[str]:
     return lines
 
 
-def test_a_log_shape_with_faults_stores_alike_and_mostly_in_sql(tmp_path, monkeypatch):
+def test_a_log_shape_with_faults_stores_alike_and_mostly_in_sql(tmp_path, monkeypatch, emptied):
     (tmp_path / "rag-loop-mapping.yaml").write_text(SHAPED)
     (tmp_path / "log.jsonl").write_text("\n".join(_shaped_lines(400)) + "\n")
     in_sql = []
     store = mapped.store_verdicts
     monkeypatch.setattr(mapped, "store_verdicts", lambda *a, **k: in_sql.append(store(*a, **k)) or in_sql[-1])
     monkeypatch.setattr(mapped, "_line_batches", None)  # the whole file is read by DuckDB at once
-    by_sql = stored(tmp_path, monkeypatch, python=False)
+    by_sql = stored(tmp_path, monkeypatch, emptied, python=False)
     assert sum(c.ingested for c in in_sql) > 150  # the rest: duplicates, faults, mapped in Python
     monkeypatch.undo()
-    assert by_sql == stored(tmp_path, monkeypatch, python=True)
+    assert by_sql == stored(tmp_path, monkeypatch, emptied, python=True)
     assert len(by_sql["quarantine"]) > 20 and by_sql["trace_duplicates"]
 
 
@@ -276,7 +276,7 @@ OVERSIZED = b"\n" + b"x" * 3000
 
 @pytest.mark.parametrize("odd", [b"\xef\xbb\xbf", b"\r", b"\n\xff\n", b"\x1f", OVERSIZED, "many for Python",
                                  "gzip", "cut gzip"])
-def test_a_file_duckdb_cannot_read_exactly_is_mapped_in_batches_alike(tmp_path, monkeypatch, odd):
+def test_a_file_duckdb_cannot_read_exactly_is_mapped_in_batches_alike(tmp_path, monkeypatch, emptied, odd):
     """A byte order mark, a carriage return, a line not UTF-8, a 0x1f byte, or more lines left
     to Python than a whole file may hold: the file is mapped in batches (the line reader's
     split). A line over the size limit is not (it is quarantined as the line reader does), nor
@@ -296,7 +296,7 @@ def test_a_file_duckdb_cannot_read_exactly_is_mapped_in_batches_alike(tmp_path, 
     batches = []
     line_batches = mapped._line_batches
     monkeypatch.setattr(mapped, "_line_batches", lambda *a: batches.append(1) or line_batches(*a))
-    by_sql = stored(tmp_path, monkeypatch, python=False, max_record_bytes=2000)
+    by_sql = stored(tmp_path, monkeypatch, emptied, python=False, max_record_bytes=2000)
     assert bool(batches) == (odd not in (OVERSIZED, "gzip"))
-    assert by_sql == stored(tmp_path, monkeypatch, python=True, max_record_bytes=2000)
+    assert by_sql == stored(tmp_path, monkeypatch, emptied, python=True, max_record_bytes=2000)
     assert any("oversized" in row for row in by_sql["quarantine"]) == (odd == OVERSIZED)
