@@ -75,10 +75,18 @@ class Endpoint:
 def _judge(endpoint: Endpoint, in_flight: int) -> LlmJudge:
     judge = LlmJudge(LlmJudgeSettings(base_url="http://judge.test/v1", model="mock", timeout_seconds=1.0,
                                       max_retries=4, max_in_flight=in_flight))
+    # as the judge's own clients: no retry inside the client, the judge's `_post` retries
     judge.model.make_async_clients = lambda: [AsyncOpenAI(
-        base_url="http://judge.test/v1", api_key="x", max_retries=4,
+        base_url="http://judge.test/v1", api_key="x", max_retries=0,
         http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(endpoint)))]
     return judge
+
+
+@pytest.fixture(autouse=True)
+def _short_backoff(monkeypatch):
+    """The wait before another attempt after a timeout, 0.5 s doubling, scaled down: what is
+    proven here is the order of replies, not their pace (retry_wait: test_remote_pace)."""
+    monkeypatch.setattr("rag_loop.evaluation.judges.llm.INITIAL_BACKOFF_SECONDS", 0.02)
 
 
 def _traces() -> list[dict]:
