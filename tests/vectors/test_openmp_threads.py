@@ -2,8 +2,10 @@
 
 Numba's OpenMP layer shares torch's libgomp and, when it starts (fast_hdbscan's first parallel
 loop), sets the thread's OpenMP count to NUMBA_NUM_THREADS; torch loaded after it binds to the
-libgomp Numba loaded. Each case runs in a fresh process: the layer starts once per process, and
-tests/__init__.py sets NUMBA_NUM_THREADS=1 here."""
+libgomp Numba loaded. Each case runs in a process of its own, as fresh as torch and Numba's layer
+go: the layer starts once per process, and tests/__init__.py sets NUMBA_NUM_THREADS=1 here. One
+Python imports what both cases load first (scikit-learn, SciPy, Numba: neither torch nor the
+layer nor any OpenMP thread) and forks a child per case, so the imports are paid once."""
 
 import os
 import subprocess
@@ -13,24 +15,56 @@ import pytest
 
 from tests.helpers import PROJECT
 
-CLUSTER = """
-import numpy as np
-from rag_loop.vectors.clustering import ClusterSettings, hdbscan_labels
-points = np.random.default_rng(0).normal(size=(200, 30))
-for method in ("leaf", "eom"):
-    hdbscan_labels(points, ClusterSettings(selection_method=method))
+CASES = {"torch-loaded-before": True, "torch-loaded-after": False}
+SCRIPT = """
+import os, sys, traceback
+import numpy as np, numba, scipy.stats, sklearn.utils
+from numba.np.ufunc import parallel
+assert "torch" not in sys.modules and not parallel._is_initialized
+
+def case(torch_first):
+    if torch_first:
+        import torch
+        assert torch.get_num_threads() == 1
+    from rag_loop.vectors.clustering import ClusterSettings, hdbscan_labels
+    points = np.random.default_rng(0).normal(size=(200, 30))
+    for method in ("leaf", "eom"):
+        hdbscan_labels(points, ClusterSettings(selection_method=method))
+    import torch
+    print(torch_first, torch.get_num_threads(), flush=True)
+
+for torch_first in (True, False):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            case(torch_first)
+        except BaseException:
+            traceback.print_exc()
+            os._exit(1)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    print(torch_first, "exit", os.waitstatus_to_exitcode(status), flush=True)
 """
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("torch_first", [True, False], ids=["torch-loaded-before", "torch-loaded-after"])
-def test_clustering_leaves_the_omp_num_threads_torch_embeds_with(torch_first):
-    script = ("import torch; assert torch.get_num_threads() == 1\n" if torch_first else "") + CLUSTER + \
-        "import torch; print(torch.get_num_threads())"
+@pytest.fixture(scope="module")
+def thread_counts() -> dict:
+    """Per case (torch loaded first or not), what its child printed: torch's thread count
+    after clustering, and its exit code."""
     # torch re-applies MKL_NUM_THREADS when it loads: left out, it would hide the loaded-after case
     env = {**{k: v for k, v in os.environ.items() if k not in ("MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")},
            "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "2"}
-    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=PROJECT, capture_output=True,
+    done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, cwd=PROJECT, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["1"]
+    counts: dict = {True: [], False: []}
+    for line in done.stdout.splitlines():
+        first, *rest = line.split()
+        counts[first == "True"].extend(rest)
+    return counts | {"stderr": done.stderr[-3000:]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("torch_first", CASES.values(), ids=CASES.keys())
+def test_clustering_leaves_the_omp_num_threads_torch_embeds_with(thread_counts, torch_first):
+    assert thread_counts[torch_first] == ["1", "exit", "0"], thread_counts["stderr"]
