@@ -3,7 +3,6 @@
 import json
 import os
 
-import duckdb
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -90,7 +89,7 @@ EVERY_KIND = {b".hidden": ["good"], b"caf\xe9 *?[": ["garbage", "good", b"\xff\x
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(files=st.dictionaries(names, contents, min_size=1, max_size=4))
 @example(files=EVERY_KIND)
-def test_hostile_directories_never_stop_a_run(tmp_path_factory, files):
+def test_hostile_directories_never_stop_a_run(tmp_path_factory, emptied, files):
     directory = tmp_path_factory.mktemp("d")
     good: dict[str, set[str]] = {}  # file as reported -> the good traces in it
     for n, (name, lines) in enumerate(files.items()):
@@ -107,17 +106,17 @@ def test_hostile_directories_never_stop_a_run(tmp_path_factory, files):
                          "cr": b'{"a": 1}\r\n'}[kind]
         with open(os.path.join(os.fsencode(directory), name + b".jsonl"), "wb") as handle:
             handle.write(body)
-    with duckdb.connect() as con:
-        report = ingest_directory(con, directory)
-        kept = stored(con)
-        read = {f.path: f for f in report.files}
-        hidden = {i.removesuffix(": hidden") for i in report.ignored if i.endswith(": hidden")}
-        assert set(read) | hidden == set(good)  # every file read, or listed with why not
-        for path, file_report in read.items():
-            if file_report.reader != "none":  # read: every good record stored
-                assert good[path] <= kept, (path, file_report)
-        records = con.execute("SELECT count(*) FROM quarantine").fetchall()[0][0] + len(kept)
-        assert records >= sum(len(good[p]) for p in read)
+    con = emptied("hostile")
+    report = ingest_directory(con, directory)
+    kept = stored(con)
+    read = {f.path: f for f in report.files}
+    hidden = {i.removesuffix(": hidden") for i in report.ignored if i.endswith(": hidden")}
+    assert set(read) | hidden == set(good)  # every file read, or listed with why not
+    for path, file_report in read.items():
+        if file_report.reader != "none":  # read: every good record stored
+            assert good[path] <= kept, (path, file_report)
+    records = con.execute("SELECT count(*) FROM quarantine").fetchall()[0][0] + len(kept)
+    assert records >= sum(len(good[p]) for p in read)
 
 
 def test_an_export_line_whose_span_holds_a_trace_id_key_is_read_as_otlp(tmp_path):

@@ -5,7 +5,6 @@ field and its path."""
 import json
 import re
 
-import duckdb
 import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -76,14 +75,14 @@ EVERY_ROW = [{"id": "t1", "ts": "2026-11-01", "q": "why", "n": 2, "a": True, "me
                                                                    HealthCheck.too_slow])
 @given(mapping=mappings(), rows=st.lists(records | st.sampled_from(["", "not json", "[1,"]), min_size=1, max_size=8))
 @example(mapping=EVERY_KIND, rows=EVERY_ROW)
-def test_random_records_through_random_mappings_end_once_each(tmp_path_factory, mapping, rows):
+def test_random_records_through_random_mappings_end_once_each(tmp_path_factory, emptied, mapping, rows):
     folder = tmp_path_factory.mktemp("mapped")
     (folder / "rag-loop-mapping.yaml").write_text(yaml.safe_dump(mapping))
     lines = [row if isinstance(row, str) else json.dumps(row) for row in rows]
     (folder / "log.jsonl").write_text("\n".join(lines) + "\n")
-    with duckdb.connect() as con:
-        report = ingest_directory(con, folder)
-        found = line_verdicts(con)
+    con = emptied("mapped")
+    report = ingest_directory(con, folder)
+    found = line_verdicts(con)
     paths_of = load_mapping(folder / "rag-loop-mapping.yaml").paths()
     assert [f.reader for f in report.files] == ["mapping"]
     assert set(found) == {n for n, line in enumerate(lines, start=1) if line.strip()}

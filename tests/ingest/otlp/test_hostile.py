@@ -4,7 +4,6 @@ span read is accounted for exactly once (stored, repeated or quarantined)."""
 import json
 from datetime import UTC, datetime
 
-import duckdb
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -61,29 +60,29 @@ def _every_hostile_part() -> tuple[list[list[str]], list[int], int]:
                                                                   HealthCheck.too_slow])
 @given(hostile_files())
 @example(_every_hostile_part())
-def test_hostile_otlp_files(tmp_path_factory, case):
+def test_hostile_otlp_files(tmp_path_factory, emptied, case):
     files, good, hostile = case
     directory = tmp_path_factory.mktemp("otlp")
     for n, lines in enumerate(files):
         (directory / f"f{n}.jsonl").write_text("".join(text + "\n" for text in lines))
-    with duckdb.connect() as con:
-        report = ingest_directory(con, directory, now=NOW)
-        spans = report.spans()
-        stored = {t for (t,) in con.execute("SELECT trace_id FROM raw_traces").fetchall()}
-        assert {f"{t:032x}" for t in good} <= stored  # no hostile neighbour blocks a good trace
-        assert spans.ingested == con.execute("SELECT count(*) FROM otlp_spans").fetchall()[0][0]
-        assert misplaced_child_rows(con) == []  # an assembled trace's rows carry its day
-        assert spans.ingested + spans.duplicates + spans.quarantined >= 3 * len(good) + hostile
-        assert spans.quarantined == con.execute(
-            "SELECT count(*) FROM quarantine WHERE format = 'otlp'").fetchall()[0][0]
-        states = dict(con.execute("SELECT state, count(*) FROM otlp_traces GROUP BY 1").fetchall())
-        assert states.get("ingested", 0) == len(stored) == report.assembly.ingested
-        assert len(con.execute("SELECT DISTINCT trace_id FROM otlp_spans").fetchall()) == \
-            sum(states.values()) + report.assembly.waiting
-        before = [con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
-                  for t in ("raw_traces", "trace_chunks", "otlp_spans", "quarantine", "trace_duplicates")]
-        again = ingest_directory(con, directory, now=NOW)  # idempotent
-        assert again.spans().ingested == again.assembly.ingested == 0
-        assert before == [con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
-                          for t in ("raw_traces", "trace_chunks", "otlp_spans", "quarantine",
-                                    "trace_duplicates")]
+    con = emptied("otlp")
+    report = ingest_directory(con, directory, now=NOW)
+    spans = report.spans()
+    stored = {t for (t,) in con.execute("SELECT trace_id FROM raw_traces").fetchall()}
+    assert {f"{t:032x}" for t in good} <= stored  # no hostile neighbour blocks a good trace
+    assert spans.ingested == con.execute("SELECT count(*) FROM otlp_spans").fetchall()[0][0]
+    assert misplaced_child_rows(con) == []  # an assembled trace's rows carry its day
+    assert spans.ingested + spans.duplicates + spans.quarantined >= 3 * len(good) + hostile
+    assert spans.quarantined == con.execute(
+        "SELECT count(*) FROM quarantine WHERE format = 'otlp'").fetchall()[0][0]
+    states = dict(con.execute("SELECT state, count(*) FROM otlp_traces GROUP BY 1").fetchall())
+    assert states.get("ingested", 0) == len(stored) == report.assembly.ingested
+    assert len(con.execute("SELECT DISTINCT trace_id FROM otlp_spans").fetchall()) == \
+        sum(states.values()) + report.assembly.waiting
+    before = [con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
+              for t in ("raw_traces", "trace_chunks", "otlp_spans", "quarantine", "trace_duplicates")]
+    again = ingest_directory(con, directory, now=NOW)  # idempotent
+    assert again.spans().ingested == again.assembly.ingested == 0
+    assert before == [con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
+                      for t in ("raw_traces", "trace_chunks", "otlp_spans", "quarantine",
+                                "trace_duplicates")]
