@@ -26,7 +26,7 @@ from rag_loop.workspace.store import Workspace
 from rag_loop_dagster.releasing import WebserverRelease, graphql_client
 from tests.e2e.ramdisk import in_memory
 from tests.helpers import PROJECT, demo_config
-from tests.helpers.browser import CHROMIUM, DRIVER, MISSING, chromium
+from tests.helpers.browser import CHROMIUM, DRIVER, MISSING, shared_chromium
 from tests.workspace.conftest import Curator, csrf_of
 
 FINISHED = ("SUCCESS", "FAILURE", "CANCELED")
@@ -234,7 +234,10 @@ def test_the_ui_renders_the_asset_graph_and_a_materialization(dagster_dev, sessi
     pages = (("asset-graph", "/asset-groups", ("ingestion", "selection", "intents", "curation",
                                                "goldens", "evaluation", "drift", "online")),
              ("raw-traces", "/assets/raw_traces", ("raw_traces", "Production traces", "trace_signals")))
-    with chromium(1440, 900) as browser:
+    browser = shared_chromium()  # one per test process: the workspace browser tests' too
+    browser.execute_cdp_cmd("Network.clearBrowserCookies", {})
+    browser.set_window_size(1440, 900)
+    try:
         for name, path, expected in pages:
             browser.get(f"{server.url}{path}")
             try:  # the UI renders in the browser: wait for the page to show the assets
@@ -249,3 +252,5 @@ def test_the_ui_renders_the_asset_graph_and_a_materialization(dagster_dev, sessi
             target.unlink(missing_ok=True)
             browser.save_screenshot(str(target))
             assert target.stat().st_size > 20_000  # a rendered page, not a blank one
+    finally:
+        browser.get("about:blank")  # the UI polls its server, which ends with this module

@@ -1,5 +1,6 @@
 """Debian's Chromium driven by Selenium through Debian's chromium-driver (.ci/run installs both)."""
 
+import atexit
 import shutil
 from contextlib import contextmanager
 
@@ -24,3 +25,17 @@ def chromium(width: int = 1400, height: int = 1000):
         yield driver
     finally:
         driver.quit()
+
+
+_SHARED: list = []
+
+
+def shared_chromium():
+    """This test process's one headless Chromium, started on first use and quit when the process
+    exits: the workspace's browser tests and the webserver's UI test share it (a start and quit
+    cost ~0.7 CPU-s). Whoever uses it sets the window size and the cookies it needs."""
+    if not _SHARED:
+        session = chromium()
+        _SHARED.append(session.__enter__())
+        atexit.register(session.__exit__, None, None, None)
+    return _SHARED[0]

@@ -44,16 +44,15 @@ class Curator:
 
 @pytest.fixture(scope="session")
 def _chromium():
-    from tests.helpers.browser import chromium
-    with chromium() as driver:
-        yield driver
+    from tests.helpers.browser import shared_chromium
+    return shared_chromium()
 
 
 @pytest.fixture
 def browser(_chromium):
-    """The browser tests' headless Chromium, one per test session (each start costs a CPU-second
-    or more), as a fresh one for each test: no cookies (which are per host, whatever the port)
-    and the default window."""
+    """The browser tests' headless Chromium, one per test process (tests.helpers.browser's
+    shared one: each start costs a CPU-second or more), as a fresh one for each test: no
+    cookies (which are per host, whatever the port) and the default window."""
     _chromium.execute_cdp_cmd("Network.clearBrowserCookies", {})
     _chromium.set_window_size(1400, 1000)
     return _chromium
