@@ -142,10 +142,10 @@ def test_a_slow_judge_has_its_results_written_as_time_passes(tmp_path):
 
     def slow(name, case):
         seen.append(con.cursor().execute("SELECT count(*) FROM trace_judgments").fetchall()[0][0])
-        time.sleep(0.03)
+        time.sleep(0.01)
         return 0.9
     run = judge_traces(con, ScriptedJudge(slow), JudgingSettings(REFERENCELESS, concurrency=1, flush_every=1000,
-                                                                 flush_seconds=0.05))
+                                                                 flush_seconds=0.02))
     assert run.judged == 18 and max(seen) > 0
     assert con.execute("SELECT count(*) FROM trace_judgments").fetchall() == [(18,)]
 

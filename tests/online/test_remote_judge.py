@@ -18,7 +18,10 @@ def _judge(server, **overrides) -> LlmJudge:
     return LlmJudge(LlmJudgeSettings(**values))
 
 
-def test_refusals_and_stalls_are_retried_and_no_case_is_lost(tmp_path):
+def test_refusals_and_stalls_are_retried_and_no_case_is_lost(tmp_path, monkeypatch):
+    # the first wait before another attempt (0.5 s, doubling) scaled down: how long is
+    # retry_wait's (test_remote_pace), what is proven here is that nothing is lost
+    monkeypatch.setattr("rag_loop.evaluation.judges.llm.INITIAL_BACKOFF_SECONDS", 0.05)
     con = build_world(tmp_path, _traces(2))
     with StandIn() as server:
         server.flaky, server.stall_seconds = 0.3, 0.5
@@ -51,9 +54,9 @@ def test_the_run_deadline_leaves_the_rest_for_the_next_run(tmp_path):
     con = build_world(tmp_path, _traces(6))
     metrics = [OnlineMetric("Answer Relevancy", 0.7)]
     with StandIn() as server:
-        server.delay = 0.25  # 2-3 calls a case: a case takes > 0.5 s
+        server.delay = 0.15  # 2-3 calls a case: a case takes > 0.3 s, six > 1.8 s
         first = judge_traces(con, _judge(server, max_in_flight=1),
-                             JudgingSettings(metrics, concurrency=1, deadline_seconds=1.0))
+                             JudgingSettings(metrics, concurrency=1, deadline_seconds=0.6))
         server.delay = 0.0
         rest = judge_traces(con, _judge(server), JudgingSettings(metrics))
     assert 0 < first.unfinished < 6 and first.errored == 0
