@@ -199,9 +199,11 @@ def test_online_an_aligned_threshold_decides_whether_the_reason_is_asked(tmp_pat
     assert _reasons_asked(server) == ["FaithfulnessScoreReason"]  # the same prompt for both: paid once
 
 
-def test_online_with_a_learnt_deadline_refusals_and_stalls_lose_nothing(tmp_path):
+def test_online_with_a_learnt_deadline_refusals_and_stalls_lose_nothing(tmp_path, monkeypatch):
     """Stalls given up at the learnt deadline, 429 / 5xx waited out with the slot freed: every
-    judgement stored, none errored, the bound held."""
+    judgement stored, none errored, the bound held. (The first wait after a stall, 0.5 s
+    doubling, scaled down: its length is retry_wait's, tested above.)"""
+    monkeypatch.setattr("rag_loop.evaluation.judges.llm.INITIAL_BACKOFF_SECONDS", 0.05)
     from rag_loop.online.judgments import REFERENCELESS, JudgingSettings, OnlineMetric, judge_traces
     from tests.online.test_judgments import _traces
     from tests.online.world import build_world
