@@ -101,10 +101,9 @@ class LakeTraces:
         before a column gets it: its older files read NULL there); a view's columns are all its
         table's (create_lake_views takes their types from its schema), so only a table whose
         view lacks one is loaded here."""
-        for table in KEPT_IN_LAKE:  # the view's columns from the catalog: binding it reads every file's footer
-            viewed = con.execute(
-                "SELECT column_name, data_type FROM duckdb_columns() WHERE database_name = current_database() "
-                "AND schema_name = current_schema() AND table_name = ? ORDER BY column_index", [table]).fetchall()
+        catalog = _kept_columns(con)
+        for table in KEPT_IN_LAKE:
+            viewed = catalog[table]
             columns = ", ".join(f'"{name}" {kind}' for name, kind in viewed)
             con.execute(f'CREATE OR REPLACE TEMP TABLE "{table}" ({columns})')
             con.execute(f'CREATE OR REPLACE TEMP TABLE "{_before(table)}" ({columns}, _day DATE, _file VARCHAR)')
@@ -253,11 +252,8 @@ class LakeTraces:
                     self.lake.discard(later, added[later])
                 raise
         catalog = con.execute("SELECT current_database()").fetchall()[0][0]
-        views = {table: [name for (name,) in con.execute(  # the catalog's: a DESCRIBE reads every file's footer
-            "SELECT column_name FROM duckdb_columns() WHERE database_name = ? AND schema_name = 'main' "
-            "AND table_name = ? ORDER BY column_index", [catalog, table]).fetchall()] for table in KEPT_IN_LAKE}
-        wanted = {table: [name for (name, *_) in con.execute(f'DESCRIBE temp.main."{table}"').fetchall()]
-                  for table in KEPT_IN_LAKE}
+        views = {table: [name for name, _ in columns] for table, columns in _kept_columns(con, catalog, "main").items()}
+        wanted = {table: [name for name, _ in columns] for table, columns in _kept_columns(con, "temp", "main").items()}
         stale = [table for table in KEPT_IN_LAKE if table in changed  # a new version: other files
                  or wanted[table] != views[table]]  # from before a column
         if stale:
@@ -328,6 +324,20 @@ def write_lake_file(con: duckdb.DuckDBPyConnection, lake: Lake, table: str, quer
     file = lake.write_file(table, con.sql(query, params=parameters).to_arrow_reader(), day, name)
     written.append(file)
     return file
+
+
+def _kept_columns(con: duckdb.DuckDBPyConnection, database: str | None = None,
+                  schema: str | None = None) -> dict[str, list[tuple[str, str]]]:
+    """Each kept table's columns (name, type, in order) in `database`'s `schema` (default: the
+    current ones), in one catalog query: a DESCRIBE of a view of the lake reads every file's footer."""
+    kept: dict[str, list[tuple[str, str]]] = {table: [] for table in KEPT_IN_LAKE}
+    for table, name, kind in con.execute(
+            "SELECT table_name, column_name, data_type FROM duckdb_columns() "
+            "WHERE database_name = coalesce(?, current_database()) AND schema_name = coalesce(?, current_schema()) "
+            "ORDER BY table_name, column_index", [database, schema]).fetchall():
+        if table in kept:
+            kept[table].append((name, kind))
+    return kept
 
 
 def _before(table: str) -> str:
