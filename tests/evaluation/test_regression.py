@@ -186,7 +186,7 @@ def test_a_judge_outage_marks_cases_errored_never_passed(small_release, mode):
     with StandIn() as server:
         server.mode = mode
         judge = LlmJudge(LlmJudgeSettings(base_url=server.base_url, model="m", max_retries=0,
-                                          timeout_seconds=0.3))  # "hang" holds a reply 3 s
+                                          timeout_seconds=0.1))  # "hang" holds a reply 3 s
         with pytest.raises(EvalError, match="cannot be trusted"):
             run_regression(con, goldens_dir, judge, EvalSettings(**DEMO_APP))
     stored = con.execute("SELECT count(*), count(*) FILTER (errored), count(*) FILTER (passed) "
