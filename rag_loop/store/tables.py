@@ -58,7 +58,14 @@ def _create_or_update(con: duckdb.DuckDBPyConnection, found: dict[str, dict[str,
 def add_child_days(con: duckdb.DuckDBPyConnection) -> None:
     """Child tables from before `day` get the column, their rows their trace's day, and the
     column becomes NOT NULL as in a new database (unless a row has no trace to take it from).
-    An up-to-date database costs one catalog query and no write."""
+    An up-to-date database costs one catalog query (their CREATE statements, the same as a new
+    database's) and no write."""
+    _, statements = _ingestion_schema()
+    listed = ", ".join(f"'{table}'" for table in CHILD_TABLES)
+    if all(sql == statements[table] for table, sql in con.execute(
+            "SELECT table_name, sql FROM duckdb_tables() "
+            f"WHERE schema_name = current_schema() AND table_name IN ({listed})").fetchall()):
+        return
     tables = con.execute("""
         SELECT t.table_name, c.is_nullable FROM duckdb_tables() t
         LEFT JOIN duckdb_columns() c ON c.schema_name = t.schema_name AND c.table_name = t.table_name
