@@ -8,7 +8,16 @@ import pytest
 from filelock import FileLock
 
 from rag_loop.store.tables import create_tables
+from tests.e2e.ramdisk import MEMORY, has_room
 from tests.helpers import DEMO, RecordedRun, demo_config, fake_embedder, metadata_of
+
+# The session's tmp_path folders in memory where there is room: each DuckDB commit and Dagster
+# event syncs its file to disk, 2-3 ms on these machines and none in /dev/shm, and a worker waiting
+# for the disk leaves its core idle (3,300 syncs, 9 s of waiting in tests/selection, online and
+# goldens alone). What the tests prove does not depend on where the files are; pyproject's
+# retention policy removes a green session's folders.
+if has_room(4 << 30):
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", str(MEMORY))
 
 SPARK_MODULES = "tests/engines/test_spark"
 # Scheduling hints, longest first: a wrong hint costs time, never a result. The Spark modules

@@ -16,11 +16,16 @@ MEMORY = Path("/dev/shm")
 MINIMUM_FREE = 1 << 30  # a run's databases and Dagster storage: tens of MB, with room to spare
 
 
+def has_room(minimum: int = MINIMUM_FREE) -> bool:
+    """Whether /dev/shm exists with `minimum` bytes free (a container's default is 64 MB)."""
+    return MEMORY.is_dir() and shutil.disk_usage(MEMORY).free >= minimum
+
+
 @contextmanager
 def in_memory(keep: Path) -> Iterator[Path]:
     """A fresh folder in /dev/shm (`keep` itself where there is none, or where it is small, as a
     container's default 64 MB is), removed on exit after its `*.log` files are copied into `keep`."""
-    if not MEMORY.is_dir() or shutil.disk_usage(MEMORY).free < MINIMUM_FREE:
+    if not has_room():
         yield keep
         return
     folder = Path(tempfile.mkdtemp(prefix="rag-loop-e2e-", dir=MEMORY))
