@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from rag_loop.engines.engine import SparkEngine
+from rag_loop.goldens import coverage
 from rag_loop.goldens.coverage import (
     CoverageSettings,
     GoldenSet,
@@ -26,7 +27,7 @@ pytestmark = [needs_spark, pytest.mark.slow]
 SURGE = date(2026, 11, 12)
 
 
-def test_coverage_on_spark_is_duckdbs_on_the_demo_world(spark, demo_run, tmp_path):
+def test_coverage_on_spark_is_duckdbs_on_the_demo_world(spark, demo_run, tmp_path, monkeypatch):
     con = demo_copy(demo_run, tmp_path)
     # a release holding a golden of the five largest intents (by their candidates)
     rows = con.execute("""SELECT 'g-' || cluster_id, min(trace_id), cluster_id FROM trace_clusters
@@ -48,12 +49,20 @@ def test_coverage_on_spark_is_duckdbs_on_the_demo_world(spark, demo_run, tmp_pat
     assert intents["rising"].eq(True).any() and intents["covered"].eq(True).any()  # the surge; the release
     assert set(summary["slice"]) == {"all", "language", "tenant", "query_type"}
     migrate(con, Lake.of(tmp_path / "lake"), "lake")  # the deployment becomes lake-backed
-    engine = SparkEngine(spark, tmp_path / "lake")
-    first = SURGE - timedelta(days=7)
-    pd.testing.assert_frame_equal(day_traffic(con, SURGE, engine=engine), day_traffic(con, SURGE))
-    pd.testing.assert_frame_equal(sampled_traces(con, first, SURGE, engine), sampled_traces(con, first, SURGE),
+    read = {}  # the traffic-sized reads coverage_of_day makes on Spark, each computed there once
+
+    def kept(function):
+        def call(*args, **kwargs):
+            read[function.__name__] = function(*args, **kwargs)
+            return read[function.__name__]
+        return call
+    for function in (day_traffic, sampled_traces):
+        monkeypatch.setattr(coverage, function.__name__, kept(function))
+    on_spark = coverage_of_day(con, SURGE, release, engine=SparkEngine(spark, tmp_path / "lake"))
+    monkeypatch.undo()
+    pd.testing.assert_frame_equal(read["day_traffic"], day_traffic(con, SURGE))
+    pd.testing.assert_frame_equal(read["sampled_traces"], sampled_traces(con, SURGE - timedelta(days=7), SURGE),
                                   check_exact=False, rtol=1e-12, atol=1e-12)
-    on_spark = coverage_of_day(con, SURGE, release, engine=engine)
     for mine, theirs in ((on_spark.summary, summary), (on_spark.intents, intents)):
         pd.testing.assert_frame_equal(mine, theirs, check_exact=False, rtol=1e-12, atol=1e-12)
     checked = [verdict(result, CoverageSettings()) for result in (on_spark, on_database)]
