@@ -39,41 +39,51 @@ def _weighted_mean(values, weight):
     return float((weight[known] * values[known]).sum() / weight[known].sum()) if known.any() else np.nan
 
 
+def _mean(values):
+    """pandas' mean: NaN skipped, NaN when nothing is left."""
+    known = values[~np.isnan(values)]
+    return float(known.mean()) if known.size else np.nan
+
+
 def _estimate(group: pd.DataFrame, confidence: float) -> list[dict]:
+    # the group's columns as arrays, masks over them (a DataFrame selection per subset was
+    # most of the test's time); pandas' sums and means skip NaN: nansum / _mean here
     graded = group["passed"].notna().any()
-    random = group[group["by_random"]]
-    if random["p_random"].isna().any() or not len(random):
-        weight = np.ones(len(random))
+    y, score = group["passed"].astype(float).to_numpy(), group["score"].to_numpy(float)
+    by_random, p_random = group["by_random"].to_numpy(bool), group["p_random"].to_numpy(float)
+    n_random = int(by_random.sum())
+    if np.isnan(p_random[by_random]).any() or not n_random:
+        weight = np.ones(n_random)
     else:
-        weight = 1.0 / random["p_random"].to_numpy(float)
+        weight = 1.0 / p_random[by_random]
         weight = weight / weight.mean()
-    size = weight.sum() ** 2 / (weight ** 2).sum() if len(random) else 0.0
-    rate = float((weight * random["passed"].astype(float)).sum() / weight.sum()) if len(random) and graded else np.nan
+    size = weight.sum() ** 2 / (weight ** 2).sum() if n_random else 0.0
+    rate = float(np.nansum(weight * y[by_random]) / weight.sum()) if n_random and graded else np.nan
     low, high = wilson_interval(np.array([rate * size]), np.array([size]), confidence) \
         if graded else (np.array([np.nan]), np.array([np.nan]))
-    rows = [{"estimator": "random", "kind": "estimate", "n": len(random),
-             "passes": random["passed"].astype(float).sum() if graded else np.nan, "pass_rate": rate,
+    rows = [{"estimator": "random", "kind": "estimate", "n": n_random,
+             "passes": np.nansum(y[by_random]) if graded else np.nan, "pass_rate": rate,
              "ci_low": float(low[0]), "ci_high": float(high[0]),
-             "mean_score": _weighted_mean(random["score"].to_numpy(float), weight)}]
+             "mean_score": _weighted_mean(score[by_random], weight)}]
     pi = group["inclusion_probability"].to_numpy(float)
     w = 1.0 / pi
-    mean = float((w * group["score"].to_numpy(float)).sum() / w.sum())
+    mean = float((w * score).sum() / w.sum())
     if graded:
-        y = group["passed"].astype(float).to_numpy()
         ratio = float((w * y).sum() / w.sum())
         ht_low, ht_high = _score_interval(ratio, pi, y, confidence)
         ht = {"passes": float((w * y).sum()), "pass_rate": ratio, "ci_low": ht_low, "ci_high": ht_high}
     else:
         ht = {"passes": np.nan, "pass_rate": np.nan, "ci_low": np.nan, "ci_high": np.nan}
     rows.append({"estimator": "horvitz_thompson", "kind": "estimate", "n": len(group), **ht, "mean_score": mean})
+    streams = [list(s) for s in group["streams"]]
     for stream in DIAGNOSTIC_STREAMS:
-        drawn = group[group["streams"].map(lambda s, name=stream: name in list(s))]
-        if drawn.empty:
+        drawn = np.array([stream in s for s in streams])
+        if not drawn.any():
             continue
-        passes = drawn["passed"].astype(float).sum() if graded else np.nan
-        rows.append({"estimator": f"diagnostic:{stream}", "kind": "diagnostic", "n": len(drawn),
-                     "passes": passes, "pass_rate": passes / len(drawn) if graded else np.nan,
-                     "ci_low": np.nan, "ci_high": np.nan, "mean_score": float(drawn["score"].mean())})
+        passes = np.nansum(y[drawn]) if graded else np.nan
+        rows.append({"estimator": f"diagnostic:{stream}", "kind": "diagnostic", "n": int(drawn.sum()),
+                     "passes": passes, "pass_rate": passes / drawn.sum() if graded else np.nan,
+                     "ci_low": np.nan, "ci_high": np.nan, "mean_score": _mean(score[drawn])})
     return rows
 
 
