@@ -44,7 +44,8 @@ def print_summary(path: str, next_steps: bool = False, where: Home | None = None
         print(f"rag-loop database: {path}")
         for table in tables:
             print(f"  {table:<18} {con.execute(f'SELECT count(*) FROM {table}').fetchall()[0][0]:>8} rows")
-        print(con.sql("SELECT format, reason, count(*) AS n FROM quarantine GROUP BY ALL ORDER BY n DESC"))
+        print(con.sql("SELECT format, reason, count(*) AS n FROM quarantine GROUP BY ALL "
+                     "ORDER BY n DESC, format, reason"))
         _print_quarantined(con)
         if "raw_traces" in tables:
             _print_quarantine_check(con)
