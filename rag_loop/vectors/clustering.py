@@ -149,12 +149,15 @@ def _start_numba_threads() -> None:
     the starting thread's OpenMP count to NUMBA_NUM_THREADS: torch would then embed on that many
     threads whatever OMP_NUM_THREADS or torch.set_num_threads said. Numba's own loops keep their
     count (they pass it to each parallel region), so only the other OpenMP users' is restored:
-    a runtime loaded before keeps its count, one Numba loads gets OMP_NUM_THREADS'."""
+    a runtime loaded before keeps its count, one Numba loads gets OMP_NUM_THREADS'. Where the
+    layer had started already (importing fast_hdbscan starts it), the counts seen now are Numba's,
+    so every runtime gets OMP_NUM_THREADS'."""
     import numba
+    from numba.np.ufunc import parallel
     from threadpoolctl import ThreadpoolController  # scikit-learn's dependency
 
-    before = {lib.filepath: lib.num_threads
-              for lib in ThreadpoolController().select(user_api="openmp").lib_controllers}
+    before = {} if getattr(parallel, "_is_initialized", False) else {
+        lib.filepath: lib.num_threads for lib in ThreadpoolController().select(user_api="openmp").lib_controllers}
     numba.get_num_threads()  # starts the layer
     configured = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
     for lib in ThreadpoolController().select(user_api="openmp").lib_controllers:
