@@ -32,15 +32,23 @@ BUILT_ONCE = pytest.StashKey[list]()  # the session's shared builds its tests ne
 WITH_SPARK = pytest.StashKey[bool]()  # whether the session has Spark tests (the first scope)
 
 
+# the modules that embed with the bundled models in their worker's process: on one worker, one
+# import of sentence-transformers and torch and one load of each model (models are kept per process)
+MODEL_MODULES = ("tests/evaluation/test_regression.py", "tests/vectors/test_embedding.py",
+                 "tests/vectors/test_clustering.py")
+
+
 def _scope(nodeid: str) -> str:
     module = nodeid.split("::")[0]
-    return SPARK_MODULES if module.startswith(SPARK_MODULES) else module
+    if module.startswith(SPARK_MODULES):
+        return SPARK_MODULES
+    return MODEL_MODULES[0] if module in MODEL_MODULES else module
 
 
 def pytest_xdist_make_scheduler(config, log):
     """A module per worker (`--dist loadfile`, in the order `pytest_collection_modifyitems`
-    gives), but the Spark modules together: one worker starts one JVM, not one per module on
-    both cores."""
+    gives), but the Spark modules together (one worker starts one JVM, not one per module on
+    both cores) and the bundled models' (`MODEL_MODULES`)."""
     from xdist.scheduler import LoadFileScheduling
 
     class SparkModulesTogether(LoadFileScheduling):
