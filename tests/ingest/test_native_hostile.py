@@ -3,8 +3,6 @@ give every line of a hostile file the same verdict, and every line gets exactly 
 
 import json
 
-import duckdb
-import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -46,23 +44,6 @@ def hostile_line(draw) -> bytes:
 
 
 
-@pytest.fixture(scope="module")
-def databases():
-    """One database a reader chain, emptied before each example: a new database's tables cost
-    more to create than the example costs to ingest (the same ingestion runs on either)."""
-    cons = {name: duckdb.connect() for name in CHAINS}
-    yield cons
-    for con in cons.values():
-        con.close()
-
-
-def emptied(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
-    """`con` with no row in any table (the file of the previous example is forgotten too)."""
-    for (table,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE NOT temporary").fetchall():
-        con.execute(f"DELETE FROM {table}")
-    return con
-
-
 def _mutated(number: int, field: str, value, ascii_only: bool = True) -> bytes:
     return json.dumps({**json.loads(trace_line(f"m{number}")), field: value}, ensure_ascii=ascii_only).encode()
 
@@ -87,13 +68,13 @@ EVERY_KIND = [trace_line("t1").encode(), trace_line("t1").encode(), b"", b" ", b
 # a byte order mark opens the file: alone, a blank first line; before a record, not part of it
 @example(lines=[b"\xef\xbb\xbf"])
 @example(lines=[b"\xef\xbb\xbf" + trace_line("bom").encode()])
-def test_every_reader_gives_every_line_the_same_single_verdict(tmp_path_factory, monkeypatch, databases, lines):
+def test_every_reader_gives_every_line_the_same_single_verdict(tmp_path_factory, monkeypatch, emptied, lines):
     directory = tmp_path_factory.mktemp("native")
     (directory / "t.jsonl").write_bytes(b"\n".join(lines) + b"\n")
     outcomes = {}
     for name, chain in CHAINS.items():
         monkeypatch.setitem(pipeline.READERS, "native", chain)
-        con = emptied(databases[name])
+        con = emptied(name)  # one database a reader chain (tests/ingest/conftest.py)
         ingest_directory(con, directory)
         outcomes[name] = line_verdicts(con)
     first = outcomes["lines"]

@@ -5,9 +5,7 @@ same rows with the same reasons as `load_batch`, and `fits_model` passes nothing
 
 import json
 
-import duckdb
 import pyarrow as pa
-import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -44,23 +42,10 @@ def records(draw) -> list[dict]:
     return built
 
 
-@pytest.fixture(scope="module")
-def databases():
-    """One database a loader, emptied before each example: creating the tables costs more
-    than the example's load (the same load runs on either)."""
-    cons = {typed: duckdb.connect() for typed in (False, True)}
-    for con in cons.values():
-        create_tables(con)
-        con.execute("SET TimeZone = 'UTC'")
-    yield cons
-    for con in cons.values():
-        con.close()
-
-
-def stored(databases, records: list[dict], typed: bool) -> dict[str, list]:
-    con = databases[typed]
-    for (table,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE NOT temporary").fetchall():
-        con.execute(f"DELETE FROM {table}")
+def stored(emptied, records: list[dict], typed: bool) -> dict[str, list]:
+    con = emptied(f"typed={typed}")  # one database a loader (tests/ingest/conftest.py)
+    create_tables(con)
+    con.execute("SET TimeZone = 'UTC'")
     table = pa.table({"line_no": pa.array(range(1, len(records) + 1), pa.int64()),
                       "raw": pa.array([json.dumps(r, ensure_ascii=False) for r in records], pa.string())})
     (load_typed_records if typed else load_batch)(con, table, "f.jsonl", "otlp", "otlp_trace")
@@ -72,9 +57,9 @@ def stored(databases, records: list[dict], typed: bool) -> dict[str, list]:
 @given(built=records())
 @example(built=[{"trace_id": "t", "original_query": "q", "timestamp": "2026-11-01T08:00:00Z",
                  "turn_id": 2**63, "temperature": float("nan"), "chunks": [{}]}])
-def test_typed_records_are_stored_as_the_line_loader_stores_them(databases, built):
+def test_typed_records_are_stored_as_the_line_loader_stores_them(emptied, built):
     typed = [r for r in built if fits_model(r)]
-    by_line_loader = stored(databases, typed, typed=False)
-    assert stored(databases, typed, typed=True) == by_line_loader
+    by_line_loader = stored(emptied, typed, typed=False)
+    assert stored(emptied, typed, typed=True) == by_line_loader
     reasons = [row for row in by_line_loader["quarantine"] if "wrong_type" in row or "invalid_json" in row]
     assert not reasons
