@@ -8,8 +8,8 @@ import pytest
 from filelock import FileLock
 
 from rag_loop.store.tables import create_tables
-from tests.e2e.ramdisk import MEMORY, has_room
 from tests.helpers import DEMO, RecordedRun, demo_config, fake_embedder, metadata_of
+from tests.helpers.ramdisk import MEMORY, has_room
 
 # The session's tmp_path folders in memory where there is room: each DuckDB commit and Dagster
 # event syncs its file to disk, 2-3 ms on these machines and none in /dev/shm, and a worker waiting

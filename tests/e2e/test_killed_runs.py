@@ -26,8 +26,8 @@ from dagster._cli.job import execute_launch_command
 from dagster._cli.workspace.cli_target import WorkspaceOpts
 from dagster._grpc.client import DagsterGrpcClient
 
-from tests.e2e.ramdisk import in_memory
 from tests.helpers import PROJECT
+from tests.helpers.ramdisk import in_memory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -12,8 +12,8 @@ import duckdb
 import pytest
 
 from rag_loop.ingest.presets import preset_path
-from tests.e2e.ramdisk import in_memory
 from tests.helpers import PROJECT
+from tests.helpers.ramdisk import in_memory
 from tests.helpers.standin_rag import RagService
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

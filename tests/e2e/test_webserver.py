@@ -24,9 +24,9 @@ from rag_loop.demo.curator import curate
 from rag_loop.workspace.app import create_app
 from rag_loop.workspace.store import Workspace
 from rag_loop_dagster.releasing import WebserverRelease, graphql_client
-from tests.e2e.ramdisk import in_memory
 from tests.helpers import PROJECT, demo_config
 from tests.helpers.browser import CHROMIUM, DRIVER, MISSING, shared_chromium
+from tests.helpers.ramdisk import in_memory
 from tests.workspace.conftest import Curator, csrf_of
 
 FINISHED = ("SUCCESS", "FAILURE", "CANCELED")

@@ -1,4 +1,5 @@
-"""A working folder in memory for the end-to-end tests' Dagster instances and databases.
+"""A working folder in memory for the end-to-end tests' Dagster instances and databases (and the
+session's tmp_path folders, tests/conftest.py).
 
 Dagster's SQLite run and event storage commits every event (hundreds a run, with the daemon's
 heartbeats) and syncs it to disk, as DuckDB does its checkpoints: about 10 ms each on the shared
