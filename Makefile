@@ -34,6 +34,9 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[$(EXTRAS)]'
 	$(BIN)/python -c "from rag_loop.vectors.clustering import compile_once; compile_once()"  # Numba cache
+	# the project's bytecode, as pip compiles every package it installs (an editable install is
+	# not): where PYTHONDONTWRITEBYTECODE is set, every process would compile it again
+	$(BIN)/python -m compileall -q rag_loop rag_loop_dagster tests
 	touch $(STAMP)
 
 # on screen, one line per step and the summary; what the runs log (Dagster's events at DEBUG,
