@@ -1,15 +1,30 @@
 """One compiled SQL per stage shape, whatever its days and its numbers: a stage's settings with
-their dates moved to a sentinel era (the same gaps between them) and, in settings that declare
-them literals (`Literals`), their numbers and `Text`s replaced by placeholders, compiled once;
-for each call the era's date literals are moved back and the placeholders replaced by the
-values' own SQL spelling (`to_placeholders`, `Placed.back`).
+their dates moved to a sentinel era and, in settings that declare them literals (`Literals`),
+their numbers and `Text`s replaced by placeholders, compiled once; for each call the era's date
+literals are moved back and the placeholders replaced by the values' own SQL spelling
+(`to_placeholders`, `Placed.back`).
 
-The stages' expressions only compare dates, take them in ranges and cut instants to days, so
-shifting every date of the settings by N days shifts exactly the SQL literals made from them
-by N days. A number can steer the Python that builds an expression (a `ceil`, a branch), which
-no placeholder would follow: only settings whose build turns their numbers into SQL literals
-and nothing else say so (`Literals`). Building and compiling an Ibis expression takes
-0.1–0.5 s; a drift day, a day-by-day run or a policy's new rates would otherwise pay it each time.
+Dates move one of two ways (`to_sentinel_era`):
+- a day list (the days a stage computes or reads: strictly increasing dates in a tuple), when
+  it holds every date of the settings: each of its days to its own slot, SPACING days apart,
+  and the list padded to a power of two slots (LEAST_SLOTS at least), the slots past its end
+  standing for its last day. Every count and spacing of days up to that many is one shape. A
+  literal within REACH days of a slot moves back to as many days from that slot's day, and the
+  dates an `IN` list then repeats go (a day named twice is a day named once). The build may use
+  such a list only as a set of days: membership, its first and last day, each day's neighbours
+  (a window after or before it) — never the days between two of them nor the gaps. A literal
+  further from its slot (the days between two) cannot move back: the stage compiles directly.
+- any other dates: all by one shift, the earliest on SENTINEL (the same gaps between them). The
+  stages' expressions only compare dates, take them in ranges and cut instants to days, so
+  shifting every date of the settings by N days shifts exactly the SQL literals made from them
+  by N days.
+
+A number can steer the Python that builds an expression (a `ceil`, a branch), which no
+placeholder would follow: only settings whose build turns their numbers into SQL literals and
+nothing else say so (`Literals`). Building and compiling an Ibis expression takes 0.1–0.5 s; a
+drift day, a day-by-day run or a policy's new rates would otherwise pay it each time. The
+engine checks a stage's first compile against compiling its settings as given
+(rag_loop.engines.engine.DuckDBEngine._sql).
 """
 
 from __future__ import annotations
@@ -17,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -25,12 +40,18 @@ from typing import Any
 import sqlglot.expressions as sge
 
 SENTINEL = date(2400, 1, 1)
+SPACING = 64  # days between a day list's slots
+REACH = SPACING // 2 - 1  # a literal's most days from its slot: one further sits between two slots
+LEAST_SLOTS = 16  # a list of up to 16 days (a day, a week, a novelty window) is one shape
+MOST_SLOTS = 2048  # their era ends before 2800 (`_SENTINEL_ERA`); a longer list moves by one shift
 # Ibis 12's spelling of date and instant literals: DuckDB's (and Spark's dates), Spark's instants
 _LITERAL = re.compile(r"\b(MAKE_DATE|MAKE_TIMESTAMPTZ|MAKE_TIMESTAMP)\((\d+), (\d+), (\d+)")
 _ISO_INSTANT = re.compile(r"(CAST\(')(\d{4})-(\d\d)-(\d\d)(T[\d:.]+(?:[+-]\d\d:\d\d)?' AS TIMESTAMP)")
 # a year of the sentinel era, not the digits after a decimal point (seconds 0.2477)
 _SENTINEL_ERA = re.compile(r"(?<![\w.])2[3-9]\d\d\b")
 _GENERATED_NAME = re.compile(r"\bibis_[a-z_]+_[a-z0-9]{26}\b")  # fresh on every compile (unnest)
+_DATE = r"MAKE_DATE\(\d+, \d+, \d+\)"
+_IN_DATES = re.compile(rf"\bIN \(({_DATE}(?:, {_DATE})*)\)")
 
 
 def dates_in(value: Any) -> list[date]:
@@ -46,54 +67,106 @@ def dates_in(value: Any) -> list[date]:
     return []
 
 
-def shifted(value: Any, days: int) -> Any:
-    """`value` (settings: dataclasses, tuples, lists, mappings) with every date and datetime
-    in it `days` days later; a part without a date is kept as it is."""
+def _rebuilt(value: Any, new: Callable[[Any], Any]) -> Any:
+    """`value` (settings: dataclasses, tuples, lists, mappings) with each part that `new` gives
+    a replacement for (not None) replaced; a part without a date is kept as it is."""
     if not dates_in(value):
         return value
-    if isinstance(value, date):  # datetime too: the same time of day
-        return value + timedelta(days=days)
+    replacement = new(value)
+    if replacement is not None:
+        return replacement
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.replace(value, **{f.name: shifted(getattr(value, f.name), days)
+        return dataclasses.replace(value, **{f.name: _rebuilt(getattr(value, f.name), new)
                                              for f in dataclasses.fields(value) if f.init})
     if isinstance(value, tuple | list):
-        return type(value)(shifted(item, days) for item in value)
+        return type(value)(_rebuilt(item, new) for item in value)
     if isinstance(value, Mapping):
-        return type(value)({key: shifted(item, days) for key, item in value.items()})
+        return type(value)({key: _rebuilt(item, new) for key, item in value.items()})
     return value
 
 
-def to_sentinel_era(settings: Any) -> tuple[Any, int]:
-    """The settings with their earliest date on SENTINEL, and how many days they moved (0, and
-    the settings themselves, when they hold no date, or an instant of a zone other than UTC:
-    moved, its offset could change with daylight saving)."""
+def shifted(value: Any, days: int) -> Any:
+    """`value` (settings: dataclasses, tuples, lists, mappings) with every date and datetime
+    in it `days` days later (a datetime at the same time of day); a part without a date is kept."""
+    return _rebuilt(value, lambda part: part + timedelta(days=days) if isinstance(part, date) else None)
+
+
+def _is_day_list(value: Any) -> bool:
+    return (isinstance(value, tuple) and len(value) > 0
+            and all(type(d) is date for d in value) and all(a < b for a, b in zip(value, value[1:])))
+
+
+def _day_lists(value: Any) -> list[tuple[date, ...]]:
+    if _is_day_list(value):
+        return [value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [found for f in dataclasses.fields(value) for found in _day_lists(getattr(value, f.name))]
+    if isinstance(value, tuple | list):
+        return [found for item in value for found in _day_lists(item)]
+    if isinstance(value, Mapping):
+        return [found for item in value.values() for found in _day_lists(item)]
+    return []
+
+
+def _slots(days: int) -> int:
+    """A day list's slots: the power of two at or above its count, LEAST_SLOTS at least."""
+    return max(LEAST_SLOTS, 1 << (days - 1).bit_length())
+
+
+def to_sentinel_era(settings: Any) -> tuple[Any, int | tuple[date, ...]]:
+    """The settings moved to the sentinel era, and how (the module's docstring): a day list's
+    days when each went to its slot, else the days all moved. 0, and the settings themselves,
+    when they hold no date, or an instant of a zone other than UTC (moved, its offset could
+    change with daylight saving)."""
     found = dates_in(settings)
     if not found or any(isinstance(d, datetime) and d.tzinfo not in (None, UTC) for d in found):
         return settings, 0
+    lists = _day_lists(settings)
+    if len(lists) == 1 and len(lists[0]) == len(found) and len(found) <= MOST_SLOTS:
+        slots = tuple(SENTINEL + timedelta(days=SPACING * i) for i in range(_slots(len(found))))
+        return _rebuilt(settings, lambda part: slots if _is_day_list(part) else None), lists[0]
     earliest = min(d.date() if isinstance(d, datetime) else d for d in found)
     days = (SENTINEL - earliest).days
     return shifted(settings, days), days
 
 
-def from_sentinel_era(sql: str, days: int) -> str | None:
-    """The SQL compiled from settings moved `days` days, with its date literals moved back; None
-    when a number of the sentinel era is left that is not such a literal (compile directly)."""
-    if days == 0:
-        return sql
+def _date_back(moved: int | tuple[date, ...]) -> Callable[[date], date | None]:
+    """A date of the sentinel era moved back (`to_sentinel_era`'s `moved`); None when it cannot be."""
+    if isinstance(moved, int):
+        return lambda era: era - timedelta(days=moved)
 
-    def back(match: re.Match) -> str:
+    def back(era: date) -> date | None:
+        days = (era - SENTINEL).days
+        slot = (days + SPACING // 2) // SPACING
+        offset = days - slot * SPACING
+        if not 0 <= slot < _slots(len(moved)) or abs(offset) > REACH:
+            return None
+        return moved[min(slot, len(moved) - 1)] + timedelta(days=offset)
+    return back
+
+
+def from_sentinel_era(sql: str, moved: int | tuple[date, ...]) -> str | None:
+    """The SQL compiled from settings moved to the sentinel era (`to_sentinel_era`'s `moved`: the
+    days of the shift, or the day list), with its date literals moved back and, for a day list,
+    the dates each `IN` list repeats dropped; None when a date of the sentinel era is left that
+    cannot be moved back or is not such a literal (compile directly)."""
+    if moved == 0:
+        return sql
+    date_back, lost = _date_back(moved), []
+
+    def back(match: re.Match, spelled: Callable[[re.Match, date], str]) -> str:
         if int(match[2]) < SENTINEL.year - 100:  # not made from the settings
             return match[0]
-        moved = date(int(match[2]), int(match[3]), int(match[4])) - timedelta(days=days)
-        return f"{match[1]}({moved.year}, {moved.month}, {moved.day}"
-
-    def back_iso(match: re.Match) -> str:
-        if int(match[2]) < SENTINEL.year - 100:
+        original = date_back(date(int(match[2]), int(match[3]), int(match[4])))
+        if original is None:
+            lost.append(match[0])
             return match[0]
-        moved = date(int(match[2]), int(match[3]), int(match[4])) - timedelta(days=days)
-        return f"{match[1]}{moved.isoformat()}{match[5]}"
-    original = _ISO_INSTANT.sub(back_iso, _LITERAL.sub(back, sql))
-    return None if _SENTINEL_ERA.search(original) else original
+        return spelled(match, original)
+    original = _LITERAL.sub(lambda m: back(m, lambda m, d: f"{m[1]}({d.year}, {d.month}, {d.day}"), sql)
+    original = _ISO_INSTANT.sub(lambda m: back(m, lambda m, d: f"{m[1]}{d.isoformat()}{m[5]}"), original)
+    if isinstance(moved, tuple):
+        original = _IN_DATES.sub(lambda m: f"IN ({', '.join(dict.fromkeys(re.findall(_DATE, m[1])))})", original)
+    return None if lost or _SENTINEL_ERA.search(original) else original
 
 
 def same_sql(first: str, second: str) -> bool:
@@ -122,16 +195,16 @@ _PLACED_TEXT = "rlplaceholder"  # + its number + "q": ends where it ends, whatev
 
 @dataclass(frozen=True)
 class Placed:
-    """How settings were moved to their canonical form: `days` of date shift, and each
-    placeholder's token in the SQL with the value it stands for."""
+    """How settings were moved to their canonical form: their dates (`to_sentinel_era`'s
+    `moved`), and each placeholder's token in the SQL with the value it stands for."""
 
-    days: int
+    moved: int | tuple[date, ...]
     values: tuple[tuple[str, int | float | Text], ...]
 
     def back(self, sql: str, dialect: str) -> str | None:
         """The SQL compiled (for `dialect`, Ibis's name of it) from the canonical settings, as
         compiled from the settings themselves; None when a date cannot be moved back."""
-        moved = from_sentinel_era(sql, self.days)
+        moved = from_sentinel_era(sql, self.moved)
         if moved is None or not self.values:
             return moved
         values = dict(self.values)
@@ -167,12 +240,12 @@ def to_placeholders(settings: Any) -> tuple[Any, Placed | None]:
     """The settings in canonical form: dates moved to the sentinel era (`to_sentinel_era`), and
     in `Literals` settings each finite number and `Text` replaced by a placeholder of its type
     (a float in (0, 1), so the settings' own checks of rates pass); None when nothing moved."""
-    canonical, days = to_sentinel_era(settings)
+    canonical, moved = to_sentinel_era(settings)
     values: list[tuple[str, int | float | Text]] = []
     canonical = _placed(canonical, values, inside=False)
-    if not days and not values:
+    if not moved and not values:
         return settings, None
-    return canonical, Placed(days, tuple(values))
+    return canonical, Placed(moved, tuple(values))
 
 
 def _placed(value: Any, values: list, inside: bool) -> Any:

@@ -1,10 +1,12 @@
-"""The DuckDB engine compiles a stage once per shape: for the same stage on other days, or with
+"""The DuckDB engine compiles a stage once per shape: for the same stage on other days (another
+window of the same length; a day list of any count up to its slots and any spacing), or with
 other figures in settings that declare them literals, the SQL it gives (the cached one, its date
 literals moved, its placeholders replaced) is the SQL Ibis compiles for those settings, in
 DuckDB's and in Spark's dialect."""
 
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from itertools import accumulate
 from unittest.mock import patch
 
 import duckdb
@@ -17,8 +19,11 @@ from rag_loop.drift import query_mix_expressions as drift
 from rag_loop.drift import retrieval_expressions as retrieval
 from rag_loop.engines import sql_cache
 from rag_loop.engines.engine import DuckDBEngine
-from rag_loop.engines.functions import DUCKDB, SPARK, double
+from rag_loop.engines.functions import DUCKDB, SPARK, day_range, double, on_days
 from rag_loop.engines.literals import (
+    LEAST_SLOTS,
+    REACH,
+    SPACING,
     Literals,
     Text,
     dates_in,
@@ -37,7 +42,16 @@ from rag_loop.selection.signals import SignalSettings, compute_signals
 from rag_loop.store.tables import create_tables
 
 day = st.dates(date(1990, 1, 1), date(2150, 12, 31))
-some_days = st.lists(day, min_size=1, max_size=4, unique=True).map(lambda d: tuple(sorted(d)))
+
+
+def day_lists(most: int) -> st.SearchStrategy[tuple[date, ...]]:
+    """Strictly increasing days, up to `most`: neighbours (whose windows overlap) and far apart."""
+    gaps = st.lists(st.integers(1, 2) | st.integers(1, 400), max_size=most - 1)
+    return st.tuples(day, gaps).map(lambda s: tuple(accumulate(s[1], lambda d, g: d + timedelta(days=g),
+                                                               initial=s[0])))
+
+
+some_days = day_lists(LEAST_SLOTS)  # one shape: any of them is the SQL of any other
 window = st.tuples(day, st.integers(1, 14)).map(lambda w: (w[0] - timedelta(days=w[1]), w[0]))
 # a slice of each kind (none, one, two columns) where DEFAULT_SLICES has 12: a quarter of the compile
 SLICE_KINDS = ((), ("language",), ("query_type", "language"))
@@ -85,10 +99,12 @@ def _compiled_directly(con, inputs, build, wanted) -> str:
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), moved=st.integers(-20_000, 20_000))
 def test_the_sql_for_other_days_is_what_ibis_compiles_for_them(con, stage, data, moved):
-    """Each stage once per run, on days hypothesis draws afresh (a compile takes up to 0.5 s)."""
+    """Each stage once per run, on days hypothesis draws afresh (a compile takes up to 0.5 s):
+    a stage with a day list on another list (another count and spacing), else its days moved."""
     inputs, build, wanted = STAGES[stage]
     first = data.draw(wanted)
-    later = shifted(first, moved)  # the same stage shape, other days
+    listed = isinstance(to_sentinel_era(first)[1], tuple)
+    later = data.draw(wanted) if listed else shifted(first, moved)  # the same stage shape, other days
     assume(date(1900, 1, 1) < min(dates_in(later)) and max(dates_in(later)) < date(2250, 1, 1))
     engine, compiled, compile = DuckDBEngine(), {}, DuckDBEngine._compile
 
@@ -116,6 +132,67 @@ def test_a_literal_the_settings_did_not_make_stays_and_an_unknown_one_refuses():
                                              "MAKE_TIMESTAMPTZ(2026, 11, 1, 0, 0, 0.0, 'UTC')")
     assert from_sentinel_era("SELECT '2400-01-03'::DATE", moved) is None  # not a literal it knows: compile
     assert to_sentinel_era(SamplingPolicy()) == (SamplingPolicy(), 0)
+    listed = (date(2026, 11, 1), date(2026, 11, 2))  # slots 2400-01-01, 2400-03-05 (the 3rd to 16th: the 2nd day)
+    assert from_sentinel_era("SELECT x IN (MAKE_DATE(2400, 3, 5), MAKE_DATE(2400, 3, 6), MAKE_DATE(2400, 5, 8), "
+                             "MAKE_DATE(2400, 1, 2), MAKE_DATE(2400, 5, 9)), MAKE_DATE(2399, 12, 1)", listed) == (
+        "SELECT x IN (MAKE_DATE(2026, 11, 2), MAKE_DATE(2026, 11, 3)), MAKE_DATE(2026, 10, 1)")
+    # between two slots (a day the list does not reach), beyond the last slot: compile
+    assert from_sentinel_era("SELECT MAKE_DATE(2400, 2, 2)", listed) is None
+    assert from_sentinel_era("SELECT MAKE_DATE(2402, 11, 1)", listed) is None
+
+
+@dataclass(frozen=True)
+class Days:
+    days: tuple[date, ...]
+    ahead: int
+    before: int
+
+
+def _uses_of_days(dialect: str):
+    """A stage using a day list as the stages may: membership, its first and last day (a range
+    of instants), each day's neighbours, a day as a value."""
+    table = ibis.table({"day": "date", "t": "timestamp('UTC')"}, name="t")
+    fn = DUCKDB if dialect == "duckdb" else SPARK
+
+    def build(wanted: Days) -> ibis.Table:
+        near = sorted({d + timedelta(days=k) for d in wanted.days for k in range(-wanted.before, wanted.ahead + 1)})
+        later = [d + timedelta(days=1) for d in wanted.days]
+        return table.filter(table.day.isin(list(wanted.days)) | on_days(fn, table.t, near),
+                            table.day < wanted.days[-1] + timedelta(days=wanted.ahead)).select(
+            "day", first=ibis.literal(wanted.days[0]), ahead=table.day.isin(later))
+    return build
+
+
+@pytest.mark.parametrize("dialect", ["duckdb", "pyspark"])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# past LEAST_SLOTS too (the next shape); windows short, a week, as long as a slot reaches (its end a day later)
+@given(days=day_lists(LEAST_SLOTS + 2), ahead=st.sampled_from([0, 1, 2, REACH - 1]),
+       before=st.sampled_from([0, 1, 7, REACH]))
+@example(days=(date(2026, 11, 1),), ahead=0, before=0)
+@example(days=tuple(day_range(date(2026, 11, 1), date(2026, 11, LEAST_SLOTS))), ahead=REACH - 1, before=REACH)
+@example(days=(date(2024, 2, 28), date(2024, 2, 29), date(2024, 3, 1), date(2025, 3, 1)), ahead=1, before=7)
+def test_a_day_list_of_any_count_and_spacing_gives_the_sql_of_its_days(request, dialect, days, ahead, before):
+    """A day list's canonical SQL (the same for every count up to its slots and any spacing),
+    moved back, is the SQL of its days, each literal where Ibis writes it: in `IN` lists, the
+    range of instants they span, their neighbours'."""
+    if dialect == "pyspark":
+        request.getfixturevalue("spark_dialect")
+    build = _uses_of_days(dialect)
+    canonical, placed = to_placeholders(Days(days, ahead, before))
+    assert canonical == to_placeholders(Days(days[:1], ahead, before))[0] or len(days) > LEAST_SLOTS
+    got = placed.back(ibis.to_sql(build(canonical), dialect=dialect, pretty=False), dialect)
+    assert got == ibis.to_sql(build(Days(days, ahead, before)), dialect=dialect, pretty=False)
+
+
+def test_a_build_that_takes_the_days_between_listed_days_compiles_directly():
+    """The days between a list's first and last are no set of its days: the canonical SQL
+    names days between its slots, which move back to no day (the engine compiles as given)."""
+    table = ibis.table({"day": "date"}, name="t")
+    for days in [(date(2026, 11, 1),), (date(2026, 11, 1), date(2026, 11, 3))]:
+        canonical, placed = to_placeholders(Days(days, 0, 0))
+        spanned = table.filter(table.day.isin(day_range(canonical.days[0], canonical.days[-1])))
+        assert placed.back(ibis.to_sql(spanned, dialect="duckdb", pretty=False), "duckdb") is None
+    assert SPACING > 2 * REACH  # a literal is near one slot only
 
 
 rate = st.floats(0.0, 1.0)

@@ -12,7 +12,8 @@ import pytest
 
 from rag_loop.engines import sql_cache
 from rag_loop.engines.engine import DuckDBEngine
-from rag_loop.engines.literals import same_sql, to_placeholders
+from rag_loop.engines.functions import day_range
+from rag_loop.engines.literals import LEAST_SLOTS, same_sql, to_placeholders
 from rag_loop.selection import sampling_expressions as sampling
 from rag_loop.store.tables import create_tables
 
@@ -62,9 +63,9 @@ def test_a_fresh_process_compiles_nothing_for_a_stage_shape_compiled_before(con,
     first = sql(con, sampling.SampleDays(40, (date(2026, 11, 2),)))
     assert len(compiles) == 2  # the canonical settings, and as given for its check
     with fresh(compiles), patch.object(sql_cache.os, "utime", side_effect=PermissionError):  # read-only: still read
-        later = sampling.SampleDays(40, (date(2025, 3, 30),))  # the same shape, another day
+        later = sampling.SampleDays(40, (date(2025, 3, 28), date(2025, 3, 30), date(2025, 4, 20)))  # other days
         got = sql(con, later)
-        assert compiles == []
+        assert compiles == []  # the same shape: a day list of another count and spacing
     assert same_sql(got, direct(con, later)) and not same_sql(got, first)
 
 
@@ -76,6 +77,11 @@ def test_a_changed_schema_or_setting_shape_compiles_anew(con, compiles):
         got = sql(con, other)
         assert compiles == [to_placeholders(other)[0]]  # its check passed in the first process: not again
         assert same_sql(got, direct(con, other))
+    with fresh(compiles):
+        longer = sampling.SampleDays(40, tuple(day_range(date(2026, 10, 1), date(2026, 10, LEAST_SLOTS + 1))))
+        got = sql(con, longer)
+        assert compiles == [to_placeholders(longer)[0]]  # more days than the slots of one
+        assert same_sql(got, direct(con, longer))
     con.execute("ALTER TABLE raw_traces ADD COLUMN extra VARCHAR")
     with fresh(compiles):
         assert same_sql(sql(con, settings), direct(con, settings)) and compiles
