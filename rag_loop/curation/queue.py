@@ -234,10 +234,11 @@ def _queue_rows(con: duckdb.DuckDBPyConnection, queue: pd.DataFrame, members: pd
     contexts = retrieval_contexts(con, queue["trace_id"].tolist())
     order = {p.value: i for i, p in enumerate(Priority)}
     rows, positions = [], {}
-    for item in queue.to_dict("records"):
+    # each row's trace and cluster looked up at once (a .loc per row cost more than the rest)
+    traces = members.loc[queue["trace_id"]].to_dict("records")
+    cluster_rows = clusters.loc[queue["cluster_id"]].to_dict("records")
+    for item, trace, cluster in zip(queue.to_dict("records"), traces, cluster_rows, strict=True):
         positions[item["trace_id"]] = (bool(item["singleton"]), int(item["diversity_rank"]))
-        trace = members.loc[item["trace_id"]]
-        cluster = clusters.loc[item["cluster_id"]]
         priority = item["priority"]
         is_new = pd.notna(cluster["is_new"]) and bool(cluster["is_new"])
         if is_new and order[priority] > order[Priority.P2.value]:
