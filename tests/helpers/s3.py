@@ -4,10 +4,15 @@ else."""
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from moto.server import ThreadedMotoServer
 
 BUCKET = "rag-lake"
 REGION = "us-east-1"
@@ -64,10 +69,11 @@ class S3:
 def s3_server() -> Iterator[S3]:
     """moto's S3 on 127.0.0.1 (a free port), with the bucket made; the environment set so that
     nothing reaches beyond loopback while it runs (restored afterwards)."""
-    from moto.server import ThreadedMotoServer
     saved = {name: os.environ.get(name) for name in OFFLINE_ENV}
     os.environ.update(OFFLINE_ENV)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    level = logging.getLogger("werkzeug").level
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no log record per request
+    server = _quick_server()
     server.start()
     try:
         host, port = server.get_host_and_port()
@@ -77,8 +83,26 @@ def s3_server() -> Iterator[S3]:
         yield s3
     finally:
         server.stop()
+        logging.getLogger("werkzeug").setLevel(level)
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def _quick_server() -> ThreadedMotoServer:
+    """moto's ThreadedMotoServer (loopback, a free port), its serving loop checking for stop()
+    every 10 ms instead of werkzeug's 0.5 s: a stop otherwise idles up to that long."""
+    from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+    from werkzeug.serving import make_server
+
+    class Quick(ThreadedMotoServer):
+        def _server_entry(self) -> None:  # moto's own, but for the poll interval
+            self._server = make_server(self._ip_address, self._port, DomainDispatcherApplication(create_backend_app),
+                                       True, request_handler=MotoRequestHandler)
+            self._server_ready_event.set()
+            self._server.serve_forever(poll_interval=0.01)
+
+    return Quick(ip_address="127.0.0.1", port=0, verbose=False)
