@@ -199,9 +199,9 @@ class Lake:
             return
         predicate = None if days is None else \
             f"{DAY} IN ({', '.join(repr(d.isoformat()) for d in sorted(days))})"
-        if predicate and self.delta(table) is None:
-            predicate = None  # nothing to replace yet: delta-rs makes the table
-        write_deltalake(self.uri(table), data, mode="overwrite", predicate=predicate,
+        delta = self.delta(table) if predicate else None  # the write goes through it: its log not read again
+        write_deltalake(self.uri(table) if delta is None else delta, data, mode="overwrite",
+                        predicate=predicate if delta is not None else None,  # nothing to replace yet
                         partition_by=[DAY] if partitioned else None, schema_mode="merge",
                         storage_options=self.options())
 
