@@ -108,6 +108,8 @@ class LakeTraces:
             con.execute(f'CREATE OR REPLACE TEMP TABLE "{table}" ({columns})')
             con.execute(f'CREATE OR REPLACE TEMP TABLE "{_before(table)}" ({columns}, _day DATE, _file VARCHAR)')
             for column in ADDED_COLUMNS.get(table, ()):  # a lake from before a column: its files lack it
+                if column.split()[0] in (name for name, _ in viewed):
+                    continue
                 for name in (table, _before(table)):
                     con.execute(f'ALTER TABLE temp.main."{name}" ADD COLUMN IF NOT EXISTS {column}')
             schema = delta_types(con.sql(f'SELECT * FROM temp.main."{table}" LIMIT 0').to_arrow_table().schema)
@@ -235,9 +237,14 @@ class LakeTraces:
         committed: the assembly after need not read the run's new spans back."""
         added: dict[str, list[LakeFile]] = {table: [] for table in KEPT_IN_LAKE}  # new files
         removed: dict[str, list[str]] = {table: [] for table in KEPT_IN_LAKE}  # files replaced, as listed
+        filled = con.execute(" UNION ALL ".join(  # what each table holds: one statement (each costs ~1 ms)
+            f"""SELECT '{table}', EXISTS (FROM "{table}"), EXISTS (FROM "{_before(table)}")"""
+            for table in KEPT_IN_LAKE)).fetchall()
         try:
-            for table in KEPT_IN_LAKE:
-                self._changes(con, table, added[table], removed[table], keep=keep_spans and table == "otlp_spans")
+            for table, rows, loaded in filled:
+                if rows or loaded:  # else nothing loaded, nothing new (most tables of a run)
+                    self._changes(con, table, added[table], removed[table], loaded,
+                                  keep=keep_spans and table == "otlp_spans")
         except BaseException:
             for table, files in added.items():  # no version lists them
                 self.lake.discard(table, files)
@@ -251,9 +258,7 @@ class LakeTraces:
                 for later in changed[n + 1:]:
                     self.lake.discard(later, added[later])
                 raise
-        catalog = con.execute("SELECT current_database()").fetchall()[0][0]
-        views = {table: [name for name, _ in columns] for table, columns in _kept_columns(con, catalog, "main").items()}
-        wanted = {table: [name for name, _ in columns] for table, columns in _kept_columns(con, "temp", "main").items()}
+        catalog, views, wanted = _view_and_temp_columns(con)
         stale = [table for table in KEPT_IN_LAKE if table in changed  # a new version: other files
                  or wanted[table] != views[table]]  # from before a column
         if stale:
@@ -267,21 +272,22 @@ class LakeTraces:
             self.kept_files.clear()
 
     def _changes(self, con: duckdb.DuckDBPyConnection, table: str, added: list[LakeFile], removed: list[str],
-                 keep: bool) -> None:
+                 stored: bool, keep: bool) -> None:
         """Write the new files of `table` (adding each to `added`) and list the files they
         replace in `removed`: for each file that held a trace id some of whose loaded rows are
         gone or changed, a new file without that id's rows (none if no row remains); and one
         new file per day with the rows of the ids not loaded (new), all rows of those changed,
-        and the rows added to a loaded id whose loaded rows all stay (a late span). With
-        `keep`, the table's rows become loaded as in those files (flush's `keep_spans`)."""
+        and the rows added to a loaded id whose loaded rows all stay (a late span). `stored`:
+        whether any of its rows were loaded (if not, every row is new). With `keep`, the
+        table's rows become loaded as in those files (flush's `keep_spans`)."""
         before = _before(table)
-        if not con.execute(f'SELECT EXISTS (FROM "{table}") OR EXISTS (FROM "{before}")').fetchall()[0][0]:
-            return  # nothing loaded, nothing new (most tables of a run: its statements cost ~10 ms)
         columns = ", ".join(f'"{name}"' for (name, *_) in con.execute(f'DESCRIBE "{table}"').fetchall())
         loaded = f"SELECT trace_id FROM {LOADED_BY_TABLE.get(table, '_lake_loaded WHERE children')}"
         now = f'SELECT {columns} FROM "{table}" SEMI JOIN ({loaded}) USING (trace_id)'
         then = f'SELECT {columns} FROM "{before}"'
-        if table in APPEND_ONLY:  # no stored row changes or goes: the rows of keys not stored are new
+        if not stored:  # no row changes or goes: what the formulas below give, without comparing
+            new = f'SELECT {columns} FROM "{table}"'
+        elif table in APPEND_ONLY:  # no stored row changes or goes: the rows of keys not stored are new
             new = f'SELECT {columns} FROM "{table}" ANTI JOIN "{before}" USING ({APPEND_ONLY[table]})'
         else:
             con.execute(f"CREATE OR REPLACE TEMP TABLE _lake_changed AS "
@@ -338,6 +344,20 @@ def _kept_columns(con: duckdb.DuckDBPyConnection, database: str | None = None,
         if table in kept:
             kept[table].append((name, kind))
     return kept
+
+
+def _view_and_temp_columns(con: duckdb.DuckDBPyConnection) -> tuple[str, dict[str, list[str]], dict[str, list[str]]]:
+    """The current database's name, and the names of each kept table's columns in its main
+    schema (the views) and in the temp one (the run's tables), in order: one catalog query."""
+    (catalog,), = con.execute("SELECT current_database()").fetchall()
+    columns: dict[str, dict[str, list[str]]] = {database: {table: [] for table in KEPT_IN_LAKE}
+                                                for database in (catalog, "temp")}
+    for database, table, name in con.execute(
+            "SELECT database_name, table_name, column_name FROM duckdb_columns() "
+            "WHERE database_name IN (?, 'temp') AND schema_name = 'main' AND table_name IN (SELECT unnest(?)) "
+            "ORDER BY database_name, table_name, column_index", [catalog, list(KEPT_IN_LAKE)]).fetchall():
+        columns[database][table].append(name)
+    return catalog, columns[catalog], columns["temp"]
 
 
 def _before(table: str) -> str:
