@@ -21,9 +21,10 @@ def judge_shift(con: duckdb.DuckDBPyConnection, version: str) -> pd.DataFrame:
         FROM trace_judgments new JOIN trace_judgments old USING (trace_id, metric)
         WHERE new.judge_version = ? AND old.judge_version <> ?
           AND new.status = 'judged' AND old.status = 'judged'""", [version, version]).df()
-    from sklearn.metrics import cohen_kappa_score  # sklearn is imported where it is used
     rows = []
     for (old, metric), group in pairs.groupby(["old_version", "metric"], sort=True):
+        # sklearn (~0.9 CPU-s to import) only when two versions overlap: a first judge has no pairs
+        from sklearn.metrics import cohen_kappa_score
         verdicts = group.dropna(subset=["old_passed", "new_passed"])
         old_pass, new_pass = verdicts["old_passed"].astype(bool), verdicts["new_passed"].astype(bool)
         both = len(set(old_pass) | set(new_pass)) > 1
