@@ -16,6 +16,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 from botocore.exceptions import ClientError
+from deltalake import DeltaTable
 
 from rag_loop.store.ddl import utc_day
 from rag_loop.store.deployment import record_lake
@@ -42,10 +43,12 @@ def rows(day: date, count: int, tag: str = "a") -> pa.Table:
                      "day": pa.array([day] * count, pa.date32())})
 
 
-def scan(lake: Lake, table: str, sql: str = "SELECT trace_id, n, day FROM t") -> list[tuple]:
-    """The table's current version read by DuckDB through its Arrow dataset (on s3://)."""
+def scan(lake: Lake, table: str, sql: str = "SELECT trace_id, n, day FROM t", delta: DeltaTable | None = None
+         ) -> list[tuple]:
+    """The table's current version (or its version `delta`) read by DuckDB through its Arrow
+    dataset (on s3://)."""
     with duckdb.connect() as con:
-        con.register("t", lake.dataset(table))
+        con.register("t", lake.dataset(table) if delta is None else delta.to_pyarrow_dataset())
         return sorted(con.execute(sql).fetchall(), key=repr)
 
 
@@ -59,8 +62,8 @@ def data_keys(s3, lake: Lake, table: str) -> set[str]:
     return {k.removeprefix(prefix) for k in s3.keys(prefix) if not k.removeprefix(prefix).startswith("_delta_log/")}
 
 
-def listed(lake: Lake, table: str) -> set[str]:
-    return {f.removeprefix(lake.uri(table) + "/") for f in lake.files(table)}
+def listed(lake: Lake, table: str, delta: DeltaTable | None = None) -> set[str]:
+    return {f.removeprefix(lake.uri(table) + "/") for f in lake.files(table, delta=delta)}
 
 
 def test_the_server_honours_conditional_puts(s3):
@@ -78,8 +81,10 @@ def test_days_schema_evolution_optimize_and_vacuum_on_s3(s3, lake):
     lake.write("t", pa.concat_tables([rows(D1, 3), rows(D2, 2)]), days={D1, D2})
     lake.write("t", rows(D2, 4, "b"), days={D2})  # D2 replaced by predicate
     assert lake.days("t") == [D1, D2] and lake.delta("t").version() == 1
-    assert scan(lake, "t") == expected(rows(D1, 3), rows(D2, 4, "b"))
-    assert all(f.startswith(lake.uri("t") + "/day=") for f in lake.files("t"))
+    # below, each version is loaded once and read through: a load on S3 asks for every commit
+    delta = lake.delta("t")
+    assert scan(lake, "t", delta=delta) == expected(rows(D1, 3), rows(D2, 4, "b"))
+    assert all(f.startswith(lake.uri("t") + "/day=") for f in lake.files("t", delta=delta))
 
     wider = rows(D3, 2).append_column("language", pa.array(["vi", "en"]))
     lake.write("t", wider, days={D3})  # a column joins; older files read NULL
@@ -91,17 +96,18 @@ def test_days_schema_evolution_optimize_and_vacuum_on_s3(s3, lake):
         from deltalake import write_deltalake
         write_deltalake(lake.uri("t"), rows(D1, 1, f"late{i}-"), mode="append", schema_mode="merge",
                         storage_options=lake.options())
-    before = scan(lake, "t", "SELECT trace_id, n, day, language FROM t")
-    assert len(lake.files("t", [D1])) == 5
-    metrics = lake.optimize("t")
-    assert metrics["numFilesRemoved"] == 5 and len(lake.files("t", [D1])) == 1
-    assert scan(lake, "t", "SELECT trace_id, n, day, language FROM t") == before
+    delta = lake.delta("t")
+    before = scan(lake, "t", "SELECT trace_id, n, day, language FROM t", delta)
+    assert len(lake.files("t", [D1], delta)) == 5
+    metrics = lake.optimize("t", delta=delta)  # `delta` brought to the version after
+    assert metrics["numFilesRemoved"] == 5 and len(lake.files("t", [D1], delta)) == 1
+    assert scan(lake, "t", "SELECT trace_id, n, day, language FROM t", delta) == before
 
-    assert data_keys(s3, lake, "t") > listed(lake, "t")  # replaced and compacted files still stored
-    removed = lake.vacuum("t", retention_hours=0)
+    assert data_keys(s3, lake, "t") > listed(lake, "t", delta)  # replaced and compacted files still stored
+    removed = lake.vacuum("t", retention_hours=0, delta=delta)
     assert len(removed) == 6  # D2's first file and D1's five small ones
-    assert data_keys(s3, lake, "t") == listed(lake, "t")
-    assert scan(lake, "t", "SELECT trace_id, n, day, language FROM t") == before
+    assert data_keys(s3, lake, "t") == listed(lake, "t")  # the version a new load sees
+    assert scan(lake, "t", "SELECT trace_id, n, day, language FROM t", delta) == before
     assert lake.day_fingerprints("t").keys() == {D1, D2, D3}
 
 
@@ -112,9 +118,10 @@ def test_concurrent_writers_lose_no_commit(s3, lake):
     days = [D1 + timedelta(days=i) for i in range(1, 7)]
     with ThreadPoolExecutor(len(days)) as pool:
         list(pool.map(lambda d: lake.write("t", rows(d, 2, "c"), days={d}), days))
-    assert lake.delta("t").version() == len(days)
-    assert lake.days("t") == [D1, *days]
-    assert scan(lake, "t") == expected(rows(D1, 1), *(rows(d, 2, "c") for d in days))
+    delta = lake.delta("t")
+    assert delta.version() == len(days)
+    assert lake.days("t", delta) == [D1, *days]
+    assert scan(lake, "t", delta=delta) == expected(rows(D1, 1), *(rows(d, 2, "c") for d in days))
 
 
 def test_ingested_raw_traces_round_trip_through_the_s3_lake(s3, lake, tmp_path):
