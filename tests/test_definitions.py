@@ -12,6 +12,16 @@ def test_definitions_load():
         assert defs.resolve_job_def(job).name == job
 
 
+def test_what_the_definitions_load_is_out_of_the_collectors_sight():
+    """Their ~200k long-lived objects frozen (a process's later full collections skip them),
+    and the collector on again once they have loaded."""
+    import gc
+
+    import rag_loop_dagster.definitions  # noqa: F401
+    assert gc.isenabled()
+    assert gc.get_freeze_count() > 100_000
+
+
 def test_every_job_queues_as_the_duckdb_writer():
     """deploy/dagster.yaml queues runs one at a time on this tag (tests/e2e/test_webserver runs
     the loop and a release through it): a job without it would hit DuckDB's lock."""
