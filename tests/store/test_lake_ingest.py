@@ -240,14 +240,20 @@ def test_the_stored_copies_are_looked_up_in_the_new_records_days_only(tmp_path, 
 
 def test_an_s3_lake_gives_the_same_tables(tmp_path):
     """On a local S3-compatible server (moto, loopback only), the endpoint given only in the
-    lake's storage options: a first run, then a changed file and a new OTLP file; the traffic
-    fingerprints (of the view's lake table) read the log with those options."""
+    lake's storage options: a first run (a day's file and redeliveries of its traces and of
+    another day's), then a changed file and a new OTLP file; the traffic fingerprints (of the
+    view's lake table) read the log with those options."""
     from tests.helpers.s3 import s3_server
 
     directory = tmp_path / "traces"
-    for name in ("native/2026-11-01.jsonl.gz", "native/redelivery.jsonl.gz"):
-        (directory / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(DEMO / "traces" / name, directory / name)
+    (directory / "native").mkdir(parents=True)
+    shutil.copy(DEMO / "traces" / "native" / "2026-11-01.jsonl.gz", directory / "native" / "2026-11-01.jsonl.gz")
+    # the redelivery file's lines of two days (of eleven): the S3 requests go by day file, and the
+    # demo folder's test reads the whole file into a local lake
+    redelivered = gzip.decompress((DEMO / "traces" / "native" / "redelivery.jsonl.gz").read_bytes()).splitlines()
+    two_days = [line for line in redelivered if b'"2026-11-01T' in line or b'"2026-11-02T' in line]
+    assert len(two_days) == 3  # two traces of 2026-11-01.jsonl.gz again, one of another day
+    (directory / "native" / "redelivery.jsonl.gz").write_bytes(gzip.compress(b"\n".join(two_days) + b"\n"))
     with s3_server() as s3, duckdb.connect() as embedded, duckdb.connect() as in_lake:
         lake = Lake(f"s3://{s3.bucket}/lake", s3.storage_options())
         on_both((embedded, in_lake), directory, lake)
