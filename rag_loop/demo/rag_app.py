@@ -13,13 +13,15 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from sklearn.feature_extraction.text import TfidfVectorizer
 
 from rag_loop.demo.intent_catalog import strip_diacritics
 from rag_loop.demo.knowledge import DocVersion, newest_versions
+
+if TYPE_CHECKING:
+    from sklearn.feature_extraction.text import TfidfVectorizer
 
 FALLBACK_ANSWER = {"en": "Sorry, I could not find this in the knowledge base.",
                    "vi": "Xin lỗi, mình không tìm thấy thông tin này trong tài liệu."}
@@ -104,6 +106,8 @@ class Index:
     """A searchable snapshot of the knowledge base, as a given index build sees it."""
 
     def __init__(self, docs: list[DocVersion], chunking_version: str, index_version: str):
+        # sklearn is imported where it is used: the demo's curator reads the truth beside it
+        from sklearn.feature_extraction.text import TfidfVectorizer
         self.index_version = index_version
         self.chunks = build_chunks(docs, chunking_version)
         self._char = TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 4), sublinear_tf=True,
