@@ -31,9 +31,6 @@ ingestion took 1.5–2.4× this one's time on a native first run and 1.8–5.4×
 from __future__ import annotations
 
 import tempfile
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -131,12 +128,18 @@ def _store_files(con: duckdb.DuckDBPyConnection, files: list[NewFile], run: Path
 def _stage_files(files: list[NewFile], run: Path, max_record_bytes: int, batch_bytes: int,
                  memory_limit: str | None, pool: LazyPool) -> dict[int, FileReport]:
     """Read each file as the embedded path does, into one in-memory DuckDB whose tables are
-    emptied after each file (one per file cost ~40 ms to make; `_staging_database`), and stage
-    its tables that have rows (an empty one for a folder of none: the folders are read by
-    glob); the reports by file order."""
+    emptied after each file (one per file cost ~40 ms to make), and stage its tables that have
+    rows (an empty one for a folder of none: the folders are read by glob); the reports by file
+    order."""
     reports: dict[int, FileReport] = {}
     empty: dict[str, str | None] = {}  # a folder's table while no file of it is staged, else None
-    with _staging_database(memory_limit) as (con, tables):
+    with duckdb.connect() as con:
+        create_tables(con)
+        con.execute("SET TimeZone = 'UTC'")
+        con.execute("SET preserve_insertion_order = true")  # read_json's row ids are line numbers
+        if memory_limit:
+            con.execute(f"SET memory_limit = '{memory_limit}'")
+        tables = [name for (name,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()]
         for file in files:
             report = reports[file.order] = read_file(con, file.path, file.relative, max_record_bytes,
                                                      batch_bytes, pool)
@@ -157,39 +160,6 @@ def _stage_files(files: list[NewFile], run: Path, max_record_bytes: int, batch_b
             if table is not None:
                 write_parquet(con, f"SELECT *, 0::BIGINT AS file_order FROM {table}", staged_file(run, folder, 0))
     return reports
-
-
-@contextmanager
-def _staging_database(memory_limit: str | None) -> Iterator[tuple[duckdb.DuckDBPyConnection, list[str]]]:
-    """An in-memory DuckDB with the ingestion tables, all empty, and their names: an earlier
-    run's if one is idle (a new one costs ~30 ms of CPU to make and set up), kept for the next
-    run after one that left it empty (its temp tables dropped); one a failure left is closed."""
-    with _IDLE_LOCK:
-        idle = _IDLE.pop() if _IDLE else None
-    if idle is None:
-        con = duckdb.connect()
-        create_tables(con)
-        con.execute("SET TimeZone = 'UTC'")
-        con.execute("SET preserve_insertion_order = true")  # read_json's row ids are line numbers
-        idle = con, [name for (name,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()]
-    con = idle[0]
-    try:
-        con.execute(f"SET memory_limit = '{memory_limit}'" if memory_limit else "RESET memory_limit")
-        yield idle
-        con.execute("; ".join(f'DROP TABLE temp.main."{name}"' for (name,) in con.execute(
-            "SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall()) or "SELECT 1")
-    except BaseException:
-        con.close()
-        raise
-    with _IDLE_LOCK:
-        if not _IDLE:
-            _IDLE.append(idle)
-            return
-    con.close()
-
-
-_IDLE: list[tuple[duckdb.DuckDBPyConnection, list[str]]] = []  # `_staging_database`'s, at most one
-_IDLE_LOCK = threading.Lock()
 
 
 def staged_file(run: Path, folder: str, order: int) -> Path:
