@@ -91,8 +91,8 @@ def against_window(history: np.ndarray, today: np.ndarray, neighbours: int = 2,
     queries of the day are all nearer to it than anything in the window and all but one of them
     are unclaimed (never when `dense` is 0). One product of the day with itself, one with the
     window's vectors per block of 8,192."""
-    first, inverse = distinct_rows(today)
-    distinct = today[first]
+    _, first, inverse = np.unique(today, axis=0, return_index=True, return_inverse=True)
+    distinct, inverse = today[first], inverse.ravel()
     none = np.zeros(len(today), bool)
     if len(distinct) <= neighbours:
         return none, none
@@ -109,27 +109,6 @@ def against_window(history: np.ndarray, today: np.ndarray, neighbours: int = 2,
     if reach == dense:
         crowded = (closer >= dense) & (free[nearest].sum(axis=1) >= dense - 1)
     return free[inverse], crowded[inverse]
-
-
-def distinct_rows(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`np.unique(matrix, axis=0, return_index=True, return_inverse=True)`'s index of each
-    distinct row (in its order: rows compared value by value, first to last column) and each
-    row's place among them, by one sort of the rows as byte strings: np.unique compares a row
-    as a record of `dim` fields, field by field (a fifth of trace_novelty's CPU on sparse
-    vectors). Each float's bits are mapped so that unsigned order is numeric order (-0.0 as
-    0.0); any other matrix (not float32, empty, with a NaN) goes to np.unique."""
-    values = np.ascontiguousarray(matrix)
-    if values.dtype != np.float32 or values.ndim != 2 or 0 in values.shape or not np.isfinite(values).all():
-        _, first, inverse = np.unique(values, axis=0, return_index=True, return_inverse=True)
-        return first, inverse.ravel()
-    bits = (values + np.float32(0.0)).view(np.uint32)  # + 0.0: -0.0 is 0.0
-    keys = np.where(bits >> 31, ~bits, bits | np.uint32(1 << 31)).astype(">u4")
-    rows = keys.view(f"S{4 * values.shape[1]}").ravel()
-    order = np.argsort(rows, kind="stable")  # np.unique's too: the first of equal rows first
-    starts = np.concatenate(([True], rows[order][1:] != rows[order][:-1]))
-    inverse = np.empty(len(rows), np.intp)
-    inverse[order] = np.cumsum(starts) - 1
-    return order[starts], inverse
 
 
 def new_intent_members(history: np.ndarray, today: np.ndarray,

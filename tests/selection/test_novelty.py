@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from rag_loop.demo.intent_catalog import INTENTS, paraphrase
-from rag_loop.selection.novelty import NoveltySettings, detect_novelty, distinct_rows, new_intent_members
+from rag_loop.selection.novelty import NoveltySettings, detect_novelty, new_intent_members
 from rag_loop.store.tables import create_tables
 from rag_loop.vectors.clustering import ClusterSettings
 from tests.helpers import query
@@ -100,21 +100,6 @@ def test_a_rerun_judges_only_the_new_day_and_agrees_with_judging_everything(con)
     con.execute("""UPDATE raw_traces SET ingested_at = now() WHERE trace_id = (SELECT min(trace_id)
                    FROM raw_traces WHERE timezone('UTC', "timestamp")::DATE = '2026-11-06')""")
     assert detect_novelty(con, router, other).days_judged_this_run == 1  # a trace stored again
-
-
-@pytest.mark.parametrize("seed", range(12))
-def test_distinct_rows_are_np_uniques_in_its_order(seed):
-    """The same distinct rows in the same order as np.unique(axis=0): rows that differ late,
-    negatives, -0.0 against 0.0, repeats; and a matrix with a NaN (np.unique's own answer)."""
-    rng = np.random.default_rng(seed)
-    n, dim = int(rng.integers(1, 60)), int(rng.integers(1, 9))
-    values = np.array([-1.5, -0.5, -0.0, 0.0, 0.25, 0.5, 2.0], np.float32)
-    matrix = rng.choice(values, size=(n, dim))[rng.integers(0, n, n)]
-    if seed == 0:
-        matrix[0, 0] = np.nan
-    _, first, inverse = np.unique(matrix, axis=0, return_index=True, return_inverse=True)
-    found = distinct_rows(matrix)
-    assert (found[0].tolist(), found[1].tolist()) == (first.tolist(), inverse.ravel().tolist())
 
 
 def test_settings_refuse_meaningless_values():
