@@ -29,14 +29,14 @@ INSTANCE = $(BIN)/python -c "from rag_loop_dagster.jobs_cli import instance_home
 
 install: $(STAMP)
 
+# compileall: the project's bytecode, as pip compiles every package it installs (an editable
+# install is not); where PYTHONDONTWRITEBYTECODE is set, every process would compile it again
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[$(EXTRAS)]'
 	$(BIN)/python -c "from rag_loop.vectors.clustering import compile_once; compile_once()"  # Numba cache
-	# the project's bytecode, as pip compiles every package it installs (an editable install is
-	# not): where PYTHONDONTWRITEBYTECODE is set, every process would compile it again
-	$(BIN)/python -m compileall -q rag_loop rag_loop_dagster tests
+	$(BIN)/python -m compileall -q rag_loop rag_loop_dagster tests  # bytecode: see above
 	touch $(STAMP)
 
 # on screen, one line per step and the summary; what the runs log (Dagster's events at DEBUG,
