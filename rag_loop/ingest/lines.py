@@ -73,6 +73,12 @@ class NeedsExactReader(Exception):
     """The fast reader cannot read this file exactly: read it again with `exact=True`."""
 
 
+def read_as_glob(path: Path) -> bool:
+    """Whether DuckDB's readers (read_json, read_csv) would take the path for a pattern and
+    read every file it matches (`?.jsonl` is also `a.jsonl`): such a file is read in Python."""
+    return any(c in str(path) for c in "*?[{")
+
+
 def iter_line_batches(path: Path, max_record_bytes: int, exact: bool = False,
                       batch_bytes: int = 32 << 20) -> Iterator[LineBatch]:
     """Yield the file's lines in order, with oversized and non-UTF-8 lines rejected.

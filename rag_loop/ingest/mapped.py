@@ -50,6 +50,7 @@ from rag_loop.ingest.lines import (
     open_binary,
     oversized_reason,
     preview,
+    read_as_glob,
 )
 from rag_loop.ingest.mapped_sql import SqlMapping, sql_mapping
 from rag_loop.ingest.native import leaves_type_ok_sql, typed_leaves_sql  # the fast reader's typing
@@ -411,7 +412,7 @@ def _read_file(con: duckdb.DuckDBPyConnection, path: Path) -> bool:
     The file is scanned before DuckDB reads it, not meanwhile: read_csv still fails on a
     carriage return, and on a cut gzip stream."""
     name = str(path)
-    if any(c in name for c in "*?[{") or not name.isprintable():  # a glob, or not UTF-8: DuckDB cannot open it
+    if read_as_glob(path) or not name.isprintable():  # a glob, or not UTF-8: DuckDB cannot open it alone
         return False
     plain = _plain_lines(path)
     if plain is None:

@@ -26,7 +26,7 @@ import pyarrow as pa
 from rag_loop.ingest.field_map import MappingError
 from rag_loop.ingest.language import EVERY_LANGUAGE, LanguageSettings, label_languages
 from rag_loop.ingest.language import preload as preload_language_model
-from rag_loop.ingest.lines import NeedsExactReader, Rejected, first_lines, iter_line_batches
+from rag_loop.ingest.lines import NeedsExactReader, Rejected, first_lines, iter_line_batches, read_as_glob
 from rag_loop.ingest.mapped import MAPPED_FORMAT, is_mapping_file, mapping_for, store_mapped_file
 from rag_loop.ingest.native import read_native_file, read_native_lines, store_read_file
 from rag_loop.ingest.otlp.assembly import (
@@ -413,6 +413,8 @@ def _load(con, fmt: str, reader: str, path: Path, relative: str, max_record_byte
     if reader in _SQL_READERS:
         if display_name(path, path.parent) != path.name:
             raise NeedsExactReader("the file name is not UTF-8, DuckDB cannot open it")
+        if read_as_glob(path):
+            raise NeedsExactReader("DuckDB would read the path as a pattern, matching other files too")
         parsed = _SQL_READERS[reader](con, path, max_record_bytes)  # before BEGIN: see direct.py
         _begin(con, relative)
         return store_read_file(con, parsed, relative)

@@ -26,6 +26,19 @@ def test_a_file_name_that_is_not_utf8_is_read_and_named_readably(con, tmp_path):
     assert ingest_directory(con, tmp_path / "d").total().ingested == 0  # known by that name
 
 
+def test_a_file_name_duckdb_would_read_as_a_glob_is_read_alone(con, tmp_path):
+    """`?`, `*`, `[` and `{` are wildcards to DuckDB's readers: a file so named is read by the
+    exact reader, its own lines only, never its siblings' too (each trace once, from its file)."""
+    names = {"?.jsonl": "q", "*.jsonl": "star", "[ab].jsonl": "set", "{a,b}.jsonl": "brace", "a.jsonl": "a",
+             "b.jsonl": "b"}
+    for name, trace_id in names.items():
+        (tmp_path / name).write_text(trace_line(trace_id) + "\n")
+    report = ingest_directory(con, tmp_path)
+    assert {f.path: f.counts.ingested for f in report.files} == dict.fromkeys(names, 1)
+    assert dict(con.execute("SELECT source_file, trace_id FROM raw_traces").fetchall()) == names
+    assert con.execute("SELECT count(*) FROM trace_duplicates").fetchall() == [(0,)]
+
+
 def test_a_reader_crash_quarantines_that_file_and_the_run_goes_on(con, tmp_path, monkeypatch):
     (tmp_path / "a.jsonl").write_text(trace_line("a") + "\n")
     (tmp_path / "b.jsonl").write_text(trace_line("b") + "\n")
