@@ -54,17 +54,25 @@ _DATE = r"MAKE_DATE\(\d+, \d+, \d+\)"
 _IN_DATES = re.compile(rf"\bIN \(({_DATE}(?:, {_DATE})*)\)")
 
 
-def dates_in(value: Any) -> list[date]:
-    """Every date and datetime in settings (dataclasses, tuples, lists, mappings)."""
-    if isinstance(value, date):
+def _found(value: Any, wanted: Callable[[Any], bool]) -> list:
+    """The parts of settings (dataclasses, tuples, lists, mappings) that are `wanted`, outermost
+    first: a wanted part's own parts are not looked into."""
+    if wanted(value):
         return [value]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return [d for f in dataclasses.fields(value) for d in dates_in(getattr(value, f.name))]
-    if isinstance(value, tuple | list):
-        return [d for item in value for d in dates_in(item)]
-    if isinstance(value, Mapping):
-        return [d for item in value.values() for d in dates_in(item)]
-    return []
+        parts = [getattr(value, f.name) for f in dataclasses.fields(value)]
+    elif isinstance(value, tuple | list):
+        parts = list(value)
+    elif isinstance(value, Mapping):
+        parts = list(value.values())
+    else:
+        return []
+    return [found for part in parts for found in _found(part, wanted)]
+
+
+def dates_in(value: Any) -> list[date]:
+    """Every date and datetime in settings (dataclasses, tuples, lists, mappings)."""
+    return _found(value, lambda part: isinstance(part, date))
 
 
 def _rebuilt(value: Any, new: Callable[[Any], Any]) -> Any:
@@ -97,15 +105,7 @@ def _is_day_list(value: Any) -> bool:
 
 
 def _day_lists(value: Any) -> list[tuple[date, ...]]:
-    if _is_day_list(value):
-        return [value]
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return [found for f in dataclasses.fields(value) for found in _day_lists(getattr(value, f.name))]
-    if isinstance(value, tuple | list):
-        return [found for item in value for found in _day_lists(item)]
-    if isinstance(value, Mapping):
-        return [found for item in value.values() for found in _day_lists(item)]
-    return []
+    return _found(value, _is_day_list)
 
 
 def _slots(days: int) -> int:
