@@ -1,6 +1,8 @@
 """End to end as users meet it: `dagster dev` (webserver + daemon) on loopback, the main job
 launched through GraphQL, a curator labelling and releasing from the workspace while the loop
-runs, and headless Chromium screenshots of the UI.
+runs, and headless Chromium screenshots of the UI. The loop is launched behind a `rag-loop run`
+killed with SIGKILL, which the daemon's run monitoring ends so that the loop goes through
+(issue 43).
 
 Screenshots are saved under `test-artifacts/` (git-ignored). Chromium and chromium-driver are
 Debian's packages, installed by `.ci/run`.
@@ -18,7 +20,9 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
 import pytest
+import yaml
 
 from rag_loop.demo.curator import curate
 from rag_loop.workspace.app import create_app
@@ -34,6 +38,7 @@ FINISHED = ("SUCCESS", "FAILURE", "CANCELED")
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ARTIFACTS = PROJECT / "test-artifacts"
+BIN = Path(sys.executable).parent  # the venv's commands, whatever PATH says
 
 
 def _free_port() -> int:
@@ -79,6 +84,7 @@ class Dagster:
         return self.graphql("""query($id: ID!) { logsForRun(runId: $id, limit: 5000) {
               ... on EventConnection { events { __typename
                 ... on MaterializationEvent { assetKey { path } }
+                ... on RunFailureEvent { message }
                 ... on AssetCheckEvaluationEvent { evaluation { checkName success } } } } } }""",
                             {"id": run_id})["logsForRun"]["events"]
 
@@ -107,7 +113,10 @@ def dagster_dev(tmp_path_factory, demo_run):
     with in_memory(tmp_path_factory.mktemp("webserver")) as root:
         home = root / "dagster_home"
         home.mkdir()
-        (home / "dagster.yaml").write_text((PROJECT / "deploy" / "dagster.yaml").read_text())
+        settings = yaml.safe_load((PROJECT / "deploy" / "dagster.yaml").read_text())
+        # the one change: the daemon looks for dead runs every second, not every 15 s
+        settings["run_monitoring"]["poll_interval_seconds"] = 1
+        (home / "dagster.yaml").write_text(yaml.safe_dump(settings))
         port = _free_port()
         env = {**os.environ, "DAGSTER_HOME": str(home), "RAG_LOOP_HOME": str(root),
                "RAG_LOOP_DB": str(root / "rag.duckdb"),
@@ -116,7 +125,7 @@ def dagster_dev(tmp_path_factory, demo_run):
                "RAG_LOOP_CURATION_DIR": str(root / "curation"), "RAG_LOOP_GOLDENS_DIR": str(root / "goldens"),
                "RAG_LOOP_REPORTS_DIR": str(root / "reports"), "HF_HUB_OFFLINE": "1",
                "DEEPEVAL_TELEMETRY_OPT_OUT": "1", "DEEPEVAL_DISABLE_DOTENV": "1"}
-        dagster = Path(sys.executable).parent / "dagster"  # the venv's, whatever PATH says
+        dagster = BIN / "dagster"
         command = [str(dagster if dagster.exists() else "dagster"), "dev", "-f",
                    "tests/e2e/webserver_definitions.py", "-h", "127.0.0.1", "-p", str(port)]
         log = open(root / "dagster-dev.log", "w")
@@ -132,7 +141,7 @@ def dagster_dev(tmp_path_factory, demo_run):
                 if time.time() > deadline or process.poll() is not None:
                     raise RuntimeError((root / "dagster-dev.log").read_text()[-3000:])
                 time.sleep(0.1)
-            yield server, root
+            yield server, root, env
         finally:  # a throwaway instance: nothing to shut down in order (all in the process's group)
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
@@ -144,8 +153,12 @@ LOOP = demo_config("loop")  # as the demo runs it, the run before this one inclu
 
 @dataclass
 class Session:
-    """What happened: the loop's run, and a curator's work and release meanwhile."""
+    """What happened: a `rag-loop run` killed while the loop waited behind it, the loop's run,
+    and a curator's work and release meanwhile."""
 
+    killed_run_id: str
+    killed_pid: int
+    held: tuple[str, str]  # the killed run's and the loop's status once the queue held the loop
     run_id: str
     status: str
     labelled: str  # the trace the curator accepted while the loop ran
@@ -153,20 +166,61 @@ class Session:
     release_page: str
 
 
+def _runs(server: Dagster, job: str, statuses: str = "") -> list[str]:
+    where = f"pipelineName: \"{job}\"" + (f", statuses: [{statuses}]" if statuses else "")
+    found = server.graphql(f"{{ runsOrError(filter: {{{where}}}) {{ ... on Runs {{ results {{ runId }} }} }} }}")
+    return [r["runId"] for r in found["runsOrError"]["results"]]
+
+
+def _wait_for(what: str, probe, timeout: float = 60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if found := probe():
+            return found
+        time.sleep(0.2)
+    raise TimeoutError(f"{what}: not after {timeout} s")
+
+
+def _launch_behind_a_killed_run(server: Dagster, root: Path, env: dict) -> tuple[str, int, tuple[str, str], str]:
+    """The loop launched behind a `rag-loop run ingest_job` that is then killed mid-run (kept in
+    its first asset by holding DuckDB's write lock; it retries meanwhile): the daemon's run
+    monitoring ends the dead run and the loop, queued behind it, starts. Returns the killed
+    run, its process, both runs' statuses while the queue held the loop, and the loop's run."""
+    log = root / "dagster-dev.log"  # the daemon's too
+    lock = duckdb.connect(str(root / "rag.duckdb"))  # DuckDB's one writer: the victim waits for it
+    with (root / "victim.log").open("w") as out:
+        victim = subprocess.Popen([str(BIN / "rag-loop"), "run", "ingest_job"], env=env, cwd=root, stdout=out,
+                                  stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        (killed,) = _wait_for("the victim's run STARTED", lambda: _runs(server, "ingest_job", "STARTED"))
+        held = log.read_text().count("won't launch more")
+        run_id = server.launch("rag_loop_job", LOOP)
+        # behind the live run: one run at a time, and a live process is not taken for a dead one
+        _wait_for("the queue held", lambda: log.read_text().count("won't launch more") > held)
+        statuses = (server.run(killed)["status"], server.run(run_id)["status"])
+        os.killpg(victim.pid, signal.SIGKILL)  # mid-run: waiting for DuckDB in its first asset
+    finally:
+        if victim.poll() is None:
+            os.killpg(victim.pid, signal.SIGKILL)
+        victim.wait()
+        lock.close()
+    return killed, victim.pid, statuses, run_id
+
+
 @pytest.fixture(scope="module")
 def session(dagster_dev):
-    """The loop launched; while it runs, a curator labels in the workspace (over the queue the
-    earlier run exported, which this run rewrites) and releases from it through the webserver: a
-    second writer launched while the first holds the database, queued behind it. (Every job
-    carries the writer tag, the trace sensor's ingest_job and label_job included:
-    test_definitions; a second run launched beside the loop would prove the same queue again,
-    for one more run worker's start.)"""
-    server, root = dagster_dev
+    """The loop launched (behind a run then killed); while it runs, a curator labels in the
+    workspace (over the queue the earlier run exported, which this run rewrites) and releases
+    from it through the webserver: a second writer launched while the first holds the database,
+    queued behind it. (Every job carries the writer tag, the trace sensor's ingest_job and
+    label_job included: test_definitions; a second run launched beside the loop would prove the
+    same queue again, for one more run worker's start.)"""
+    server, root, env = dagster_dev
     curate(next((root / "curation" / "queue").glob("*.jsonl")), root / "curation" / "labels", 1)
     workspace = Workspace(root / "curation", root / "reports", root / "goldens")
     release = WebserverRelease(server.url, wait_seconds=300, poll_seconds=0.5)
     ana = Curator(create_app(workspace, release=release), "ana")
-    run_id = server.launch("rag_loop_job", LOOP)
+    killed, pid, held, run_id = _launch_behind_a_killed_run(server, root, env)
     while server.run(run_id)["status"] not in ("STARTED", *FINISHED):
         time.sleep(0.25)
     unlabelled = workspace.rows({}, "todo", 0, 1)[0][0]
@@ -179,14 +233,32 @@ def session(dagster_dev):
     during = server.run(run_id)["status"] == "STARTED"
     made = ana.client.post("/releases", data={"csrf": csrf_of(page), "notes": "from the e2e test"})
     assert made.status_code == 200, made.text[-2000:]
-    return Session(run_id, server.wait(run_id), unlabelled["trace_id"], during, made.text)
+    return Session(killed, pid, held, run_id, server.wait(run_id), unlabelled["trace_id"], during, made.text)
+
+
+def test_a_killed_run_is_ended_and_the_run_queued_behind_it_goes_through(dagster_dev, session):
+    """A run whose process was killed no longer holds the instance's one run slot: the daemon's
+    run monitoring marks it failed, says which process is gone, and the run queued behind it
+    goes through (issue 43)."""
+    server, root, _ = dagster_dev
+    assert session.held == ("STARTED", "QUEUED")
+    assert session.status == "SUCCESS"
+    killed, loop = server.run(session.killed_run_id), server.run(session.run_id)
+    assert killed["status"] == "FAILURE" and killed["endTime"] <= loop["startTime"]
+    assert {"key": "rag-loop/host", "value": socket.gethostname()} in loop["tags"]  # where its worker runs
+    failure = [e for e in server.events(session.killed_run_id) if e["__typename"] == "RunFailureEvent"]
+    (message,) = [e["message"] for e in failure]
+    why = f"process {session.killed_pid} on host {socket.gethostname()} (started "
+    assert why in message and "is gone" in message and "last seen" in message, message
+    said = (root / "dagster-dev.log").read_text()
+    assert why in said and session.killed_run_id in said  # the daemon's log says which run and why
 
 
 def test_runs_launched_together_queue_on_the_duckdb_tag(dagster_dev, session):
     """Two writers can be launched together in a deployment (the loop and a curator's release
     here; the trace sensor's job, the drift schedule: any two): the instance settings
     (deploy/dagster.yaml) queue them one at a time on the DuckDB tag."""
-    server, _ = dagster_dev
+    server, _, _ = dagster_dev
     assert session.status == "SUCCESS"
     release = server.graphql('{ runsOrError(filter: {pipelineName: "release_goldens"}) { ... on Runs { '
                              'results { runId } } } }')["runsOrError"]["results"]
@@ -208,7 +280,7 @@ def test_runs_launched_together_queue_on_the_duckdb_tag(dagster_dev, session):
 def test_a_curator_labels_and_releases_from_the_workspace_while_the_loop_runs(dagster_dev, session):
     """The workspace never opens the database, so a run holding it blocks nobody; its release
     goes through the webserver and queues behind the runs before it."""
-    server, root = dagster_dev
+    server, root, _ = dagster_dev
     assert session.during_the_loop  # the curator's work happened while rag_loop_job ran
     assert "release_goldens: SUCCESS" in session.release_page
     assert f'href="{server.url}/runs/' in session.release_page
@@ -228,7 +300,7 @@ def test_a_curator_labels_and_releases_from_the_workspace_while_the_loop_runs(da
 def test_the_ui_renders_the_asset_graph_and_a_materialization(dagster_dev, session):
     from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.support.ui import WebDriverWait
-    server, _ = dagster_dev
+    server, _, _ = dagster_dev
     server.graphql("mutation { setNuxSeen }")  # the community pop-up would cover the page
     ARTIFACTS.mkdir(exist_ok=True)
     pages = (("asset-graph", "/asset-groups", ("ingestion", "selection", "intents", "curation",
