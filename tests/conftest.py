@@ -75,6 +75,17 @@ def pytest_collection(session):
             gc.enable()
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """After a module's last test (its module fixtures torn down), its garbage collected and
+    what outlives it (imports, session fixtures, caches) frozen too: the collector's full
+    passes would otherwise walk torch's, Dagster's and Spark's objects again and again."""
+    yield
+    if nextitem is None or nextitem.path != item.path:
+        gc.collect()
+        gc.freeze()
+
+
 def pytest_collection_modifyitems(config, items):
     """Every worker collects the same order: the Spark modules (xdist gives this first scope
     to the first worker at once), those of their tests that need no demo run first; the long
