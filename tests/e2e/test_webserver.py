@@ -23,6 +23,7 @@ from pathlib import Path
 import duckdb
 import pytest
 import yaml
+from dagster import DagsterInstance
 
 from rag_loop.demo.curator import curate
 from rag_loop.workspace.app import create_app
@@ -103,13 +104,24 @@ def _loaded(server: Dagster) -> bool:
     return bool(locations) and all(e["loadStatus"] == "LOADED" and e["locationOrLoadError"] for e in locations)
 
 
+@dataclass
+class Deployment:
+    """`dagster dev` up on a deployment, and the `rag-loop run` that is killed in it."""
+
+    server: Dagster
+    root: Path
+    victim: subprocess.Popen
+    lock: duckdb.DuckDBPyConnection  # DuckDB's one writer, held while the victim waits for it
+
+
 @pytest.fixture(scope="module")
 def dagster_dev(tmp_path_factory, demo_run):
     """`dagster dev` on a deployment that has run the loop once (the demo run's database and
     queue): the loop launched here is its next run, as in a deployment's daily life, and
     quick enough to leave the machine to the other tests (the first run's work has its own).
-    The server starts (its processes load for seconds) while the demo run is copied: nothing
-    opens the database before a run is launched. Its folders are in memory (ramdisk)."""
+    The server starts (its processes load for seconds) while the demo run is copied and a
+    `rag-loop run ingest_job` starts, kept in its first asset by DuckDB's write lock, held here
+    (it retries meanwhile): the run `session` kills. Its folders are in memory (ramdisk)."""
     with in_memory(tmp_path_factory.mktemp("webserver")) as root:
         home = root / "dagster_home"
         home.mkdir()
@@ -117,6 +129,9 @@ def dagster_dev(tmp_path_factory, demo_run):
         # the one change: the daemon looks for dead runs every second, not every 15 s
         settings["run_monitoring"]["poll_interval_seconds"] = 1
         (home / "dagster.yaml").write_text(yaml.safe_dump(settings))
+        # the instance's storage made before any process opens it: dagster dev and the victim
+        # would each create it on first use, and two at once race ("alembic_version already exists")
+        DagsterInstance.from_config(str(home)).dispose()
         port = _free_port()
         env = {**os.environ, "DAGSTER_HOME": str(home), "RAG_LOOP_HOME": str(root),
                "RAG_LOOP_DB": str(root / "rag.duckdb"),
@@ -132,19 +147,29 @@ def dagster_dev(tmp_path_factory, demo_run):
         process = subprocess.Popen(command, cwd=PROJECT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)
         url = f"http://127.0.0.1:{port}"
+        victim = lock = None
         try:
             _, database, paths = demo_run
             shutil.copy(database, root / "rag.duckdb")
             shutil.copytree(Path(paths.curation_dir) / "queue", root / "curation" / "queue")
+            lock = duckdb.connect(str(root / "rag.duckdb"))
+            with (root / "victim.log").open("w") as out:
+                victim = subprocess.Popen([str(BIN / "rag-loop"), "run", "ingest_job"], env=env, cwd=root,
+                                          stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
             server, deadline = Dagster(url), time.time() + 180
             while not _loaded(server):  # the webserver answers before its code location has loaded
                 if time.time() > deadline or process.poll() is not None:
                     raise RuntimeError((root / "dagster-dev.log").read_text()[-3000:])
                 time.sleep(0.1)
-            yield server, root, env
+            yield Deployment(server, root, victim, lock)
         finally:  # a throwaway instance: nothing to shut down in order (all in the process's group)
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+            for started in (victim, process):
+                if started is not None and started.poll() is None:
+                    os.killpg(started.pid, signal.SIGKILL)
+                if started is not None:
+                    started.wait()
+            if lock is not None:
+                lock.close()
             log.close()
 
 
@@ -181,30 +206,22 @@ def _wait_for(what: str, probe, timeout: float = 60):
     raise TimeoutError(f"{what}: not after {timeout} s")
 
 
-def _launch_behind_a_killed_run(server: Dagster, root: Path, env: dict) -> tuple[str, int, tuple[str, str], str]:
-    """The loop launched behind a `rag-loop run ingest_job` that is then killed mid-run (kept in
-    its first asset by holding DuckDB's write lock; it retries meanwhile): the daemon's run
-    monitoring ends the dead run and the loop, queued behind it, starts. Returns the killed
-    run, its process, both runs' statuses while the queue held the loop, and the loop's run."""
-    log = root / "dagster-dev.log"  # the daemon's too
-    lock = duckdb.connect(str(root / "rag.duckdb"))  # DuckDB's one writer: the victim waits for it
-    with (root / "victim.log").open("w") as out:
-        victim = subprocess.Popen([str(BIN / "rag-loop"), "run", "ingest_job"], env=env, cwd=root, stdout=out,
-                                  stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        (killed,) = _wait_for("the victim's run STARTED", lambda: _runs(server, "ingest_job", "STARTED"))
-        held = log.read_text().count("won't launch more")
-        run_id = server.launch("rag_loop_job", LOOP)
-        # behind the live run: one run at a time, and a live process is not taken for a dead one
-        _wait_for("the queue held", lambda: log.read_text().count("won't launch more") > held)
-        statuses = (server.run(killed)["status"], server.run(run_id)["status"])
-        os.killpg(victim.pid, signal.SIGKILL)  # mid-run: waiting for DuckDB in its first asset
-    finally:
-        if victim.poll() is None:
-            os.killpg(victim.pid, signal.SIGKILL)
-        victim.wait()
-        lock.close()
-    return killed, victim.pid, statuses, run_id
+def _launch_behind_a_killed_run(deployment: Deployment) -> tuple[str, tuple[str, str], str]:
+    """The loop launched behind the deployment's `rag-loop run ingest_job`, which is then killed
+    mid-run: the daemon's run monitoring ends the dead run and the loop, queued behind it,
+    starts. Returns the killed run, both runs' statuses while the queue held the loop, and the
+    loop's run."""
+    server, log = deployment.server, deployment.root / "dagster-dev.log"  # the daemon's too
+    (killed,) = _wait_for("the victim's run STARTED", lambda: _runs(server, "ingest_job", "STARTED"))
+    held = log.read_text().count("won't launch more")
+    run_id = server.launch("rag_loop_job", LOOP)
+    # behind the live run: one run at a time, and a live process is not taken for a dead one
+    _wait_for("the queue held", lambda: log.read_text().count("won't launch more") > held)
+    statuses = (server.run(killed)["status"], server.run(run_id)["status"])
+    os.killpg(deployment.victim.pid, signal.SIGKILL)  # mid-run: waiting for DuckDB in its first asset
+    deployment.victim.wait()
+    deployment.lock.close()
+    return killed, statuses, run_id
 
 
 @pytest.fixture(scope="module")
@@ -215,12 +232,12 @@ def session(dagster_dev):
     queued behind it. (Every job carries the writer tag, the trace sensor's ingest_job and
     label_job included: test_definitions; a second run launched beside the loop would prove the
     same queue again, for one more run worker's start.)"""
-    server, root, env = dagster_dev
+    server, root = dagster_dev.server, dagster_dev.root
     curate(next((root / "curation" / "queue").glob("*.jsonl")), root / "curation" / "labels", 1)
     workspace = Workspace(root / "curation", root / "reports", root / "goldens")
     release = WebserverRelease(server.url, wait_seconds=300, poll_seconds=0.5)
     ana = Curator(create_app(workspace, release=release), "ana")
-    killed, pid, held, run_id = _launch_behind_a_killed_run(server, root, env)
+    killed, held, run_id = _launch_behind_a_killed_run(dagster_dev)
     while server.run(run_id)["status"] not in ("STARTED", *FINISHED):
         time.sleep(0.25)
     unlabelled = workspace.rows({}, "todo", 0, 1)[0][0]
@@ -233,14 +250,15 @@ def session(dagster_dev):
     during = server.run(run_id)["status"] == "STARTED"
     made = ana.client.post("/releases", data={"csrf": csrf_of(page), "notes": "from the e2e test"})
     assert made.status_code == 200, made.text[-2000:]
-    return Session(killed, pid, held, run_id, server.wait(run_id), unlabelled["trace_id"], during, made.text)
+    return Session(killed, dagster_dev.victim.pid, held, run_id, server.wait(run_id), unlabelled["trace_id"], during,
+                   made.text)
 
 
 def test_a_killed_run_is_ended_and_the_run_queued_behind_it_goes_through(dagster_dev, session):
     """A run whose process was killed no longer holds the instance's one run slot: the daemon's
     run monitoring marks it failed, says which process is gone, and the run queued behind it
     goes through (issue 43)."""
-    server, root, _ = dagster_dev
+    server, root = dagster_dev.server, dagster_dev.root
     assert session.held == ("STARTED", "QUEUED")
     assert session.status == "SUCCESS"
     killed, loop = server.run(session.killed_run_id), server.run(session.run_id)
@@ -258,7 +276,7 @@ def test_runs_launched_together_queue_on_the_duckdb_tag(dagster_dev, session):
     """Two writers can be launched together in a deployment (the loop and a curator's release
     here; the trace sensor's job, the drift schedule: any two): the instance settings
     (deploy/dagster.yaml) queue them one at a time on the DuckDB tag."""
-    server, _, _ = dagster_dev
+    server = dagster_dev.server
     assert session.status == "SUCCESS"
     release = server.graphql('{ runsOrError(filter: {pipelineName: "release_goldens"}) { ... on Runs { '
                              'results { runId } } } }')["runsOrError"]["results"]
@@ -280,7 +298,7 @@ def test_runs_launched_together_queue_on_the_duckdb_tag(dagster_dev, session):
 def test_a_curator_labels_and_releases_from_the_workspace_while_the_loop_runs(dagster_dev, session):
     """The workspace never opens the database, so a run holding it blocks nobody; its release
     goes through the webserver and queues behind the runs before it."""
-    server, root, _ = dagster_dev
+    server, root = dagster_dev.server, dagster_dev.root
     assert session.during_the_loop  # the curator's work happened while rag_loop_job ran
     assert "release_goldens: SUCCESS" in session.release_page
     assert f'href="{server.url}/runs/' in session.release_page
@@ -300,7 +318,7 @@ def test_a_curator_labels_and_releases_from_the_workspace_while_the_loop_runs(da
 def test_the_ui_renders_the_asset_graph_and_a_materialization(dagster_dev, session):
     from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.support.ui import WebDriverWait
-    server, _, _ = dagster_dev
+    server = dagster_dev.server
     server.graphql("mutation { setNuxSeen }")  # the community pop-up would cover the page
     ARTIFACTS.mkdir(exist_ok=True)
     pages = (("asset-graph", "/asset-groups", ("ingestion", "selection", "intents", "curation",
