@@ -57,8 +57,10 @@ def _replace(browser, text):
 
 
 def _wait(browser, condition, seconds=10):
+    """Until `condition` holds, looking every 50 ms (WebDriverWait's default, 0.5 s, left the
+    core idle for up to half a second a wait)."""
     from selenium.webdriver.support.ui import WebDriverWait
-    return WebDriverWait(browser, seconds).until(condition)
+    return WebDriverWait(browser, seconds, poll_frequency=0.05).until(condition)
 
 
 def test_a_curator_labels_with_the_keyboard_only(browser, curation, demo_run, tmp_path):
