@@ -530,11 +530,12 @@ JUDGMENT_COLUMNS = ("trace_id", "day", "metric", "judge_id", "judge_version", "s
 
 
 # the columns' types, so that the rows go to DuckDB as Arrow columns (a pandas frame of Python
-# objects is converted value by value: a third of the insert's CPU); judged_at is inferred
+# objects is converted value by value: a third of the insert's CPU); the rest are strings but
+# judged_at, whose type Arrow infers (None)
 _JUDGMENT_TYPES = {"day": pa.date32(), "score": pa.float64(), "threshold": pa.float64(), "passed": pa.bool_(),
                    "streams": pa.list_(pa.string()), "by_random": pa.bool_(),
                    "inclusion_probability": pa.float64(), "metric_rate": pa.float64(),
-                   "cost_usd": pa.float64(), "latency_ms": pa.float64()}
+                   "cost_usd": pa.float64(), "latency_ms": pa.float64(), "judged_at": None}
 
 
 def store_judgments(con: duckdb.DuckDBPyConnection, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -543,8 +544,8 @@ def store_judgments(con: duckdb.DuckDBPyConnection, rows: Sequence[Mapping[str, 
     values["day"] = [_day(d) for d in values["day"]]
     values["streams"] = [list(s) if s is not None else [] for s in values["streams"]]
     # from_pandas: a NaN is NULL, as it was from a pandas frame
-    frame = pa.table({c: pa.array(v, _JUDGMENT_TYPES.get(c, pa.string() if c != "judged_at" else None),
-                                  from_pandas=True) for c, v in values.items()})
+    frame = pa.table({c: pa.array(v, _JUDGMENT_TYPES.get(c, pa.string()), from_pandas=True)
+                      for c, v in values.items()})
     con.register("_judgments", frame)
     try:
         con.execute("INSERT OR REPLACE INTO trace_judgments BY NAME SELECT * FROM _judgments")

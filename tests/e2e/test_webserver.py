@@ -238,8 +238,7 @@ def session(dagster_dev):
     release = WebserverRelease(server.url, wait_seconds=300, poll_seconds=0.5)
     ana = Curator(create_app(workspace, release=release), "ana")
     killed, held, run_id = _launch_behind_a_killed_run(dagster_dev)
-    while server.run(run_id)["status"] not in ("STARTED", *FINISHED):
-        time.sleep(0.25)
+    _wait_for("the loop started", lambda: server.run(run_id)["status"] in ("STARTED", *FINISHED))
     unlabelled = workspace.rows({}, "todo", 0, 1)[0][0]
     source = ana.client.get("/sources", params={"q": "leave"}).json()[0]["chunk_id"]
     assert ana.client.get("/").status_code == 200
